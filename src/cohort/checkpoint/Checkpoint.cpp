@@ -1,0 +1,146 @@
+#include "cohort/checkpoint/Checkpoint.h"
+
+#include <map>
+
+#include <ATen/core/grad_mode.h>
+
+#include "cohort/util/Error.h"
+
+namespace cohort::checkpoint {
+namespace fs = std::filesystem;
+namespace {
+
+std::map<std::string, std::string> format_metadata(const std::string& format, const TrainState& s) {
+  return {{"cohort.format", format},
+          {"cohort.version", std::to_string(kCheckpointVersion)},
+          {"step", std::to_string(s.step)},
+          {"epoch", std::to_string(s.epoch)}};
+}
+
+std::string need(const SafetensorsFile& f, const std::string& key, const fs::path& path) {
+  auto it = f.metadata.find(key);
+  if (it == f.metadata.end())
+    throw CheckpointError(path.string() + " lacks the '" + key + "' metadata entry",
+                          "it was not written by cohort; resume from a cohort run directory");
+  return it->second;
+}
+
+int64_t to_i64(const std::string& text, const std::string& key, const fs::path& path) {
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw CheckpointError(path.string() + ": metadata '" + key + "' = '" + text + "' is not an integer",
+                        "the file is damaged; resume from an earlier checkpoint");
+}
+
+void check_version(const SafetensorsFile& f, const std::string& format, const fs::path& path) {
+  if (need(f, "cohort.format", path) != format)
+    throw CheckpointError(path.string() + " is a '" + need(f, "cohort.format", path) + "' file, expected '" + format + "'",
+                          "pass the run directory, not a single file");
+  const auto v = to_i64(need(f, "cohort.version", path), "cohort.version", path);
+  if (v > kCheckpointVersion)
+    throw CheckpointError(path.string() + " has checkpoint version " + std::to_string(v) + "; this cohort reads up to " +
+                              std::to_string(kCheckpointVersion),
+                          "resume with the newer cohort that wrote it");
+}
+
+}  // namespace
+
+NamedTensors model_state(const torch::nn::Module& module) {
+  NamedTensors out;
+  for (const auto& p : module.named_parameters(true)) out.emplace_back(p.key(), p.value().detach());
+  for (const auto& b : module.named_buffers(true)) out.emplace_back(b.key(), b.value().detach());
+  return out;
+}
+
+void save(const fs::path& dir, const std::string& tag, const torch::nn::Module& module,
+          const NamedTensors& optimizer_state, const TrainState& state) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw CheckpointError("cannot create checkpoint directory " + dir.string() + ": " + ec.message(),
+                          "check run.dir is writable and the disk has space");
+  // The weights go first: if we crash between the two renames, load() sees differing steps and says so,
+  // and the previous pair is only ever replaced file by file, never truncated.
+  save_safetensors(dir / (tag + ".safetensors"), model_state(module), format_metadata("cohort-model", state));
+  auto meta = format_metadata("cohort-train-state", state);
+  meta["best_test_accuracy"] = std::to_string(state.best_test_accuracy);
+  meta["world_size"] = std::to_string(state.world_size);
+  meta["config"] = state.config_json;
+  save_safetensors(dir / (tag + ".state.safetensors"), optimizer_state, meta);
+}
+
+Checkpoint load(const fs::path& dir, const std::string& tag) {
+  const fs::path model_path = dir / (tag + ".safetensors");
+  const fs::path state_path = dir / (tag + ".state.safetensors");
+  for (const auto& p : {model_path, state_path})
+    if (!fs::exists(p))
+      throw CheckpointError("checkpoint file " + p.string() + " does not exist",
+                            "resume from a run directory whose checkpoints/ holds " + tag + ".safetensors and " + tag +
+                                ".state.safetensors");
+  Checkpoint ck;
+  auto model = load_safetensors(model_path);
+  auto state = load_safetensors(state_path);
+  check_version(model, "cohort-model", model_path);
+  check_version(state, "cohort-train-state", state_path);
+  ck.model = std::move(model.tensors);
+  ck.optimizer = std::move(state.tensors);
+  ck.state.step = to_i64(need(state, "step", state_path), "step", state_path);
+  ck.state.epoch = to_i64(need(state, "epoch", state_path), "epoch", state_path);
+  ck.state.world_size = to_i64(need(state, "world_size", state_path), "world_size", state_path);
+  ck.state.best_test_accuracy = std::stod(need(state, "best_test_accuracy", state_path));
+  ck.state.config_json = need(state, "config", state_path);
+  const auto model_step = to_i64(need(model, "step", model_path), "step", model_path);
+  if (model_step != ck.state.step)
+    throw CheckpointError(model_path.string() + " is from step " + std::to_string(model_step) + " but " +
+                              state_path.string() + " is from step " + std::to_string(ck.state.step),
+                          "a save was interrupted between the two files; resume from best or an earlier copy");
+  return ck;
+}
+
+fs::path resolve_resume_dir(const fs::path& path) {
+  if (fs::exists(path / "checkpoints")) return path / "checkpoints";
+  if (fs::exists(path / "last.safetensors")) return path;
+  throw CheckpointError("nothing to resume in '" + path.string() + "': no checkpoints/ directory or last.safetensors",
+                        "pass the run directory of an earlier `cohort train` (it holds checkpoints/)");
+}
+
+void load_weights(torch::nn::Module& module, const NamedTensors& tensors, const std::string& source) {
+  std::map<std::string, at::Tensor> own;
+  for (const auto& p : module.named_parameters(true)) own[p.key()] = p.value();
+  for (const auto& b : module.named_buffers(true)) own[b.key()] = b.value();
+  std::vector<std::string> unexpected, mismatched;
+  std::map<std::string, const at::Tensor*> given;
+  for (const auto& [name, t] : tensors) {
+    auto it = own.find(name);
+    if (it == own.end())
+      unexpected.push_back(name);
+    else if (it->second.sizes() != t.sizes())
+      mismatched.push_back(name + " (file " + c10::str(t.sizes()) + ", model " + c10::str(it->second.sizes()) + ")");
+    else
+      given[name] = &t;
+  }
+  std::vector<std::string> missing;
+  for (const auto& [name, t] : own)
+    if (!given.count(name) && std::none_of(mismatched.begin(), mismatched.end(),
+                                           [&](const std::string& m) { return m.rfind(name + " ", 0) == 0; }))
+      missing.push_back(name);
+  if (!unexpected.empty() || !missing.empty() || !mismatched.empty()) {
+    auto join = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
+      if (v.size() > 8) s += ", ... (" + std::to_string(v.size()) + " in all)";
+      return s.empty() ? std::string("none") : s;
+    };
+    throw CheckpointError("weights in " + source + " do not fit the model: missing: " + join(missing) +
+                              "; unexpected: " + join(unexpected) + "; mismatched: " + join(mismatched),
+                          "use the model.name, model.width and model.num_classes the weights were saved with");
+  }
+  at::NoGradGuard no_grad;
+  for (auto& [name, t] : own) t.copy_(given[name]->to(t.options()));
+}
+
+}  // namespace cohort::checkpoint

@@ -1,0 +1,55 @@
+// Training checkpoints: model weights in a safetensors file with torchvision-style names
+// (checkpoints/last.safetensors, checkpoints/best.safetensors) and, beside each, the training state
+// needed to resume (last.state.safetensors: optimizer buffers plus step, epoch and config as metadata).
+//
+//   cohort::checkpoint::save(run_dir / "checkpoints", "last", *model, optimizer.state_dict(), state);
+//   auto ck = cohort::checkpoint::load(cohort::checkpoint::resolve_resume_dir("runs/x"), "last");
+//   cohort::checkpoint::load_weights(*model, ck.model, "runs/x/checkpoints/last.safetensors");
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <torch/nn/module.h>
+
+#include "cohort/checkpoint/Safetensors.h"
+
+namespace cohort::checkpoint {
+
+// Note [Checkpoint format versions]
+// Both files carry "cohort.format" and "cohort.version" metadata; versions only ever add fields, and a
+// reader refuses a newer major version with a message saying so.
+inline constexpr int kCheckpointVersion = 1;
+
+struct TrainState {
+  int64_t step = 0;   // optimizer steps done
+  int64_t epoch = 0;  // epoch the next step belongs to
+  double best_test_accuracy = -1;
+  int64_t world_size = 1;
+  std::string config_json;
+};
+
+struct Checkpoint {
+  NamedTensors model;
+  NamedTensors optimizer;
+  TrainState state;
+};
+
+// Parameters and buffers in the module's own (torchvision-style) order.
+NamedTensors model_state(const torch::nn::Module& module);
+
+// Writes <dir>/<tag>.safetensors and <dir>/<tag>.state.safetensors, each atomically, the weights first.
+void save(const std::filesystem::path& dir, const std::string& tag, const torch::nn::Module& module,
+          const NamedTensors& optimizer_state, const TrainState& state);
+
+// Throws CheckpointError when a file is missing or damaged or the two files are from different steps.
+Checkpoint load(const std::filesystem::path& dir, const std::string& tag);
+
+// Accepts a run directory or its checkpoints directory; returns the checkpoints directory.
+std::filesystem::path resolve_resume_dir(const std::filesystem::path& path);
+
+// Copies `tensors` into the module by name; a missing, unexpected or mismatched tensor is an error that
+// lists them all.
+void load_weights(torch::nn::Module& module, const NamedTensors& tensors, const std::string& source);
+
+}  // namespace cohort::checkpoint

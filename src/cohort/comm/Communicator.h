@@ -1,0 +1,55 @@
+// The collectives cohort's parallel strategies are written against: all-reduce, broadcast, all-gather,
+// reduce-scatter and barrier, each asynchronous, each wait bounded by the communicator's timeout.
+//
+//   auto h = comm->all_reduce(grads, cohort::ReduceOp::kSum, "bucket 0");
+//   ...                       // overlap: more backward runs here
+//   h->wait();                // throws cohort::CommError naming the collective and the ranks on timeout
+//
+// Backends (Gloo now, NCCL later) implement it; a backend that is not built fails at creation with a
+// message saying so.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace cohort {
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+// One collective in flight.
+class Handle {
+ public:
+  virtual ~Handle() = default;
+  // Blocks until the collective completes; throws CommError when it fails or times out.
+  virtual void wait() = 0;
+  virtual bool is_completed() = 0;
+};
+using HandlePtr = std::shared_ptr<Handle>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend_name() const = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+
+  // `what` names the collective's purpose ("bucket 3", "eval metrics") in error messages.
+  // Tensors must stay alive and untouched until the handle's wait() returns.
+  virtual HandlePtr all_reduce(const at::Tensor& tensor, ReduceOp op, const std::string& what) = 0;
+  virtual HandlePtr broadcast(const at::Tensor& tensor, int root, const std::string& what) = 0;
+  // output holds size() chunks of input's numel, rank r's input lands in chunk r.
+  virtual HandlePtr all_gather(const at::Tensor& output, const at::Tensor& input, const std::string& what) = 0;
+  // input holds size() chunks of output's numel; rank r receives the reduction of every rank's chunk r.
+  virtual HandlePtr reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
+                                   const std::string& what) = 0;
+  virtual HandlePtr barrier(const std::string& what) = 0;
+};
+using CommunicatorPtr = std::shared_ptr<Communicator>;
+
+}  // namespace cohort

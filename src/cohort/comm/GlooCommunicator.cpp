@@ -1,0 +1,211 @@
+#include "cohort/comm/GlooCommunicator.h"
+
+#include <atomic>
+#include <sstream>
+
+#include "cohort/util/Error.h"
+#include "cohort/util/TorchCompat.h"
+
+#ifdef COHORT_HAVE_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+
+namespace cohort {
+
+#ifdef COHORT_HAVE_GLOO
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+std::string other_ranks(int rank, int size) {
+  std::ostringstream os;
+  os << "{";
+  bool first = true;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    os << (first ? "" : ",") << r;
+    first = false;
+  }
+  os << "}";
+  return os.str();
+}
+
+// Identifies one collective in error messages: kind, purpose, sequence number, rank and peers.
+struct Context {
+  std::string kind;
+  std::string what;
+  uint64_t seq;
+  int rank;
+  int size;
+  std::chrono::milliseconds timeout;
+
+  std::string describe() const {
+    std::ostringstream os;
+    os << kind << " '" << what << "' (collective #" << seq << ") on rank " << rank << " of " << size;
+    return os.str();
+  }
+};
+
+class GlooHandle : public Handle {
+ public:
+  GlooHandle(compat::WorkPtr work, Context ctx, std::function<void()> on_done = {})
+      : work_(std::move(work)), ctx_(std::move(ctx)), on_done_(std::move(on_done)) {}
+
+  void wait() override {
+    if (done_) return;
+    try {
+      // Gloo enforces the same timeout inside the collective, so a dead peer cannot block this wait
+      // (or Gloo's worker thread) forever.
+      work_->wait(ctx_.timeout);
+    } catch (const std::exception& e) {
+      const std::string msg = e.what();
+      const bool timed_out = msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
+      std::ostringstream os;
+      os << ctx_.describe() << (timed_out ? " timed out after " : " failed (timeout ")
+         << ctx_.timeout.count() / 1000.0 << " s" << (timed_out ? "" : ")") << ": ranks "
+         << other_ranks(ctx_.rank, ctx_.size) << " did not complete it. Gloo said: " << first_line(msg);
+      throw CommError(os.str(), timed_out ? "a peer rank died, stalled or called a different collective; "
+                                            "check the other ranks' errors, or raise dist.timeout_s"
+                                          : "a peer rank exited or its connection broke; check its error");
+    }
+    if (on_done_) on_done_();
+    done_ = true;
+  }
+
+  bool is_completed() override { return done_ || work_->isCompleted(); }
+
+ private:
+  static std::string first_line(const std::string& s) {
+    const auto nl = s.find('\n');
+    return nl == std::string::npos ? s : s.substr(0, nl);
+  }
+
+  compat::WorkPtr work_;
+  Context ctx_;
+  std::function<void()> on_done_;
+  bool done_ = false;
+};
+
+class GlooCommunicatorImpl : public Communicator {
+ public:
+  GlooCommunicatorImpl(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size,
+                       std::chrono::milliseconds timeout)
+      : pg_(std::move(pg)), rank_(rank), size_(size), timeout_(timeout) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "gloo"; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  HandlePtr all_reduce(const at::Tensor& tensor, ReduceOp op, const std::string& what) override {
+    std::vector<at::Tensor> ts{tensor};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = to_c10d(op);
+    opts.timeout = timeout_;
+    return std::make_shared<GlooHandle>(pg_->allreduce(ts, opts), context("all_reduce", what));
+  }
+
+  HandlePtr broadcast(const at::Tensor& tensor, int root, const std::string& what) override {
+    std::vector<at::Tensor> ts{tensor};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    opts.timeout = timeout_;
+    return std::make_shared<GlooHandle>(pg_->broadcast(ts, opts), context("broadcast", what));
+  }
+
+  HandlePtr all_gather(const at::Tensor& output, const at::Tensor& input, const std::string& what) override {
+    COHORT_ASSERT(output.numel() == input.numel() * size_, "all_gather output must hold size() chunks");
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < size_; ++r) outs[0].push_back(output.view(-1).narrow(0, r * input.numel(), input.numel()));
+    std::vector<at::Tensor> ins{input.reshape(-1)};
+    c10d::AllgatherOptions opts;
+    opts.timeout = timeout_;
+    return std::make_shared<GlooHandle>(pg_->allgather(outs, ins, opts), context("all_gather", what));
+  }
+
+  HandlePtr reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
+                           const std::string& what) override {
+    COHORT_ASSERT(input.numel() == output.numel() * size_, "reduce_scatter input must hold size() chunks");
+    // c10d's Gloo process group in LibTorch 1.13 has no reduce_scatter (FACTS.md). Until the sharded
+    // strategies bring a direct gloo implementation, reduce the whole buffer and keep our chunk: the
+    // result is exact, the bytes on the wire are those of an all-reduce.
+    auto scratch = input.reshape(-1).clone();
+    std::vector<at::Tensor> ts{scratch};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = to_c10d(op);
+    opts.timeout = timeout_;
+    auto work = pg_->allreduce(ts, opts);
+    const int64_t n = output.numel();
+    const int r = rank_;
+    auto out = output;
+    return std::make_shared<GlooHandle>(work, context("reduce_scatter", what),
+                                        [scratch, out, n, r]() mutable { out.view(-1).copy_(scratch.narrow(0, r * n, n)); });
+  }
+
+  HandlePtr barrier(const std::string& what) override {
+    c10d::BarrierOptions opts;
+    opts.timeout = timeout_;
+    return std::make_shared<GlooHandle>(pg_->barrier(opts), context("barrier", what));
+  }
+
+ private:
+  Context context(const char* kind, const std::string& what) {
+    return Context{kind, what, ++seq_, rank_, size_, timeout_};
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> seq_{0};
+};
+
+}  // namespace
+
+CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                         const std::string& local_address, std::chrono::milliseconds timeout) {
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->timeout = timeout;
+  try {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local_address));
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(rank) + ": cannot use address '" + local_address +
+                        "' for Gloo: " + e.what(),
+                    "set COHORT_SOCKET_IFNAME (or GLOO_SOCKET_IFNAME) to the network interface that reaches "
+                    "the other machines");
+  }
+  // Two threads are plenty: DDP keeps at most a few buckets in flight, and on a small machine every
+  // extra Gloo thread competes with compute for a core.
+  opts->threads = 2;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  try {
+    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                        ": Gloo could not connect to the other ranks within " +
+                        std::to_string(timeout.count() / 1000) + " s: " + e.what(),
+                    "check that every rank was started and can reach this machine; raise dist.timeout_s "
+                    "for slow starts");
+  }
+  return std::make_shared<GlooCommunicatorImpl>(std::move(pg), rank, size, timeout);
+}
+
+#else
+
+CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>&, int rank, int, const std::string&,
+                                         std::chrono::milliseconds) {
+  throw CommError("rank " + std::to_string(rank) + ": dist.backend=gloo is not available: this cohort was built "
+                  "without gloo's headers",
+                  "install libgloo-dev and rebuild, or use dist.backend=nccl on GPUs");
+}
+
+#endif
+
+}  // namespace cohort

@@ -1,0 +1,23 @@
+// The Gloo backend of cohort::Communicator, for CPU tensors, on top of c10d's ProcessGroupGloo.
+//
+//   auto comm = cohort::GlooCommunicator::create(store, rank, world, "127.0.0.1", std::chrono::seconds(300));
+//   comm->all_reduce(t, cohort::ReduceOp::kSum, "grads")->wait();
+//
+// Built only when gloo's headers were found (COHORT_HAVE_GLOO); otherwise create() throws a CommError.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "cohort/comm/Communicator.h"
+
+namespace cohort {
+
+class GlooCommunicator {
+ public:
+  // `local_address` is the address this rank's Gloo pairs bind to: the interface that reaches the
+  // other ranks (loopback for single-machine jobs).
+  static CommunicatorPtr create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                const std::string& local_address, std::chrono::milliseconds timeout);
+};
+
+}  // namespace cohort

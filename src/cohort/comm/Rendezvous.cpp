@@ -1,0 +1,126 @@
+#include "cohort/comm/Rendezvous.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <net/if.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "cohort/comm/GlooCommunicator.h"
+#include "cohort/util/Error.h"
+#include "cohort/util/TorchCompat.h"
+
+namespace cohort {
+namespace {
+
+std::string interface_address(const std::string& ifname) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return {};
+  std::string found;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && ifname == a->ifa_name) {
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+      found = buf;
+      break;
+    }
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+}  // namespace
+
+std::string local_address_for(const std::string& master_addr) {
+  for (const char* var : {"COHORT_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
+    if (const char* ifname = std::getenv(var); ifname && *ifname) {
+      const std::string addr = interface_address(ifname);
+      if (addr.empty())
+        throw CommError(std::string(var) + "=" + ifname + " names no interface with an IPv4 address",
+                        "list interfaces with `ip -4 addr` and pick one that reaches the other machines");
+      return addr;
+    }
+  }
+  if (is_loopback(master_addr)) return "127.0.0.1";
+  // Ask the kernel which local address routes to the master: connect() on a UDP socket sends nothing.
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(master_addr.c_str(), "9", &hints, &res) != 0 || !res)
+    throw CommError("cannot resolve master address '" + master_addr + "'",
+                    "pass --master-addr as an IP address or a resolvable host name");
+  std::string local;
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in sa{};
+    socklen_t len = sizeof sa;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof buf);
+      local = buf;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  if (local.empty())
+    throw CommError("no route from this machine to master address '" + master_addr + "'",
+                    "check the network, or set COHORT_SOCKET_IFNAME to the interface to use");
+  return local;
+}
+
+World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono::milliseconds timeout) {
+  World world;
+  world.info = info;
+  const std::string who = "rank " + std::to_string(info.rank);
+  if (info.world_size == 1) {
+    world.store = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    const bool host = info.rank == 0 && !info.agent_store;
+    try {
+      auto opts = compat::tcp_store_options(static_cast<uint16_t>(info.master_port), host,
+                                            static_cast<size_t>(info.world_size), timeout);
+      world.store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, opts);
+    } catch (const std::exception& e) {
+      const std::string msg = e.what();
+      const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
+      if (host && msg.find("in use") != std::string::npos)
+        throw CommError(who + ": cannot host the rendezvous store: port " + std::to_string(info.master_port) +
+                            " is already in use on " + info.master_addr,
+                        "pick a free port with --master-port, or stop the program using it");
+      throw CommError(who + (host ? ": cannot host the rendezvous store at " : ": cannot reach the rendezvous store at ") +
+                          where + " within " + std::to_string(timeout.count() / 1000) + " s: " +
+                          msg.substr(0, msg.find('\n')),
+                      host ? "check --master-addr names an address of this machine"
+                           : "check that rank 0 is running and --master-addr/--master-port are right on every node");
+    }
+    if (info.agent_store)
+      world.store = c10::make_intrusive<c10d::PrefixStore>(
+          "/worker/attempt_" + std::to_string(info.restart_count), world.store);
+  }
+  world.store->setTimeout(timeout);
+  if (backend == "gloo") {
+    world.comm = GlooCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", world.store),
+                                          info.rank, info.world_size, local_address_for(info.master_addr),
+                                          timeout);
+  } else if (backend == "nccl") {
+    throw CommError(who + ": dist.backend=nccl is not built into this cohort (no CUDA in this LibTorch)",
+                    "use dist.backend=gloo on CPU machines");
+  } else {
+    throw CommError(who + ": unknown backend '" + backend + "'", "use dist.backend=gloo");
+  }
+  return world;
+}
+
+}  // namespace cohort

@@ -1,0 +1,34 @@
+// Rendezvous: turns a WorldInfo into a connected World (store + communicator).
+//
+//   cohort::World world = cohort::rendezvous(cohort::world_from_env(cohort::current_env()), "gloo",
+//                                            std::chrono::seconds(300));
+//   world.comm->barrier("start")->wait();
+//
+// Rank 0 hosts a TCP store at master_addr:master_port (or torchrun's agent hosts it); the others
+// connect to it. A single process needs no network: it gets an in-process store.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "cohort/comm/Communicator.h"
+#include "cohort/comm/WorldInfo.h"
+
+namespace cohort {
+
+struct World {
+  WorldInfo info;
+  c10::intrusive_ptr<c10d::Store> store;
+  CommunicatorPtr comm;
+};
+
+World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono::milliseconds timeout);
+
+// The local address Gloo should bind to so that it reaches `master_addr`: loopback for a local master,
+// otherwise the address of the interface the kernel routes to it, or the interface named by
+// COHORT_SOCKET_IFNAME / GLOO_SOCKET_IFNAME.
+std::string local_address_for(const std::string& master_addr);
+
+}  // namespace cohort

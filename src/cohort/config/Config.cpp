@@ -1,0 +1,380 @@
+#include "cohort/config/Config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <functional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "cohort/util/Error.h"
+
+namespace cohort::config {
+namespace {
+
+// A constraint on a value: returns an empty string when fine, otherwise what is wrong.
+template <class V>
+using Check = std::function<std::string(const V&)>;
+
+template <class V>
+Check<V> positive() {
+  return [](const V& v) { return v > 0 ? std::string() : std::string("must be > 0"); };
+}
+template <class V>
+Check<V> non_negative() {
+  return [](const V& v) { return v >= 0 ? std::string() : std::string("must be >= 0"); };
+}
+Check<double> in_range(double lo, double hi) {
+  return [lo, hi](const double& v) {
+    return (v >= lo && v <= hi) ? std::string()
+                                : "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  };
+}
+
+struct Field {
+  KeyInfo info;
+  std::function<void(TrainConfig&, const std::string&)> set;
+  std::function<nlohmann::json(const TrainConfig&)> get;
+  std::function<void(const TrainConfig&)> check;
+};
+
+[[noreturn]] void bad_value(const std::string& key, const std::string& value, const std::string& why,
+                            const std::string& hint) {
+  throw ConfigError("config key '" + key + "': bad value '" + value + "': " + why, hint);
+}
+
+std::string trim(std::string s) {
+  auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  return s;
+}
+
+template <class V>
+V parse_value(const std::string& key, const std::string& text);
+
+template <>
+int64_t parse_value<int64_t>(const std::string& key, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE)
+    bad_value(key, text, "expected an integer", key + "=128");
+  return v;
+}
+template <>
+uint64_t parse_value<uint64_t>(const std::string& key, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  if (!text.empty() && text[0] == '-') bad_value(key, text, "expected a non-negative integer", key + "=0");
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE)
+    bad_value(key, text, "expected a non-negative integer", key + "=0");
+  return v;
+}
+template <>
+double parse_value<double>(const std::string& key, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+    bad_value(key, text, "expected a finite number", key + "=0.1");
+  return v;
+}
+template <>
+bool parse_value<bool>(const std::string& key, const std::string& text) {
+  std::string t = text;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "true" || t == "1" || t == "yes" || t == "on") return true;
+  if (t == "false" || t == "0" || t == "no" || t == "off") return false;
+  bad_value(key, text, "expected true or false", key + "=true");
+}
+template <>
+std::string parse_value<std::string>(const std::string&, const std::string& text) {
+  return text;
+}
+
+template <class V>
+std::string type_name() {
+  if constexpr (std::is_same_v<V, bool>) return "bool";
+  else if constexpr (std::is_integral_v<V>) return "int";
+  else if constexpr (std::is_floating_point_v<V>) return "float";
+  else return "string";
+}
+
+template <class V>
+std::string to_text(const V& v) {
+  if constexpr (std::is_same_v<V, bool>) return v ? "true" : "false";
+  else if constexpr (std::is_same_v<V, std::string>) return v;
+  else {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  }
+}
+
+template <class S, class V>
+Field field(std::string key, S TrainConfig::*section, V S::*member, std::string help,
+            std::vector<std::string> choices = {}, Check<V> check = {}) {
+  Field f;
+  const TrainConfig defaults;
+  f.info = KeyInfo{key, type_name<V>(), to_text((defaults.*section).*member), std::move(help), choices};
+  f.set = [key, section, member, choices, check](TrainConfig& cfg, const std::string& text) {
+    V v = parse_value<V>(key, text);
+    if constexpr (std::is_same_v<V, std::string>) {
+      if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end()) {
+        std::string all;
+        for (const auto& c : choices) all += (all.empty() ? "" : ", ") + c;
+        bad_value(key, text, "must be one of: " + all, key + "=" + choices.front());
+      }
+    }
+    if (check) {
+      if (auto why = check(v); !why.empty()) bad_value(key, text, why, "see `cohort train --help`");
+    }
+    (cfg.*section).*member = std::move(v);
+  };
+  f.get = [section, member](const TrainConfig& cfg) { return nlohmann::json((cfg.*section).*member); };
+  return f;
+}
+
+const std::vector<Field>& fields() {
+  using T = TrainConfig;
+  static const std::vector<Field> all = {
+      field("model.name", &T::model, &ModelConfig::name, "architecture",
+            {"resnet8", "resnet14", "resnet20", "resnet32", "mlp"}),
+      field("model.width", &T::model, &ModelConfig::width,
+            "channels of the first ResNet stage (doubled per stage) or hidden units of the MLP", {},
+            positive<int64_t>()),
+      field("model.num_classes", &T::model, &ModelConfig::num_classes, "classes of the output layer", {},
+            positive<int64_t>()),
+      field("data.name", &T::data, &DataConfig::name, "dataset (IDX files under data.root)",
+            {"fashion-mnist", "mnist"}),
+      field("data.root", &T::data, &DataConfig::root, "directory holding the dataset files"),
+      field("data.batch_size", &T::data, &DataConfig::batch_size,
+            "batch size per worker; the global batch is this x world size", {}, positive<int64_t>()),
+      field("data.augment", &T::data, &DataConfig::augment,
+            "random crop with zero padding + horizontal flip on training images"),
+      field("data.crop_padding", &T::data, &DataConfig::crop_padding, "padding of the random crop, pixels",
+            {}, non_negative<int64_t>()),
+      field("data.train_limit", &T::data, &DataConfig::train_limit,
+            "use only the first N training images (0: all)", {}, non_negative<int64_t>()),
+      field("data.test_limit", &T::data, &DataConfig::test_limit,
+            "use only the first N test images (0: all)", {}, non_negative<int64_t>()),
+      field("train.epochs", &T::train, &TrainLoopConfig::epochs, "passes over the training set", {},
+            positive<int64_t>()),
+      field("train.max_steps", &T::train, &TrainLoopConfig::max_steps,
+            "stop after this many optimizer steps (0: no limit); the schedule still spans train.epochs",
+            {}, non_negative<int64_t>()),
+      field("train.seed", &T::train, &TrainLoopConfig::seed,
+            "seed of initialization, shuffling and augmentation"),
+      field("train.grad_accum_steps", &T::train, &TrainLoopConfig::grad_accum_steps,
+            "micro-batches per optimizer step; gradients sync only on the last one", {},
+            positive<int64_t>()),
+      field("train.threads", &T::train, &TrainLoopConfig::threads,
+            "intra-op threads per worker (0: cores / local workers, or OMP_NUM_THREADS if set)", {},
+            non_negative<int64_t>()),
+      field("train.resume", &T::train, &TrainLoopConfig::resume,
+            "run directory (or checkpoints directory) to resume from; same as --resume"),
+      field("optim.lr", &T::optim, &OptimConfig::lr, "peak learning rate", {}, positive<double>()),
+      field("optim.momentum", &T::optim, &OptimConfig::momentum, "SGD momentum", {}, in_range(0, 1)),
+      field("optim.nesterov", &T::optim, &OptimConfig::nesterov, "Nesterov momentum"),
+      field("optim.weight_decay", &T::optim, &OptimConfig::weight_decay, "L2 weight decay", {},
+            non_negative<double>()),
+      field("optim.decay_norm_and_bias", &T::optim, &OptimConfig::decay_norm_and_bias,
+            "also decay batch-norm weights and all biases (off: as the ResNet training recipes do)"),
+      field("optim.scale_lr", &T::optim, &OptimConfig::scale_lr,
+            "linear scaling rule: lr x global batch / optim.base_batch"),
+      field("optim.base_batch", &T::optim, &OptimConfig::base_batch, "reference batch of the scaling rule",
+            {}, positive<int64_t>()),
+      field("sched.name", &T::sched, &SchedConfig::name, "learning-rate schedule",
+            {"onecycle", "cosine", "step", "constant"}),
+      field("sched.warmup_epochs", &T::sched, &SchedConfig::warmup_epochs,
+            "linear warmup (cosine, step, constant); onecycle warms up over sched.pct_start", {},
+            non_negative<double>()),
+      field("sched.warmup_start_factor", &T::sched, &SchedConfig::warmup_start_factor,
+            "warmup starts at lr x this", {}, in_range(0, 1)),
+      field("sched.pct_start", &T::sched, &SchedConfig::pct_start, "onecycle: fraction spent increasing",
+            {}, in_range(0, 1)),
+      field("sched.div_factor", &T::sched, &SchedConfig::div_factor, "onecycle: initial lr = lr / this",
+            {}, positive<double>()),
+      field("sched.final_div_factor", &T::sched, &SchedConfig::final_div_factor,
+            "onecycle: final lr = initial lr / this", {}, positive<double>()),
+      field("sched.step_epochs", &T::sched, &SchedConfig::step_epochs, "step: decay every this many epochs",
+            {}, positive<double>()),
+      field("sched.gamma", &T::sched, &SchedConfig::gamma, "step: decay factor", {}, positive<double>()),
+      field("sched.min_lr_factor", &T::sched, &SchedConfig::min_lr_factor, "cosine: final lr = lr x this",
+            {}, in_range(0, 1)),
+      field("loss.label_smoothing", &T::loss, &LossConfig::label_smoothing, "label smoothing of the loss",
+            {}, in_range(0, 1)),
+      field("dist.backend", &T::dist, &DistConfig::backend, "collective engine", {"gloo", "nccl"}),
+      field("dist.bucket_mb", &T::dist, &DistConfig::bucket_mb, "gradient bucket size, MiB", {},
+            positive<double>()),
+      field("dist.first_bucket_mb", &T::dist, &DistConfig::first_bucket_mb,
+            "first bucket's size, MiB (small, so communication starts early)", {}, positive<double>()),
+      field("dist.timeout_s", &T::dist, &DistConfig::timeout_s,
+            "seconds a collective or rendezvous may wait before failing", {}, positive<double>()),
+      field("dist.overlap", &T::dist, &DistConfig::overlap,
+            "all-reduce buckets while backward runs (off: after backward, for comparison)"),
+      field("dist.find_unused_parameters", &T::dist, &DistConfig::find_unused_parameters,
+            "allow parameters that get no gradient (reduced as zeros); off: an error names them"),
+      field("dist.broadcast_buffers", &T::dist, &DistConfig::broadcast_buffers,
+            "batch-norm buffers follow rank 0 after every synchronized step"),
+      field("ckpt.every_steps", &T::ckpt, &CkptConfig::every_steps,
+            "save checkpoints/last every N steps (0: at the end of every epoch)", {},
+            non_negative<int64_t>()),
+      field("ckpt.save_best", &T::ckpt, &CkptConfig::save_best,
+            "keep checkpoints/best for the best test accuracy"),
+      field("eval.enabled", &T::eval, &EvalConfig::enabled, "evaluate on the test set after each epoch"),
+      field("eval.batch_size", &T::eval, &EvalConfig::batch_size, "evaluation batch size per worker", {},
+            positive<int64_t>()),
+      field("log.every_steps", &T::log, &LogConfig::every_steps,
+            "steps between progress lines and metrics.jsonl records", {}, positive<int64_t>()),
+      field("run.dir", &T::run, &RunConfig::dir, "run directory (empty: runs/<timestamp>); same as --run-dir"),
+  };
+  return all;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+const Field& find_field(const std::string& key) {
+  const auto& all = fields();
+  auto it = std::find_if(all.begin(), all.end(), [&](const Field& f) { return f.info.key == key; });
+  if (it != all.end()) return *it;
+  const Field* best = &all.front();
+  for (const auto& f : all)
+    if (edit_distance(f.info.key, key) < edit_distance(best->info.key, key)) best = &f;
+  throw ConfigError("unknown config key '" + key + "'",
+                    "did you mean '" + best->info.key + "'? `cohort train --help` lists every key");
+}
+
+// Flattens a TOML table into dotted keys with values as their command-line text.
+void flatten(const toml::table& table, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out,
+             const std::string& file) {
+  for (const auto& [k, node] : table) {
+    const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const auto* sub = node.as_table()) {
+      flatten(*sub, key, out, file);
+    } else if (const auto* s = node.as_string()) {
+      out.emplace_back(key, s->get());
+    } else if (const auto* i = node.as_integer()) {
+      out.emplace_back(key, std::to_string(i->get()));
+    } else if (const auto* d = node.as_floating_point()) {
+      std::ostringstream os;
+      os.precision(17);
+      os << d->get();
+      out.emplace_back(key, os.str());
+    } else if (const auto* b = node.as_boolean()) {
+      out.emplace_back(key, b->get() ? "true" : "false");
+    } else {
+      throw ConfigError(file + ": config key '" + key + "' has a value of an unsupported type",
+                        "use a string, number or boolean");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<KeyInfo> keys() {
+  std::vector<KeyInfo> out;
+  for (const auto& f : fields()) out.push_back(f.info);
+  return out;
+}
+
+void set(TrainConfig& cfg, const std::string& key, const std::string& value) {
+  find_field(key).set(cfg, value);
+}
+
+void apply_override(TrainConfig& cfg, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("override '" + assignment + "' is not of the form key=value",
+                      "write for example data.batch_size=64");
+  set(cfg, trim(assignment.substr(0, eq)), trim(assignment.substr(eq + 1)));
+}
+
+void validate(const TrainConfig& cfg) {
+  if (cfg.dist.first_bucket_mb > cfg.dist.bucket_mb)
+    throw ConfigError("config key 'dist.first_bucket_mb' (" + std::to_string(cfg.dist.first_bucket_mb) +
+                          ") is larger than dist.bucket_mb (" + std::to_string(cfg.dist.bucket_mb) + ")",
+                      "make the first bucket smaller than the others");
+  if (cfg.sched.name == "onecycle" && cfg.sched.warmup_epochs > 0)
+    throw ConfigError("config key 'sched.warmup_epochs' does not apply to sched.name=onecycle",
+                      "onecycle warms up over sched.pct_start of training; set that instead");
+}
+
+TrainConfig load(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& overrides,
+                 const TrainConfig& base) {
+  TrainConfig cfg = base;
+  if (file) {
+    if (!std::filesystem::exists(*file))
+      throw ConfigError("config file '" + file->string() + "' does not exist", "check the --config path");
+    toml::table table;
+    try {
+      table = toml::parse_file(file->string());
+    } catch (const toml::parse_error& e) {
+      std::ostringstream os;
+      os << file->string() << ":" << e.source().begin.line << ":" << e.source().begin.column
+         << ": not valid TOML: " << e.description();
+      throw ConfigError(os.str(), "the config file is TOML: [section] headers and key = value lines");
+    }
+    std::vector<std::pair<std::string, std::string>> flat;
+    flatten(table, "", flat, file->string());
+    for (const auto& [k, v] : flat) {
+      try {
+        set(cfg, k, v);
+      } catch (const ConfigError& e) {
+        throw ConfigError(file->string() + ": " + e.what(), e.hint());
+      }
+    }
+  }
+  for (const auto& o : overrides) apply_override(cfg, o);
+  validate(cfg);
+  return cfg;
+}
+
+nlohmann::json to_json(const TrainConfig& cfg) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& f : fields()) j[f.info.key] = f.get(cfg);
+  return j;
+}
+
+TrainConfig from_json(const nlohmann::json& j) {
+  TrainConfig cfg;
+  for (const auto& [k, v] : j.items()) set(cfg, k, v.is_string() ? v.get<std::string>() : v.dump());
+  return cfg;
+}
+
+std::string help_text() {
+  std::ostringstream os;
+  os << "Config keys (set in a TOML file given by --config, or as key=value on the command line):\n";
+  std::string section;
+  for (const auto& f : fields()) {
+    const auto dot = f.info.key.find('.');
+    if (f.info.key.substr(0, dot) != section) {
+      section = f.info.key.substr(0, dot);
+      os << "\n  [" << section << "]\n";
+    }
+    std::string def = f.info.default_value.empty() ? "\"\"" : f.info.default_value;
+    os << "  " << f.info.key << " (" << f.info.type << ", default " << def << ")\n      " << f.info.help;
+    if (!f.info.choices.empty()) {
+      os << "; one of:";
+      for (const auto& c : f.info.choices) os << " " << c;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace cohort::config

@@ -1,0 +1,148 @@
+// The training configuration: one typed struct, filled from a TOML file and Hydra-style dotted
+// overrides, with every key's default, type and meaning declared once in a schema table.
+//
+//   auto cfg = cohort::config::load("configs/fmnist.toml", {"data.batch_size=64", "train.epochs=2"});
+//   std::cout << cohort::config::help_text();   // every key, its default and meaning
+//
+// Unknown keys and bad values throw cohort::ConfigError naming the key, the value and a hint.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace cohort {
+
+struct ModelConfig {
+  std::string name = "resnet8";
+  int64_t width = 32;
+  int64_t num_classes = 10;
+};
+
+struct DataConfig {
+  std::string name = "fashion-mnist";
+  std::string root = "/usr/share/datasets/fashion-mnist";
+  int64_t batch_size = 128;
+  bool augment = true;
+  int64_t crop_padding = 2;
+  int64_t train_limit = 0;
+  int64_t test_limit = 0;
+};
+
+struct TrainLoopConfig {
+  int64_t epochs = 3;
+  int64_t max_steps = 0;
+  uint64_t seed = 0;
+  int64_t grad_accum_steps = 1;
+  int64_t threads = 0;
+  std::string resume;
+};
+
+struct OptimConfig {
+  double lr = 0.2;
+  double momentum = 0.9;
+  bool nesterov = true;
+  double weight_decay = 5e-4;
+  bool decay_norm_and_bias = false;
+  bool scale_lr = false;
+  int64_t base_batch = 256;
+};
+
+struct SchedConfig {
+  std::string name = "onecycle";
+  double warmup_epochs = 0.0;
+  double warmup_start_factor = 0.1;
+  double pct_start = 0.25;
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
+  double step_epochs = 1.0;
+  double gamma = 0.1;
+  double min_lr_factor = 0.0;
+};
+
+struct LossConfig {
+  double label_smoothing = 0.1;
+};
+
+struct DistConfig {
+  std::string backend = "gloo";
+  double bucket_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  double timeout_s = 300.0;
+  bool overlap = true;
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;
+};
+
+struct CkptConfig {
+  int64_t every_steps = 0;
+  bool save_best = true;
+};
+
+struct EvalConfig {
+  bool enabled = true;
+  int64_t batch_size = 1000;
+};
+
+struct LogConfig {
+  int64_t every_steps = 50;
+};
+
+struct RunConfig {
+  std::string dir;
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainLoopConfig train;
+  OptimConfig optim;
+  SchedConfig sched;
+  LossConfig loss;
+  DistConfig dist;
+  CkptConfig ckpt;
+  EvalConfig eval;
+  LogConfig log;
+  RunConfig run;
+};
+
+namespace config {
+
+struct KeyInfo {
+  std::string key;
+  std::string type;           // "int", "float", "bool", "string"
+  std::string default_value;  // as it would be written on the command line
+  std::string help;
+  std::vector<std::string> choices;  // empty: any value of the type
+};
+
+// Every key, in the order `--help` lists them.
+std::vector<KeyInfo> keys();
+
+// Starts from `base` (defaults, or a resumed run's saved config), reads `file` (TOML; tables become
+// dotted prefixes) when given, then applies `overrides` ("key=value") in order, then checks
+// cross-key constraints.
+TrainConfig load(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& overrides,
+                 const TrainConfig& base = TrainConfig{});
+
+// Applies one "key=value" (or key and value) to `cfg`.
+void set(TrainConfig& cfg, const std::string& key, const std::string& value);
+void apply_override(TrainConfig& cfg, const std::string& assignment);
+
+// Cross-key checks (positive sizes, known names); throws ConfigError naming the key.
+void validate(const TrainConfig& cfg);
+
+// The resolved configuration as {"model.name": ..., ...}, for summaries and reproducibility.
+nlohmann::json to_json(const TrainConfig& cfg);
+// Round-trips a JSON object from to_json back into a config (resume uses it).
+TrainConfig from_json(const nlohmann::json& j);
+
+// The `cohort train --help` key reference.
+std::string help_text();
+
+}  // namespace config
+}  // namespace cohort

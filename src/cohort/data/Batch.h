@@ -1,0 +1,57 @@
+// Turns a list of sample indices into a normalized float batch, with optional augmentation (random crop
+// with zero padding, then a random horizontal flip). A sample's augmentation is a pure function of
+// (seed, epoch, sample index), so it is the same whatever the world size or the batch it lands in; this
+// is what lets a run on 4 ranks reproduce a single-process run that sees the whole global batch.
+//
+//   cohort::data::AugmentOptions aug{/*enabled=*/true, /*crop_padding=*/2, /*hflip=*/true, seed, epoch};
+//   std::vector<int64_t> mine = sampler.indices(epoch);
+//   cohort::data::Batch b = cohort::data::make_batch(train, mine.data() + step * bs, bs, aug);
+//   // b.images: float32 [bs, 1, 28, 28]; b.labels: int64 [bs]
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cohort/data/FashionMnist.h"
+
+namespace cohort::data {
+
+struct Batch {
+  at::Tensor images;  // float32 [B, C, H, W], normalized with the dataset's mean and std (torch::Tensor)
+  at::Tensor labels;  // int64 [B]
+
+  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+};
+
+struct AugmentOptions {
+  bool enabled = false;
+  // The crop offsets dx, dy are uniform in [-crop_padding, crop_padding]; pixels shifted in from outside
+  // the image are 0 intensity before normalization, as with torchvision's RandomCrop(padding=p).
+  int64_t crop_padding = 2;
+  bool hflip = true;  // flip left-right with probability 0.5
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+};
+
+// The transform one sample receives. out[c][y][x] = in[c][y + dy][x' + dx] with x' = W-1-x when flip
+// and x otherwise (crop first, then flip), and 0 intensity where that falls outside the image.
+struct AugmentParams {
+  int64_t dx = 0;
+  int64_t dy = 0;
+  bool flip = false;
+};
+
+// The draws for one sample, from cohort::Rng(cohort::mix_seed(seed, epoch, sample_index)) in the order
+// flip, dx, dy. All three are drawn even when hflip is off or the padding is 0, so turning one
+// augmentation off does not change the other. Identity when augmentation is disabled.
+AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index);
+
+// Gathers dataset samples indices[0..count) into a batch. Indices must lie in [0, dataset.size()).
+Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t count,
+                 const AugmentOptions& options = {});
+Batch make_batch(const ImageDataset& dataset, const std::vector<int64_t>& indices,
+                 const AugmentOptions& options = {});
+
+}  // namespace cohort::data

@@ -1,0 +1,238 @@
+#include "cohort/launch/Launcher.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cohort/util/Error.h"
+
+namespace cohort::launch {
+namespace fs = std::filesystem;
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_signal(int sig) { g_interrupted = sig; }
+
+struct Worker {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  fs::path error_file;
+};
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = sigabbrev_np(sig);
+    return "was killed by signal " + std::to_string(sig) + " (SIG" + (name ? name : "?") + ")";
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+std::string read_error(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return {};
+  try {
+    const auto j = nlohmann::json::parse(in);
+    return j.at("message").at("message").get<std::string>();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+pid_t spawn(const LaunchOptions& o, Worker& w, int world_size, int port) {
+  std::vector<std::string> env_kv = {
+      "RANK=" + std::to_string(w.rank),
+      "LOCAL_RANK=" + std::to_string(w.local_rank),
+      "WORLD_SIZE=" + std::to_string(world_size),
+      "LOCAL_WORLD_SIZE=" + std::to_string(o.nproc_per_node),
+      "GROUP_RANK=" + std::to_string(o.node_rank),
+      "COHORT_NODE_RANK=" + std::to_string(o.node_rank),
+      "COHORT_NNODES=" + std::to_string(o.nnodes),
+      "MASTER_ADDR=" + o.master_addr,
+      "MASTER_PORT=" + std::to_string(port),
+      "COHORT_LAUNCHER=1",
+      "COHORT_ERROR_FILE=" + w.error_file.string(),
+      "TORCHELASTIC_ERROR_FILE=" + w.error_file.string(),
+  };
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) throw LaunchError(std::string("cannot start a worker: fork failed: ") + std::strerror(errno));
+  if (pid > 0) return pid;
+  // Child. If the launcher dies, even by SIGKILL, the kernel kills the worker: never an orphan.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  for (const auto& kv : env_kv) putenv(strdup(kv.c_str()));
+  std::vector<char*> argv;
+  for (const auto& a : o.worker_argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv("/proc/self/exe", argv.data());
+  std::fprintf(stderr, "cohort: cannot exec worker: %s\n", std::strerror(errno));
+  _exit(127);
+}
+
+void signal_all(std::vector<Worker>& workers, int sig) {
+  for (auto& w : workers)
+    if (w.running) kill(w.pid, sig);
+}
+
+// Reaps whatever has exited; returns the index of the first worker that failed this round, or -1.
+int reap(std::vector<Worker>& workers) {
+  int failed = -1;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    auto& w = workers[i];
+    if (!w.running) continue;
+    int status = 0;
+    const pid_t r = waitpid(w.pid, &status, WNOHANG);
+    if (r == w.pid) {
+      w.running = false;
+      w.status = status;
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && failed < 0) failed = static_cast<int>(i);
+    }
+  }
+  return failed;
+}
+
+bool any_running(const std::vector<Worker>& workers) {
+  for (const auto& w : workers)
+    if (w.running) return true;
+  return false;
+}
+
+void stop_all(std::vector<Worker>& workers, double grace_s) {
+  signal_all(workers, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+  while (any_running(workers) && std::chrono::steady_clock::now() < deadline) {
+    reap(workers);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  signal_all(workers, SIGKILL);
+  for (auto& w : workers) {
+    if (!w.running) continue;
+    waitpid(w.pid, &w.status, 0);
+    w.running = false;
+  }
+}
+
+}  // namespace
+
+int find_free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw LaunchError(std::string("cannot open a socket to find a free port: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    throw LaunchError(std::string("cannot find a free port: ") + std::strerror(errno), "pass --master-port");
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+void record_worker_error(int rank, const std::string& message) {
+  const char* path = std::getenv("COHORT_ERROR_FILE");
+  if (!path || !*path) path = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (!path || !*path) return;
+  // torchelastic's layout, so torchrun shows the message too.
+  nlohmann::json j = {{"message",
+                       {{"message", message},
+                        {"extraInfo", {{"rank", rank}, {"timestamp", std::to_string(std::time(nullptr))}}}}}};
+  std::ofstream out(path);
+  out << j.dump() << '\n';
+}
+
+int launch_with_argv(LaunchOptions options) {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string arg;
+  options.worker_argv.clear();
+  while (std::getline(in, arg, '\0')) options.worker_argv.push_back(arg);
+  return launch(options);
+}
+
+int launch(const LaunchOptions& o) {
+  if (o.nproc_per_node < 1) throw LaunchError("--nproc-per-node must be at least 1", "pass --nproc-per-node 2");
+  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw LaunchError("--node-rank " + std::to_string(o.node_rank) + " is not in [0, --nnodes " +
+                          std::to_string(o.nnodes) + ")",
+                      "number machines 0..nnodes-1, each with its own --node-rank");
+  const int port = o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
+  const int world_size = o.nnodes * o.nproc_per_node;
+
+  char tmpl[] = "/tmp/cohort-launch-XXXXXX";
+  const char* tmp = mkdtemp(tmpl);
+  if (!tmp) throw LaunchError(std::string("cannot create a temporary directory: ") + std::strerror(errno));
+  const fs::path error_dir(tmp);
+
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int{}, old_term{};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  std::vector<Worker> workers(o.nproc_per_node);
+  for (int i = 0; i < o.nproc_per_node; ++i) {
+    auto& w = workers[i];
+    w.local_rank = i;
+    w.rank = o.node_rank * o.nproc_per_node + i;
+    w.error_file = error_dir / ("rank" + std::to_string(w.rank) + ".json");
+    w.pid = spawn(o, w, world_size, port);
+    w.running = true;
+  }
+
+  int rc = 0;
+  while (any_running(workers)) {
+    if (g_interrupted) {
+      std::cerr << "cohort: interrupted; stopping " << workers.size() << " worker(s)" << std::endl;
+      stop_all(workers, o.grace_s);
+      rc = 130;
+      break;
+    }
+    const int failed = reap(workers);
+    if (failed >= 0) {
+      const auto& w = workers[failed];
+      int others = 0;
+      for (const auto& x : workers) others += x.running ? 1 : 0;
+      std::cerr << "cohort: worker rank " << w.rank << " (local rank " << w.local_rank << ", pid " << w.pid << ") "
+                << describe_status(w.status) << "; stopping the other " << others << " local worker(s)" << std::endl;
+      const std::string err = read_error(w.error_file);
+      if (!err.empty()) std::cerr << "cohort: rank " << w.rank << "'s last error: " << err << std::endl;
+      stop_all(workers, o.grace_s);
+      rc = 1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  std::error_code ec;
+  fs::remove_all(error_dir, ec);
+  return rc;
+}
+
+}  // namespace cohort::launch

@@ -1,0 +1,42 @@
+// The local launcher: starts N worker processes of this same binary, watches them, and stops all of
+// them as soon as one fails or the user presses Ctrl-C, as torchrun does. Several machines each run
+// it with their own node rank and the same master address.
+//
+//   cohort::launch::LaunchOptions o;
+//   o.nproc_per_node = 2;
+//   o.worker_argv = {"/proc/self/exe", "train", "train.epochs=1"};
+//   int rc = cohort::launch::launch(o);   // 0 when every worker succeeded
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace cohort::launch {
+
+struct LaunchOptions {
+  int nproc_per_node = 2;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: a free port on a single machine, 29500 across machines
+  std::vector<std::string> worker_argv;
+  // Seconds between SIGTERM and SIGKILL when stopping workers.
+  double grace_s = 3.0;
+};
+
+// Starts the workers with this process's own command line (the workers recognise their role from
+// the environment the launcher gives them).
+int launch_with_argv(LaunchOptions options);
+
+// Runs the workers to completion. Returns 0 when all succeeded, 1 when one failed (after stopping the
+// others and naming the rank, how it ended and its last error), 130 on Ctrl-C.
+int launch(const LaunchOptions& options);
+
+// Writes the error a worker died of where the launcher (or torchrun) will find it: the file named by
+// COHORT_ERROR_FILE or TORCHELASTIC_ERROR_FILE, in torchelastic's JSON layout. Never throws.
+void record_worker_error(int rank, const std::string& message);
+
+// A port nobody listens on right now, for single-machine jobs (torchrun --standalone does the same).
+int find_free_port();
+
+}  // namespace cohort::launch

@@ -1,0 +1,111 @@
+#include "cohort/models/Models.h"
+
+#include <torch/torch.h>
+
+#include "cohort/util/Error.h"
+
+namespace cohort::models {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+}
+
+// torchvision's BasicBlock, with its parameter names.
+struct BasicBlockImpl : nn::Module {
+  BasicBlockImpl(int64_t in, int64_t out, int64_t stride)
+      : conv1(register_module("conv1", conv3x3(in, out, stride))),
+        bn1(register_module("bn1", nn::BatchNorm2d(out))),
+        conv2(register_module("conv2", conv3x3(out, out, 1))),
+        bn2(register_module("bn2", nn::BatchNorm2d(out))) {
+    if (stride != 1 || in != out) {
+      downsample = register_module(
+          "downsample", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
+                                       nn::BatchNorm2d(out)));
+    }
+  }
+  at::Tensor forward(at::Tensor x) {
+    auto out = torch::relu(bn1(conv1(x)));
+    out = bn2(conv2(out));
+    return torch::relu(out + (downsample ? downsample->forward(x) : x));
+  }
+  nn::Conv2d conv1;
+  nn::BatchNorm2d bn1;
+  nn::Conv2d conv2;
+  nn::BatchNorm2d bn2;
+  nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+// The CIFAR-style ResNet (He et al. 2016, section 4.2): a 3x3 stem and three stages of basic blocks,
+// widths w, 2w, 4w; depth 6n+2. Small images need no 7x7 stem or max-pool.
+class SmallResNet : public Classifier {
+ public:
+  SmallResNet(int64_t in_channels, int64_t width, int64_t blocks_per_stage, int64_t num_classes)
+      : conv1(register_module("conv1", conv3x3(in_channels, width, 1))),
+        bn1(register_module("bn1", nn::BatchNorm2d(width))) {
+    int64_t in = width;
+    const int64_t widths[3] = {width, 2 * width, 4 * width};
+    for (int s = 0; s < 3; ++s) {
+      nn::Sequential stage;
+      for (int64_t b = 0; b < blocks_per_stage; ++b) {
+        stage->push_back(BasicBlock(in, widths[s], (b == 0 && s > 0) ? 2 : 1));
+        in = widths[s];
+      }
+      layers.push_back(register_module("layer" + std::to_string(s + 1), stage));
+    }
+    fc = register_module("fc", nn::Linear(in, num_classes));
+    // torchvision's initialization: He-normal convolutions (fan-out), unit batch-norm scales.
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* c = m->as<nn::Conv2d>()) {
+        nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+      } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
+        nn::init::ones_(bn->weight);
+        nn::init::zeros_(bn->bias);
+      }
+    }
+  }
+  at::Tensor forward(at::Tensor x) override {
+    x = torch::relu(bn1(conv1(x)));
+    for (auto& stage : layers) x = stage->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc(x);
+  }
+
+ private:
+  nn::Conv2d conv1;
+  nn::BatchNorm2d bn1;
+  std::vector<nn::Sequential> layers;
+  nn::Linear fc{nullptr};
+};
+
+class Mlp : public Classifier {
+ public:
+  Mlp(int64_t inputs, int64_t hidden, int64_t num_classes)
+      : fc1(register_module("fc1", nn::Linear(inputs, hidden))),
+        fc2(register_module("fc2", nn::Linear(hidden, hidden))),
+        fc(register_module("fc", nn::Linear(hidden, num_classes))) {}
+  at::Tensor forward(at::Tensor x) override {
+    x = torch::relu(fc1(x.flatten(1)));
+    x = torch::relu(fc2(x));
+    return fc(x);
+  }
+
+ private:
+  nn::Linear fc1, fc2, fc;
+};
+
+}  // namespace
+
+std::shared_ptr<Classifier> build(const ModelConfig& cfg, int64_t in_channels, int64_t image_size) {
+  if (cfg.name == "mlp") return std::make_shared<Mlp>(in_channels * image_size * image_size, cfg.width, cfg.num_classes);
+  const std::pair<const char*, int64_t> resnets[] = {{"resnet8", 1}, {"resnet14", 2}, {"resnet20", 3}, {"resnet32", 5}};
+  for (const auto& [name, blocks] : resnets)
+    if (cfg.name == name) return std::make_shared<SmallResNet>(in_channels, cfg.width, blocks, cfg.num_classes);
+  throw ConfigError("config key 'model.name': unknown model '" + cfg.name + "'",
+                    "use one of resnet8, resnet14, resnet20, resnet32, mlp");
+}
+
+}  // namespace cohort::models

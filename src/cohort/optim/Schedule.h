@@ -1,0 +1,29 @@
+// Learning-rate schedules as pure functions of the step, so resuming needs only the step number.
+//
+//   cohort::optim::Schedule sched(cfg.sched, /*peak_lr=*/0.2, /*total_steps=*/1404, /*steps_per_epoch=*/468);
+//   double lr = sched.lr(step);
+//
+// onecycle follows torch.optim.lr_scheduler.OneCycleLR (cosine, two phases); cosine, step and constant
+// start with an optional linear warmup from peak x sched.warmup_start_factor.
+#pragma once
+
+#include <cstdint>
+
+#include "cohort/config/Config.h"
+
+namespace cohort::optim {
+
+class Schedule {
+ public:
+  Schedule(const SchedConfig& cfg, double peak_lr, int64_t total_steps, int64_t steps_per_epoch);
+  double lr(int64_t step) const;
+
+ private:
+  SchedConfig cfg_;
+  double peak_;
+  int64_t total_;
+  int64_t per_epoch_;
+  int64_t warmup_steps_;
+};
+
+}  // namespace cohort::optim

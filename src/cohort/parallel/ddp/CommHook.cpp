@@ -1,0 +1,11 @@
+#include "cohort/parallel/ddp/CommHook.h"
+
+namespace cohort {
+
+HandlePtr AllReduceHook::run(Communicator& comm, GradBucket& bucket) {
+  // See Note [Where gradients are divided by world size].
+  bucket.buffer.div_(comm.size());
+  return comm.all_reduce(bucket.buffer, ReduceOp::kSum, "gradient bucket " + std::to_string(bucket.index));
+}
+
+}  // namespace cohort

@@ -1,0 +1,176 @@
+#include "cohort/parallel/ddp/Reducer.h"
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "cohort/util/Error.h"
+
+namespace cohort {
+
+// The hooks hold this instead of a raw Reducer pointer: autograd may keep a parameter's accumulator
+// (and so our hook) alive after the Reducer is gone, and a hook must then do nothing.
+struct Reducer::HookState {
+  std::mutex mutex;
+  Reducer* reducer = nullptr;
+};
+
+namespace {
+
+// Fires after AccumulateGrad has written param.grad() (FACTS.md: the portable "gradient is
+// accumulated" callback in 1.13 and 2.x).
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  GradReadyHook(std::weak_ptr<void> state, size_t index, void (*fire)(void*, size_t))
+      : state_(std::move(state)), index_(index), fire_(fire) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    if (auto s = state_.lock()) fire_(s.get(), index_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<void> state_;
+  size_t index_;
+  void (*fire_)(void*, size_t);
+};
+
+}  // namespace
+
+Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, CommunicatorPtr comm,
+                 ReducerOptions options)
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      comm_(std::move(comm)),
+      options_(options),
+      hook_(std::make_shared<AllReduceHook>()),
+      hook_state_(std::make_shared<HookState>()) {
+  COHORT_ASSERT(params_.size() == names_.size(), "one name per parameter");
+  std::vector<ParamSpec> specs;
+  for (const auto& p : params_) specs.push_back({p.numel(), p.scalar_type()});
+  plan_ = plan_buckets(specs, options_.bucket_cap_bytes, options_.first_bucket_cap_bytes);
+  locator_.resize(params_.size());
+  for (size_t b = 0; b < plan_.size(); ++b) {
+    Bucket bucket;
+    bucket.buffer = at::zeros({plan_[b].numel}, params_.front().options().dtype(plan_[b].dtype));
+    buckets_.push_back(std::move(bucket));
+    for (size_t k = 0; k < plan_[b].params.size(); ++k) locator_[plan_[b].params[k]] = {b, k};
+  }
+  ready_.assign(params_.size(), false);
+
+  hook_state_->reducer = this;
+  auto fire = [](void* state, size_t index) {
+    auto* s = static_cast<HookState*>(state);
+    std::lock_guard<std::mutex> lock(s->mutex);
+    if (s->reducer) s->reducer->on_gradient_ready(index);
+  };
+  std::shared_ptr<void> weak_target = hook_state_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    COHORT_ASSERT(params_[i].requires_grad(), "DDP parameters must require grad: " + names_[i]);
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    acc->add_post_hook(std::make_unique<GradReadyHook>(weak_target, i, fire));
+    // Autograd holds accumulators weakly; keeping them here keeps our hooks attached.
+    grad_accumulators_.push_back(std::move(acc));
+  }
+}
+
+Reducer::~Reducer() {
+  std::lock_guard<std::mutex> lock(hook_state_->mutex);
+  hook_state_->reducer = nullptr;
+}
+
+double Reducer::since_start() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void Reducer::on_gradient_ready(size_t index) {
+  if (!sync_enabled_ || comm_->size() == 1) return;
+  if (!in_backward_) begin_backward();
+  mark_ready(index);
+  trace_.last_hook_s = since_start();
+  if (options_.overlap) launch_ready_buckets();
+}
+
+void Reducer::begin_backward() {
+  in_backward_ = true;
+  start_ = std::chrono::steady_clock::now();
+  trace_ = BackwardTrace{};
+  next_to_launch_ = 0;
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    buckets_[b].pending = plan_[b].params.size();
+    buckets_[b].launched = false;
+    buckets_[b].handle.reset();
+  }
+  // Runs when this backward pass has finished every node, before backward() returns.
+  torch::autograd::Engine::get_default_engine().queue_callback([this] {
+    std::lock_guard<std::mutex> lock(hook_state_->mutex);
+    finalize();
+  });
+}
+
+void Reducer::mark_ready(size_t index) {
+  if (ready_[index]) return;  // a parameter used twice fires once per backward (AccumulateGrad sums)
+  ready_[index] = true;
+  const auto [b, k] = locator_[index];
+  const auto& grad = params_[index].grad();
+  auto slot = buckets_[b].buffer.narrow(0, plan_[b].offsets[k], params_[index].numel());
+  slot.view(params_[index].sizes()).copy_(grad);
+  --buckets_[b].pending;
+}
+
+// See Note [Buckets launch in the same order on every rank].
+void Reducer::launch_ready_buckets() {
+  while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) launch(next_to_launch_++);
+}
+
+void Reducer::launch(size_t b) {
+  GradBucket gb{b, buckets_[b].buffer};
+  buckets_[b].handle = hook_->run(*comm_, gb);
+  buckets_[b].launched = true;
+  trace_.bucket_launch_s.push_back(since_start());
+  trace_.bytes_reduced += buckets_[b].buffer.numel() * static_cast<int64_t>(buckets_[b].buffer.element_size());
+}
+
+void Reducer::finalize() {
+  in_backward_ = false;
+  trace_.finalize_s = since_start();
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!ready_[i]) missing.push_back(i);
+  if (!missing.empty()) {
+    if (!options_.find_unused_parameters) {
+      std::string list;
+      for (size_t n = 0; n < missing.size() && n < 10; ++n) list += (n ? ", " : "") + names_[missing[n]];
+      if (missing.size() > 10) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+      throw CommError("rank " + std::to_string(comm_->rank()) + ": these parameters got no gradient in backward: " +
+                          list,
+                      "they were not used to compute the loss; set dist.find_unused_parameters=true "
+                      "(DdpOptions::find_unused_parameters) to reduce them as zeros, or remove them");
+    }
+    // An unused parameter contributes zeros, so ranks that did use it still get the right average.
+    for (size_t i : missing) {
+      const auto [b, k] = locator_[i];
+      buckets_[b].buffer.narrow(0, plan_[b].offsets[k], params_[i].numel()).zero_();
+      ready_[i] = true;
+      --buckets_[b].pending;
+    }
+  }
+  launch_ready_buckets();
+  COHORT_ASSERT(next_to_launch_ == buckets_.size(), "every bucket launched by the end of backward");
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    buckets_[b].handle->wait();
+    for (size_t k = 0; k < plan_[b].params.size(); ++k) {
+      auto& p = params_[plan_[b].params[k]];
+      auto avg = buckets_[b].buffer.narrow(0, plan_[b].offsets[k], p.numel()).view(p.sizes());
+      if (p.grad().defined())
+        p.mutable_grad().copy_(avg);
+      else
+        p.mutable_grad() = avg.clone();
+    }
+  }
+  if (after_sync_) after_sync_();
+}
+
+}  // namespace cohort

@@ -1,0 +1,101 @@
+// The gradient reducer behind DistributedDataParallel: autograd hooks fill flat buckets during
+// backward, and each full bucket's all-reduce is launched at once, so communication overlaps the rest
+// of backward. Users meet it through DistributedDataParallel; tests drive it directly.
+//
+//   cohort::Reducer reducer(params, names, comm, cohort::ReducerOptions{});
+//   loss.backward();   // hooks launch buckets; a callback at the end of backward waits and writes grads
+//
+// The chain of steps (c10d reducer.cpp's shape): hook -> mark_ready(param) -> bucket pending count
+// reaches zero -> launch_ready_buckets() strictly in order -> finalize() when the backward ends.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "cohort/comm/Communicator.h"
+#include "cohort/parallel/ddp/BucketPlan.h"
+#include "cohort/parallel/ddp/CommHook.h"
+
+namespace cohort {
+
+struct ReducerOptions {
+  int64_t bucket_cap_bytes = 25ll << 20;
+  int64_t first_bucket_cap_bytes = 1ll << 20;
+  // Launch buckets during backward (true) or all of them after it (false, for measuring the overlap).
+  bool overlap = true;
+  // Parameters without a gradient in a synchronized backward are reduced as zeros instead of failing.
+  bool find_unused_parameters = false;
+};
+
+// What happened in the last synchronized backward, in seconds since it started; tests use it to show
+// that communication really starts before backward ends.
+struct BackwardTrace {
+  std::vector<double> bucket_launch_s;  // per bucket, in launch order
+  double last_hook_s = 0;               // when the last gradient was produced
+  double finalize_s = 0;                // when backward finished and the reducer began waiting
+  int64_t bytes_reduced = 0;
+};
+
+class Reducer {
+ public:
+  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, CommunicatorPtr comm,
+          ReducerOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // While disabled (no_sync), backward only accumulates local gradients.
+  void set_sync_enabled(bool enabled) { sync_enabled_ = enabled; }
+  bool sync_enabled() const { return sync_enabled_; }
+
+  void set_comm_hook(std::shared_ptr<CommHook> hook) { hook_ = std::move(hook); }
+  // Runs at the end of every synchronized backward, after gradients are written (DDP syncs buffers).
+  void set_after_sync(std::function<void()> fn) { after_sync_ = std::move(fn); }
+  const std::vector<BucketSpec>& plan() const { return plan_; }
+  const BackwardTrace& last_trace() const { return trace_; }
+
+  // Called by the autograd hook of parameter `index` once its gradient is accumulated.
+  void on_gradient_ready(size_t index);
+
+ private:
+  struct Bucket {
+    at::Tensor buffer;
+    size_t pending = 0;
+    bool launched = false;
+    HandlePtr handle;
+  };
+  struct HookState;  // shared with the autograd hooks, so they outlive-safe the reducer
+
+  void begin_backward();
+  void mark_ready(size_t index);
+  void launch_ready_buckets();
+  void launch(size_t b);
+  void finalize();
+  double since_start() const;
+
+  std::vector<at::Tensor> params_;
+  std::vector<std::string> names_;
+  CommunicatorPtr comm_;
+  ReducerOptions options_;
+  std::vector<BucketSpec> plan_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::pair<size_t, size_t>> locator_;  // param -> (bucket, position in bucket)
+  std::vector<bool> ready_;
+  size_t next_to_launch_ = 0;
+  bool in_backward_ = false;
+  bool sync_enabled_ = true;
+  std::shared_ptr<CommHook> hook_;
+  std::function<void()> after_sync_;
+  std::shared_ptr<HookState> hook_state_;
+  std::vector<std::shared_ptr<void>> grad_accumulators_;
+  std::chrono::steady_clock::time_point start_;
+  BackwardTrace trace_;
+};
+
+}  // namespace cohort

@@ -1,0 +1,314 @@
+#include "cohort/train/Trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "cohort/checkpoint/Checkpoint.h"
+#include "cohort/comm/Rendezvous.h"
+#include "cohort/data/Batch.h"
+#include "cohort/data/DistributedSampler.h"
+#include "cohort/data/FashionMnist.h"
+#include "cohort/models/Models.h"
+#include "cohort/optim/Schedule.h"
+#include "cohort/optim/Sgd.h"
+#include "cohort/parallel/Strategy.h"
+#include "cohort/train/Metrics.h"
+#include "cohort/util/AtomicFile.h"
+#include "cohort/util/Error.h"
+
+namespace cohort::train {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::ostringstream os;
+  os << std::put_time(&tm, "%Y%m%d-%H%M%S");
+  return os.str();
+}
+
+// Every rank must agree on the run directory; rank 0 picks it and shares it through the store.
+fs::path agree_run_dir(const TrainConfig& cfg, World& world) {
+  if (world.info.rank == 0) {
+    fs::path dir = cfg.run.dir.empty() ? fs::path("runs") / timestamp() : fs::path(cfg.run.dir);
+    std::error_code ec;
+    fs::create_directories(dir / "checkpoints", ec);
+    if (ec)
+      throw Error("rank 0: cannot create run directory " + dir.string() + ": " + ec.message(),
+                  "pass a writable --run-dir");
+    dir = fs::absolute(dir);
+    const std::string s = dir.string();
+    world.store->set("cohort/run_dir", std::vector<uint8_t>(s.begin(), s.end()));
+    return dir;
+  }
+  const auto bytes = world.store->get("cohort/run_dir");
+  return fs::path(std::string(bytes.begin(), bytes.end()));
+}
+
+struct Loaded {
+  data::ImageDataset train;
+  data::ImageDataset test;
+};
+
+Loaded load_data(const TrainConfig& cfg) {
+  Loaded d;
+  d.train = data::load_fashion_mnist(cfg.data.root, /*train=*/true, cfg.data.train_limit);
+  d.test = data::load_fashion_mnist(cfg.data.root, /*train=*/false, cfg.data.test_limit);
+  d.train.name = d.test.name = cfg.data.name;
+  if (cfg.data.name == "mnist") {
+    // Same file format; MNIST's own statistics.
+    for (auto* ds : {&d.train, &d.test}) {
+      ds->mean = 0.1307f;
+      ds->std = 0.3081f;
+    }
+  }
+  return d;
+}
+
+std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t begin, int64_t n) {
+  return std::vector<int64_t>(v.begin() + begin, v.begin() + begin + n);
+}
+
+MetricSums evaluate(models::Classifier& model, const data::ImageDataset& test, const data::DistributedSampler& sampler,
+                    int64_t batch_size, Communicator& comm) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  MetricWindow window;
+  const auto mine = sampler.eval_indices();
+  for (int64_t b = 0; b < static_cast<int64_t>(mine.size()); b += batch_size) {
+    const int64_t n = std::min<int64_t>(batch_size, static_cast<int64_t>(mine.size()) - b);
+    auto batch = data::make_batch(test, slice(mine, b, n), data::AugmentOptions{});
+    auto logits = model.forward(batch.images);
+    // The window weights each batch's mean by its size, so the global average is exact whatever the
+    // per-rank batch counts.
+    auto loss = torch::nn::functional::cross_entropy(logits, batch.labels);
+    window.add(logits, batch.labels, loss.item<double>());
+  }
+  model.train();
+  return window.reduce(comm, "evaluation metrics");
+}
+
+std::string percent(double v) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2) << 100.0 * v << "%";
+  return os.str();
+}
+
+}  // namespace
+
+int worker_threads(const TrainConfig& cfg, const WorldInfo& info) {
+  if (cfg.train.threads > 0) return static_cast<int>(cfg.train.threads);
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && std::atoi(omp) > 0) return std::atoi(omp);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, info.local_world_size));
+}
+
+TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
+  // Threads first: N workers on one machine must not each start a thread per core (torchrun sets
+  // OMP_NUM_THREADS=1 for the same reason).
+  at::set_num_threads(worker_threads(cfg, info));
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
+  World world = rendezvous(info, cfg.dist.backend, timeout);
+  Communicator& comm = *world.comm;
+  const int rank = info.rank;
+  const int world_size = info.world_size;
+  const bool lead = rank == 0;
+
+  // Resume: the model, optimizer, step and best accuracy come from the checkpoint; sampling and
+  // augmentation are pure functions of (seed, epoch, index), so they need no saved state.
+  checkpoint::Checkpoint resume;
+  const bool resuming = !cfg.train.resume.empty();
+  fs::path resume_dir;
+  if (resuming) {
+    resume_dir = checkpoint::resolve_resume_dir(cfg.train.resume);
+    resume = checkpoint::load(resume_dir, "last");
+    if (cfg.run.dir.empty()) cfg.run.dir = resume_dir.parent_path().string();
+  }
+  const fs::path run_dir = agree_run_dir(cfg, world);
+
+  auto data = load_data(cfg);
+  const int64_t channels = data.train.images.size(1);
+  const int64_t image_size = data.train.images.size(2);
+  torch::manual_seed(cfg.train.seed);
+  auto model = models::build(cfg.model, channels, image_size);
+  if (resuming) checkpoint::load_weights(*model, resume.model, (resume_dir / "last.safetensors").string());
+
+  // Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
+  auto strategy = make_strategy(cfg.dist, model, world.comm);
+  optim::Sgd optimizer(optim::split_decay(model->named_parameters(), cfg.optim.weight_decay,
+                                          cfg.optim.decay_norm_and_bias),
+                       optim::SgdOptions{cfg.optim.momentum, cfg.optim.nesterov});
+  if (resuming) optimizer.load_state_dict(resume.optimizer);
+
+  data::DistributedSampler sampler(data.train.images.size(0), world_size, rank, /*shuffle=*/true, cfg.train.seed,
+                                   /*drop_last=*/false);
+  data::DistributedSampler test_sampler(data.test.images.size(0), world_size, rank, false, cfg.train.seed, false);
+  const int64_t batch = cfg.data.batch_size;
+  const int64_t accum = cfg.train.grad_accum_steps;
+  const int64_t steps_per_epoch = sampler.num_samples() / (batch * accum);
+  if (steps_per_epoch == 0)
+    throw ConfigError("rank " + std::to_string(rank) + ": data.batch_size x train.grad_accum_steps = " +
+                          std::to_string(batch * accum) + " exceeds this rank's " +
+                          std::to_string(sampler.num_samples()) + " training images",
+                      "lower data.batch_size, or use fewer workers");
+  const int64_t total_steps = cfg.train.epochs * steps_per_epoch;
+  const int64_t global_batch = batch * accum * world_size;
+  const double peak_lr = cfg.optim.lr * (cfg.optim.scale_lr ? double(global_batch) / cfg.optim.base_batch : 1.0);
+  const optim::Schedule schedule(cfg.sched, peak_lr, total_steps, steps_per_epoch);
+  const int64_t stop_step = cfg.train.max_steps > 0 ? std::min(total_steps, cfg.train.max_steps) : total_steps;
+
+  int64_t step = resuming ? resume.state.step : 0;
+  double best = resuming ? resume.state.best_test_accuracy : -1;
+  if (resuming && resume.state.world_size != world_size && lead)
+    std::cerr << "cohort: note: resuming a run saved with " << resume.state.world_size << " workers on " << world_size
+              << "; the data order from here on differs from the original run\n";
+
+  JsonLines metrics;
+  const auto config_json = config::to_json(cfg);
+  if (lead) {
+    metrics = JsonLines(run_dir / "metrics.jsonl");
+    util::write_file_atomic(run_dir / "config.json", config_json.dump(2) + "\n");
+    std::cout << "cohort: " << world_size << " worker(s), model " << cfg.model.name << ", " << strategy->name()
+              << " over " << comm.backend_name() << ", global batch " << global_batch << ", " << total_steps
+              << " steps (" << steps_per_epoch << "/epoch), run dir " << run_dir.string()
+              << (resuming ? ", resuming at step " + std::to_string(step) : "") << std::endl;
+  }
+
+  auto save = [&](const std::string& tag, int64_t epoch_of_next) {
+    if (!lead) return;
+    checkpoint::TrainState st{step, epoch_of_next, best, world_size, config_json.dump()};
+    checkpoint::save(run_dir / "checkpoints", tag, *model, optimizer.state_dict(), st);
+  };
+
+  TrainResult result;
+  result.run_dir = run_dir;
+  MetricWindow window;
+  double train_seconds = 0;
+  int64_t images_seen = 0;
+  double test_accuracy = -1;
+  int64_t last_eval_step = -1;
+  Clock::time_point window_start = Clock::now();
+  int64_t window_images = 0;
+
+  auto run_eval = [&](int64_t epoch) {
+    if (!cfg.eval.enabled) return;
+    const auto r = evaluate(*model, data.test, test_sampler, cfg.eval.batch_size, comm);
+    test_accuracy = r.top1();
+    last_eval_step = step;
+    const bool improved = test_accuracy > best;
+    if (improved) best = test_accuracy;
+    if (lead) {
+      metrics.write({{"kind", "eval"}, {"step", step}, {"epoch", epoch}, {"test_loss", r.loss()},
+                     {"test_top1", r.top1()}, {"test_top5", r.top5()}, {"best_test_top1", best},
+                     {"train_seconds", train_seconds}, {"time", std::time(nullptr)}});
+      std::cout << "epoch " << epoch + 1 << " test: loss " << std::setprecision(4) << r.loss() << " top1 "
+                << percent(r.top1()) << " top5 " << percent(r.top5()) << " (best " << percent(best) << ")"
+                << std::endl;
+    }
+    if (improved && cfg.ckpt.save_best) save("best", epoch + 1);
+  };
+
+  model->train();
+  for (int64_t epoch = step / steps_per_epoch; epoch < cfg.train.epochs && step < stop_step; ++epoch) {
+    const auto order = sampler.indices(epoch);
+    const data::AugmentOptions aug{cfg.data.augment, cfg.data.crop_padding, true, cfg.train.seed,
+                                   static_cast<uint64_t>(epoch)};
+    const auto epoch_start = Clock::now();
+    for (int64_t s = step % steps_per_epoch; s < steps_per_epoch && step < stop_step; ++s) {
+      const auto t0 = Clock::now();
+      double step_loss = 0;
+      for (int64_t micro = 0; micro < accum; ++micro) {
+        auto b = data::make_batch(data.train, slice(order, (s * accum + micro) * batch, batch), aug);
+        auto sync = strategy->gradient_sync(micro == accum - 1);
+        auto logits = model->forward(b.images);
+        auto loss = torch::nn::functional::cross_entropy(
+            logits, b.labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg.loss.label_smoothing));
+        (accum > 1 ? loss / static_cast<double>(accum) : loss).backward();
+        const double l = loss.item<double>();
+        window.add(logits, b.labels, l);
+        step_loss += l / static_cast<double>(accum);
+      }
+      optimizer.step(schedule.lr(step));
+      optimizer.zero_grad();
+      ++step;
+      result.step_losses.push_back(step_loss);
+      train_seconds += seconds_since(t0);
+      images_seen += global_batch;
+      window_images += global_batch;
+
+      if (step % cfg.log.every_steps == 0 || step == stop_step) {
+        const auto g = window.reduce(comm, "training metrics");
+        const double ips = window_images / std::max(seconds_since(window_start), 1e-9);
+        if (lead) {
+          metrics.write({{"kind", "train"}, {"step", step}, {"epoch", epoch}, {"loss", g.loss()}, {"top1", g.top1()},
+                         {"top5", g.top5()}, {"lr", schedule.lr(step - 1)}, {"images_per_second", ips},
+                         {"step_loss_rank0", step_loss}, {"train_seconds", train_seconds},
+                         {"sync_bytes", strategy->last_sync_bytes()}, {"time", std::time(nullptr)}});
+          std::cout << "epoch " << epoch + 1 << "/" << cfg.train.epochs << " step " << step << "/" << total_steps
+                    << " loss " << std::fixed << std::setprecision(4) << g.loss() << " top1 " << percent(g.top1())
+                    << " lr " << std::setprecision(5) << schedule.lr(step - 1) << " " << std::setprecision(0) << ips
+                    << " img/s" << std::defaultfloat << std::endl;
+        }
+        window.reset();
+        window_images = 0;
+        window_start = Clock::now();
+      }
+      if (cfg.ckpt.every_steps > 0 && step % cfg.ckpt.every_steps == 0) save("last", step / steps_per_epoch);
+    }
+    if (lead)
+      metrics.write({{"kind", "epoch"}, {"epoch", epoch}, {"step", step}, {"epoch_seconds", seconds_since(epoch_start)}});
+    if (step % steps_per_epoch == 0) {  // the epoch ran to its end, not to train.max_steps
+      run_eval(epoch);
+      if (cfg.ckpt.every_steps == 0) save("last", epoch + 1);
+    }
+  }
+  // A run stopped by train.max_steps still reports a test accuracy and leaves a resumable checkpoint.
+  const int64_t final_epoch = std::max<int64_t>(0, (step - 1) / steps_per_epoch);
+  if (last_eval_step != step) run_eval(final_epoch);
+  save("last", step / steps_per_epoch);
+
+  // Per-rank peak memory, gathered so rank 0 can report every rank.
+  auto rss = at::full({1}, peak_rss_bytes(), at::kLong);
+  auto all_rss = at::zeros({world_size}, at::kLong);
+  comm.all_gather(all_rss, rss, "peak RSS report")->wait();
+  result.steps = step;
+  result.train_seconds = train_seconds;
+  result.images_per_second = train_seconds > 0 ? images_seen / train_seconds : 0;
+  result.test_accuracy = test_accuracy;
+  result.best_test_accuracy = best;
+  if (lead) {
+    std::vector<int64_t> per_rank(all_rss.data_ptr<int64_t>(), all_rss.data_ptr<int64_t>() + world_size);
+    nlohmann::json summary = {
+        {"world_size", world_size}, {"nnodes", info.nnodes}, {"launcher", info.launcher},
+        {"strategy", strategy->name()}, {"backend", comm.backend_name()}, {"model", cfg.model.name},
+        {"steps", step}, {"epochs", static_cast<double>(step) / steps_per_epoch}, {"steps_per_epoch", steps_per_epoch},
+        {"global_batch", global_batch}, {"train_seconds", train_seconds},
+        {"images_per_second", result.images_per_second}, {"test_accuracy", test_accuracy},
+        {"best_test_accuracy", best}, {"peak_rss_bytes", per_rank}, {"threads_per_worker", at::get_num_threads()},
+        {"sync_bytes_per_step", strategy->last_sync_bytes()}, {"config", config_json}};
+    util::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
+    std::cout << "cohort: done: " << step << " steps in " << std::fixed << std::setprecision(1) << train_seconds
+              << " s, " << std::setprecision(0) << result.images_per_second << " img/s, test top1 "
+              << percent(test_accuracy) << " (best " << percent(best) << "); " << (run_dir / "summary.json").string()
+              << std::defaultfloat << std::endl;
+  }
+  comm.barrier("end of training")->wait();
+  return result;
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,34 @@
+// The whole training job of one worker process: rendezvous, data, model, strategy, the loop, evaluation,
+// checkpoints, metrics and the summary. `cohort train` runs it in every worker; a test can run it too.
+//
+//   cohort::TrainConfig cfg = cohort::config::load(std::nullopt, {"train.max_steps=20"});
+//   cohort::train::TrainResult r = cohort::train::run_worker(cfg, cohort::world_from_env(cohort::current_env()));
+//
+// The loop itself is in Trainer.cpp's train_loop(), top to bottom, with no framework around it.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/WorldInfo.h"
+#include "cohort/config/Config.h"
+
+namespace cohort::train {
+
+struct TrainResult {
+  std::filesystem::path run_dir;
+  int64_t steps = 0;
+  double train_seconds = 0;
+  double images_per_second = 0;
+  double test_accuracy = -1;
+  double best_test_accuracy = -1;
+  std::vector<double> step_losses;  // this rank's local loss of every step run in this process
+};
+
+TrainResult run_worker(TrainConfig cfg, const WorldInfo& info);
+
+// The intra-op thread count for a worker: train.threads, else OMP_NUM_THREADS, else cores / local workers.
+int worker_threads(const TrainConfig& cfg, const WorldInfo& info);
+
+}  // namespace cohort::train

@@ -1,0 +1,47 @@
+// `cohort train` as a user runs it: real launcher, real worker processes, real files.
+#include <gtest/gtest.h>
+
+#include "cohort/checkpoint/Safetensors.h"
+#include "process/Harness.h"
+
+namespace fs = std::filesystem;
+using namespace cohort::testing;
+
+TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
+  const auto dir = fresh_dir("e2e");
+  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.epochs=2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const auto summary = read_json(dir / "summary.json");
+  EXPECT_EQ(summary["world_size"], 2);
+  // 1536 images / 2 ranks / 32 per batch = 24 steps per epoch.
+  EXPECT_EQ(summary["steps"], 48);
+  EXPECT_DOUBLE_EQ(summary["epochs"].get<double>(), 2.0);
+  EXPECT_GT(summary["images_per_second"].get<double>(), 0);
+  EXPECT_GT(summary["train_seconds"].get<double>(), 0);
+  EXPECT_GT(summary["test_accuracy"].get<double>(), 0.3) << "a tiny ResNet learns something in 48 steps";
+  EXPECT_GE(summary["best_test_accuracy"].get<double>(), summary["test_accuracy"].get<double>());
+  ASSERT_EQ(summary["peak_rss_bytes"].size(), 2u);
+  for (const auto& b : summary["peak_rss_bytes"]) EXPECT_GT(b.get<int64_t>(), 10 << 20);
+
+  const auto lines = read_jsonl(dir / "metrics.jsonl");
+  int train = 0, eval = 0;
+  for (const auto& l : lines) {
+    train += l["kind"] == "train";
+    eval += l["kind"] == "eval";
+  }
+  EXPECT_EQ(train, 48);
+  EXPECT_EQ(eval, 2);
+
+  for (const char* f : {"last.safetensors", "last.state.safetensors", "best.safetensors", "best.state.safetensors"})
+    EXPECT_TRUE(fs::exists(dir / "checkpoints" / f)) << f;
+  const auto weights = cohort::checkpoint::load_safetensors(dir / "checkpoints" / "last.safetensors");
+  std::vector<std::string> names;
+  for (const auto& [n, t] : weights.tensors) names.push_back(n);
+  for (const char* expected : {"conv1.weight", "bn1.running_mean", "layer1.0.conv1.weight", "layer1.0.bn1.running_var",
+                               "layer2.0.downsample.0.weight", "layer2.0.downsample.1.num_batches_tracked",
+                               "fc.weight", "fc.bias"})
+    EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
+  // Only rank 0 prints progress.
+  EXPECT_NE(r.output.find("step 48/48"), std::string::npos) << r.output;
+}
