@@ -156,7 +156,7 @@ const std::vector<Field>& fields() {
             "batch size per worker; the global batch is this x world size", {}, positive<int64_t>()),
       field("data.augment", &T::data, &DataConfig::augment,
             "random crop with zero padding + horizontal flip on training images"),
-      field("data.crop_padding", &T::data, &DataConfig::crop_padding, "padding of the random crop, pixels",
+      field("data.crop_padding", &T::data, &DataConfig::crop_padding, "padding of the random crop, pixels (0: no crop, flips only; the 3-epoch default job is more accurate without crops)",
             {}, non_negative<int64_t>()),
       field("data.train_limit", &T::data, &DataConfig::train_limit,
             "use only the first N training images (0: all)", {}, non_negative<int64_t>()),

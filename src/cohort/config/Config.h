@@ -28,7 +28,7 @@ struct DataConfig {
   std::string root = "/usr/share/datasets/fashion-mnist";
   int64_t batch_size = 128;
   bool augment = true;
-  int64_t crop_padding = 2;
+  int64_t crop_padding = 0;
   int64_t train_limit = 0;
   int64_t test_limit = 0;
 };
@@ -56,7 +56,7 @@ struct SchedConfig {
   std::string name = "onecycle";
   double warmup_epochs = 0.0;
   double warmup_start_factor = 0.1;
-  double pct_start = 0.25;
+  double pct_start = 0.3;
   double div_factor = 25.0;
   double final_div_factor = 1e4;
   double step_epochs = 1.0;

@@ -87,7 +87,10 @@ pid_t spawn(const LaunchOptions& o, Worker& w, int world_size, int port) {
   std::vector<char*> argv;
   for (const auto& a : o.worker_argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  execv("/proc/self/exe", argv.data());
+  // Exec the resolved path rather than /proc/self/exe so `ps` shows the workers as cohort.
+  std::error_code ec;
+  const auto self = fs::read_symlink("/proc/self/exe", ec);
+  execv(ec ? "/proc/self/exe" : self.c_str(), argv.data());
   std::fprintf(stderr, "cohort: cannot exec worker: %s\n", std::strerror(errno));
   _exit(127);
 }

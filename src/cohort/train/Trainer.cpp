@@ -104,6 +104,7 @@ MetricSums evaluate(models::Classifier& model, const data::ImageDataset& test, c
 }
 
 std::string percent(double v) {
+  if (v < 0) return "n/a";
   std::ostringstream os;
   os << std::fixed << std::setprecision(2) << 100.0 * v << "%";
   return os.str();
@@ -298,8 +299,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         {"strategy", strategy->name()}, {"backend", comm.backend_name()}, {"model", cfg.model.name},
         {"steps", step}, {"epochs", static_cast<double>(step) / steps_per_epoch}, {"steps_per_epoch", steps_per_epoch},
         {"global_batch", global_batch}, {"train_seconds", train_seconds},
-        {"images_per_second", result.images_per_second}, {"test_accuracy", test_accuracy},
-        {"best_test_accuracy", best}, {"peak_rss_bytes", per_rank}, {"threads_per_worker", at::get_num_threads()},
+        {"images_per_second", result.images_per_second}, {"test_accuracy", test_accuracy < 0 ? nlohmann::json() : nlohmann::json(test_accuracy)},
+        {"best_test_accuracy", best < 0 ? nlohmann::json() : nlohmann::json(best)}, {"peak_rss_bytes", per_rank}, {"threads_per_worker", at::get_num_threads()},
         {"sync_bytes_per_step", strategy->last_sync_bytes()}, {"config", config_json}};
     util::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
     std::cout << "cohort: done: " << step << " steps in " << std::fixed << std::setprecision(1) << train_seconds

@@ -144,10 +144,11 @@ void Reducer::finalize() {
       std::string list;
       for (size_t n = 0; n < missing.size() && n < 10; ++n) list += (n ? ", " : "") + names_[missing[n]];
       if (missing.size() > 10) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+      // This runs inside autograd, which rethrows it as a plain c10::Error: the hint goes in the message.
       throw CommError("rank " + std::to_string(comm_->rank()) + ": these parameters got no gradient in backward: " +
-                          list,
-                      "they were not used to compute the loss; set dist.find_unused_parameters=true "
-                      "(DdpOptions::find_unused_parameters) to reduce them as zeros, or remove them");
+                      list +
+                      ". They were not used to compute the loss: set dist.find_unused_parameters=true "
+                      "(DdpOptions::find_unused_parameters) to reduce them as zeros, or remove them from the model");
     }
     // An unused parameter contributes zeros, so ranks that did use it still get the right average.
     for (size_t i : missing) {

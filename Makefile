@@ -1,0 +1,28 @@
+# The two commands of the README: `make run` (the default training job) and `make test` (every test).
+# Each installs what is missing from Debian's packages first (quietly, and only when something is).
+BUILD ?= build
+DEBS := cmake g++ make ccache pkg-config libtorch-dev libgloo-dev dataset-fashion-mnist libcli11-dev \
+        nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev python3-torch
+
+.PHONY: all deps build run test bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps $(DEBS)
+
+build: deps
+	@cmake --preset default > /dev/null
+	@cmake --build --preset default
+
+run: build
+	./$(BUILD)/cohort train
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 600
+
+bench: build
+	/usr/bin/python3 bench/ddp_scaling.py --cohort ./$(BUILD)/cohort --out bench/results/ddp_scaling.json
+
+clean:
+	rm -rf $(BUILD)

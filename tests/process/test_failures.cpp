@@ -1,0 +1,117 @@
+// What goes wrong in real jobs: a worker killed, bad data, bad config, mismatched replicas, a busy port.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "process/Harness.h"
+
+namespace fs = std::filesystem;
+using namespace cohort::testing;
+
+TEST(Failures, KillNineOneOfThreeWorkersStopsEverythingWithin15s) {
+  const auto dir = fresh_dir("kill9");
+  Proc launcher(cohort_argv(quick_args(dir, {"--nproc-per-node", "3", "data.train_limit=0", "train.epochs=5"})));
+  // Wait until training is under way (a few steps logged).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (launcher.output_so_far().find(" step 3/") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_NE(launcher.output_so_far().find(" step 3/"), std::string::npos) << launcher.output_so_far();
+  const auto workers = children_of(launcher.pid());
+  ASSERT_EQ(workers.size(), 3u);
+  // Read the victim's rank from its environment rather than trusting the order of /proc's list.
+  std::ifstream env_file("/proc/" + std::to_string(workers[1]) + "/environ", std::ios::binary);
+  std::string var, victim_rank;
+  while (std::getline(env_file, var, '\0'))
+    if (var.rfind("RANK=", 0) == 0) victim_rank = var.substr(5);
+  ASSERT_FALSE(victim_rank.empty());
+  ASSERT_EQ(kill(workers[1], SIGKILL), 0);
+  const auto r = launcher.wait(15.0);
+  EXPECT_FALSE(r.timed_out) << "launcher did not exit within 15 s\n" << r.output;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("worker rank " + victim_rank + " "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("signal 9 (SIGKILL)"), std::string::npos) << r.output;
+  for (pid_t w : workers) EXPECT_FALSE(process_exists(w)) << "worker " << w << " outlived the launcher";
+}
+
+TEST(Failures, WorkerExceptionIsReportedByLauncher) {
+  const auto dir = fresh_dir("badroot");
+  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "data.root=" + dir.string()}), 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.seconds, 30);
+  EXPECT_NE(r.output.find("last error"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir.string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dataset-fashion-mnist"), std::string::npos) << r.output;
+}
+
+TEST(Failures, TruncatedIdxFileIsNamed) {
+  const auto dir = fresh_dir("truncated");
+  const fs::path src = "/usr/share/datasets/fashion-mnist";
+  for (const auto& e : fs::directory_iterator(src)) fs::copy(e.path(), dir / e.path().filename());
+  // A raw, truncated train image file takes precedence over nothing: replace the .gz by a short raw file.
+  fs::remove(dir / "train-images-idx3-ubyte.gz");
+  std::ofstream(dir / "train-images-idx3-ubyte", std::ios::binary)
+      .write("\x00\x00\x08\x03\x00\x00\xea\x60\x00\x00\x00\x1c\x00\x00\x00\x1cabc", 19);
+  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "1", "data.root=" + dir.string()}), 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("train-images-idx3-ubyte"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ends after"), std::string::npos) << r.output;
+}
+
+TEST(Failures, ConfigErrorsNameTheKeyBeforeAnyWorkerStarts) {
+  auto r = cohort_train({"data.batchsize=3"}, 30);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown config key 'data.batchsize'"), std::string::npos) << r.output;
+  r = cohort_train({"optim.lr=fast"}, 30);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("'optim.lr'"), std::string::npos) << r.output;
+  r = run({COHORT_BINARY, "train", "--help"}, 30);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("dist.bucket_mb (float, default 25)"), std::string::npos) << r.output;
+}
+
+// Two workers started by hand with torchrun's variables, but built with different model widths.
+TEST(Failures, ReplicaShapeMismatchAcrossProcessesIsNamed) {
+  const auto dir = fresh_dir("mismatch");
+  const std::string port = "29731";
+  std::vector<std::unique_ptr<Proc>> ps;
+  for (int r = 0; r < 2; ++r) {
+    auto args = quick_args(dir, {"model.width=" + std::string(r == 0 ? "4" : "8")});
+    ps.push_back(std::make_unique<Proc>(
+        cohort_argv(args), std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                                              {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", "2"},
+                                                              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}}));
+  }
+  for (auto& p : ps) {
+    const auto r = p->wait(60);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("model replicas differ: on rank 1"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("conv1.weight"), std::string::npos) << r.output;
+  }
+}
+
+TEST(Failures, BusyPortIsNamed) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = 0;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  const auto dir = fresh_dir("busyport");
+  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "--master-port", std::to_string(port)}), 60);
+  close(fd);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("port " + std::to_string(port) + " is already in use"), std::string::npos) << r.output;
+}

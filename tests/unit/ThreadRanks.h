@@ -1,0 +1,38 @@
+// Ranks as threads in one process over real Gloo with an in-process store (c10d's own C++ tests do
+// the same): fast, no ports, and a failure in any rank fails the test.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "cohort/comm/GlooCommunicator.h"
+
+namespace cohort::testing {
+
+inline void run_ranks(int world, const std::function<void(int rank, CommunicatorPtr comm)>& body,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = GlooCommunicator::create(store, r, world, "127.0.0.1", timeout);
+        body(r, comm);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace cohort::testing

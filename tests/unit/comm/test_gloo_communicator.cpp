@@ -1,0 +1,73 @@
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "unit/ThreadRanks.h"
+#include "cohort/util/Error.h"
+
+using cohort::CommunicatorPtr;
+using cohort::ReduceOp;
+using cohort::testing::run_ranks;
+
+// Closed-form expectations: rank i contributes i.
+TEST(GlooCommunicator, CollectivesGiveClosedFormResults) {
+  for (int world : {2, 3}) {
+    run_ranks(world, [world](int rank, CommunicatorPtr comm) {
+      EXPECT_EQ(comm->rank(), rank);
+      EXPECT_EQ(comm->size(), world);
+      auto t = at::full({5}, static_cast<float>(rank));
+      comm->all_reduce(t, ReduceOp::kSum, "sum")->wait();
+      EXPECT_TRUE(t.eq(world * (world - 1) / 2.0f).all().item<bool>());
+
+      auto m = at::full({3}, static_cast<float>(rank));
+      comm->all_reduce(m, ReduceOp::kMax, "max")->wait();
+      EXPECT_TRUE(m.eq(world - 1.0f).all().item<bool>());
+
+      auto b = at::full({4}, rank == 1 ? 42.0f : -1.0f);
+      comm->broadcast(b, 1, "bcast")->wait();
+      EXPECT_TRUE(b.eq(42.0f).all().item<bool>());
+
+      auto in = at::full({2}, static_cast<int64_t>(rank), at::kLong);
+      auto out = at::zeros({2 * world}, at::kLong);
+      comm->all_gather(out, in, "gather")->wait();
+      for (int r = 0; r < world; ++r) EXPECT_EQ(out[2 * r].item<int64_t>(), r);
+
+      // Chunk c of rank r holds r*10 + c; rank c receives sum_r (r*10 + c).
+      auto rs_in = at::zeros({world * 2});
+      for (int c = 0; c < world; ++c) rs_in.narrow(0, 2 * c, 2).fill_(rank * 10 + c);
+      auto rs_out = at::zeros({2});
+      comm->reduce_scatter(rs_out, rs_in, ReduceOp::kSum, "rs")->wait();
+      const float expect = 10.0f * world * (world - 1) / 2 + world * rank;
+      EXPECT_TRUE(rs_out.eq(expect).all().item<bool>()) << rs_out;
+
+      comm->barrier("end")->wait();
+    });
+  }
+}
+
+TEST(GlooCommunicator, TimeoutNamesCollectiveAndRanks) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  run_ranks(
+      2,
+      [&](int rank, CommunicatorPtr comm) {
+        if (rank == 1) {
+          // Rank 1 never joins this collective; it waits long enough for rank 0 to give up.
+          std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+          return;
+        }
+        auto t = at::ones({4});
+        try {
+          comm->all_reduce(t, ReduceOp::kSum, "gradient bucket 7")->wait();
+          ADD_FAILURE() << "all_reduce with an absent peer returned";
+        } catch (const cohort::CommError& e) {
+          message = e.what();
+        }
+      },
+      std::chrono::milliseconds(1000));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(message.find("all_reduce 'gradient bucket 7'"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 0 of 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("ranks {1}"), std::string::npos) << message;
+  EXPECT_LT(s, 10.0);
+}

@@ -1,0 +1,96 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cohort/config/Config.h"
+#include "cohort/util/Error.h"
+
+namespace cfg = cohort::config;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const cohort::ConfigError& e) {
+    return e.describe();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST(Config, DefaultsAreTheDefaultJob) {
+  const auto c = cfg::load(std::nullopt, {});
+  EXPECT_EQ(c.model.name, "resnet8");
+  EXPECT_EQ(c.data.name, "fashion-mnist");
+  EXPECT_DOUBLE_EQ(c.dist.bucket_mb, 25.0);
+  EXPECT_EQ(c.ckpt.every_steps, 0);
+}
+
+TEST(Config, OverridesApplyInOrder) {
+  const auto c = cfg::load(std::nullopt, {"data.batch_size=64", "train.epochs=2", "data.batch_size=32",
+                                          "optim.nesterov=false", "sched.name=cosine", "optim.lr=0.05"});
+  EXPECT_EQ(c.data.batch_size, 32);
+  EXPECT_EQ(c.train.epochs, 2);
+  EXPECT_FALSE(c.optim.nesterov);
+  EXPECT_EQ(c.sched.name, "cosine");
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.05);
+}
+
+TEST(Config, TomlFileThenCommandLine) {
+  const auto path = std::filesystem::temp_directory_path() / "cohort_cfg_test.toml";
+  std::ofstream(path) << "[data]\nbatch_size = 96\naugment = false\n[optim]\nlr = 0.3\n[model]\nname = \"mlp\"\n";
+  const auto c = cfg::load(path, {"optim.lr=0.4"});
+  EXPECT_EQ(c.data.batch_size, 96);
+  EXPECT_FALSE(c.data.augment);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.4);
+  EXPECT_EQ(c.model.name, "mlp");
+}
+
+TEST(Config, UnknownKeyIsNamedWithSuggestion) {
+  const auto m = error_of([] { cfg::load(std::nullopt, {"data.batchsize=3"}); });
+  EXPECT_NE(m.find("unknown config key 'data.batchsize'"), std::string::npos) << m;
+  EXPECT_NE(m.find("data.batch_size"), std::string::npos) << m;
+}
+
+TEST(Config, BadValuesAreNamed) {
+  for (const std::string& o : {"data.batch_size=abc", "data.batch_size=-3", "optim.lr=0", "optim.nesterov=maybe",
+                               "model.name=vgg", "optim.momentum=1.5", "train.seed=-1"}) {
+    const auto key = o.substr(0, o.find('='));
+    const auto m = error_of([&] { cfg::load(std::nullopt, {o}); });
+    EXPECT_NE(m.find("'" + key + "'"), std::string::npos) << o << ": " << m;
+    EXPECT_NE(m.find("bad value"), std::string::npos) << o << ": " << m;
+  }
+  EXPECT_NE(error_of([] { cfg::load(std::nullopt, {"no-equals-sign"}); }).find("key=value"), std::string::npos);
+}
+
+TEST(Config, BadTomlNamesFileAndLine) {
+  const auto path = std::filesystem::temp_directory_path() / "cohort_cfg_bad.toml";
+  std::ofstream(path) << "[data]\nbatch_size = = 3\n";
+  const auto m = error_of([&] { cfg::load(path, {}); });
+  EXPECT_NE(m.find(path.string() + ":2"), std::string::npos) << m;
+  std::ofstream(path) << "[data]\nbatch_sise = 3\n";
+  const auto m2 = error_of([&] { cfg::load(path, {}); });
+  EXPECT_NE(m2.find("data.batch_sise"), std::string::npos) << m2;
+  EXPECT_NE(m2.find(path.string()), std::string::npos) << m2;
+}
+
+TEST(Config, HelpListsEveryKeyWithDefault) {
+  const auto help = cfg::help_text();
+  for (const auto& k : cfg::keys()) {
+    EXPECT_NE(help.find(k.key + " (" + k.type), std::string::npos) << k.key;
+    EXPECT_FALSE(k.help.empty()) << k.key;
+  }
+  for (const char* required : {"model.name", "data.name", "data.root", "data.batch_size", "data.augment", "train.epochs",
+                               "train.max_steps", "train.seed", "optim.lr", "optim.momentum", "optim.nesterov",
+                               "optim.weight_decay", "sched.name", "loss.label_smoothing", "dist.bucket_mb",
+                               "dist.backend", "dist.timeout_s", "ckpt.every_steps", "run.dir"})
+    EXPECT_NE(help.find(std::string(required) + " ("), std::string::npos) << required;
+}
+
+TEST(Config, JsonRoundTrip) {
+  const auto c = cfg::load(std::nullopt, {"data.batch_size=17", "optim.lr=0.123", "model.name=mlp", "train.seed=99"});
+  const auto back = cfg::from_json(cfg::to_json(c));
+  EXPECT_EQ(cfg::to_json(back), cfg::to_json(c));
+}

@@ -1,0 +1,90 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "cohort/optim/Schedule.h"
+#include "cohort/optim/Sgd.h"
+
+TEST(Sgd, MatchesTorchOptimSgd) {
+  for (bool nesterov : {false, true}) {
+    torch::manual_seed(3);
+    auto a = torch::randn({5, 4}, torch::requires_grad());
+    auto b = a.detach().clone().requires_grad_(true);
+    cohort::optim::Sgd ours({{{"w"}, {a}, 0.01}}, {0.9, nesterov});
+    torch::optim::SGD theirs({b}, torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(nesterov).weight_decay(0.01));
+    for (int s = 0; s < 5; ++s) {
+      auto g = torch::randn({5, 4});
+      a.mutable_grad() = g.clone();
+      b.mutable_grad() = g.clone();
+      ours.step(0.1);
+      theirs.step();
+      EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << "nesterov " << nesterov << " step " << s;
+    }
+  }
+}
+
+TEST(Sgd, NoDecayOnNormAndBias) {
+  auto lin = torch::nn::Linear(3, 2);
+  auto bn = torch::nn::BatchNorm1d(2);
+  torch::OrderedDict<std::string, at::Tensor> named;
+  named.insert("fc.weight", lin->weight);
+  named.insert("fc.bias", lin->bias);
+  named.insert("bn.weight", bn->weight);
+  const auto groups = cohort::optim::split_decay(named, 5e-4, false);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].names, std::vector<std::string>{"fc.weight"});
+  EXPECT_DOUBLE_EQ(groups[0].weight_decay, 5e-4);
+  EXPECT_EQ(groups[1].names, (std::vector<std::string>{"fc.bias", "bn.weight"}));
+  EXPECT_DOUBLE_EQ(groups[1].weight_decay, 0.0);
+}
+
+TEST(Sgd, StateRoundTrips) {
+  auto w = torch::randn({3}, torch::requires_grad());
+  cohort::optim::Sgd opt({{{"w"}, {w}, 0}}, {0.9, false});
+  w.mutable_grad() = torch::ones({3});
+  opt.step(0.1);
+  const auto state = opt.state_dict();
+  ASSERT_EQ(state.size(), 1u);
+  EXPECT_EQ(state[0].first, "momentum_buffer.w");
+  cohort::optim::Sgd other({{{"w"}, {w}, 0}}, {0.9, false});
+  other.load_state_dict(state);
+  EXPECT_TRUE(torch::equal(other.state_dict()[0].second, state[0].second));
+}
+
+TEST(Schedule, OneCycleFollowsPyTorch) {
+  cohort::SchedConfig c;  // onecycle, div 25, final_div 1e4
+  c.pct_start = 0.25;
+  cohort::optim::Schedule s(c, 1.0, 100, 10);
+  EXPECT_NEAR(s.lr(0), 1.0 / 25, 1e-12);
+  // Peak at step pct*total - 1 = 24.
+  EXPECT_NEAR(s.lr(24), 1.0, 1e-12);
+  EXPECT_NEAR(s.lr(99), 1.0 / 25 / 1e4, 1e-12);
+  // Half-way up the cosine: mean of initial and peak.
+  EXPECT_NEAR(s.lr(12), (1.0 / 25 + 1.0) / 2, 1e-12);
+  for (int i = 25; i < 100; ++i) EXPECT_LE(s.lr(i), s.lr(i - 1));
+}
+
+TEST(Schedule, WarmupCosineStepConstant) {
+  cohort::SchedConfig c;
+  c.warmup_epochs = 1;
+  c.warmup_start_factor = 0.1;
+  c.name = "cosine";
+  cohort::optim::Schedule cos(c, 2.0, 100, 10);
+  EXPECT_NEAR(cos.lr(0), 0.2, 1e-12);
+  EXPECT_NEAR(cos.lr(5), 0.2 + 1.8 * 0.5, 1e-12);
+  EXPECT_NEAR(cos.lr(10), 2.0, 1e-12);
+  EXPECT_NEAR(cos.lr(55), 1.0, 1e-12);  // half-way through the cosine part
+  c.name = "step";
+  c.step_epochs = 3;
+  c.gamma = 0.5;
+  cohort::optim::Schedule step(c, 2.0, 100, 10);
+  EXPECT_NEAR(step.lr(29), 2.0, 1e-12);
+  EXPECT_NEAR(step.lr(30), 1.0, 1e-12);
+  EXPECT_NEAR(step.lr(60), 0.5, 1e-12);
+  c.name = "constant";
+  cohort::optim::Schedule constant(c, 2.0, 100, 10);
+  EXPECT_NEAR(constant.lr(3), 0.2 + 1.8 * 0.3, 1e-12);
+  EXPECT_NEAR(constant.lr(99), 2.0, 1e-12);
+}
