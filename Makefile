@@ -1,7 +1,7 @@
 # The two commands of the README: `make run` (the default training job) and `make test` (every test).
 # Each installs what is missing from Debian's packages first (quietly, and only when something is).
 BUILD ?= build
-DEBS := cmake g++ make ccache pkg-config libtorch-dev libgloo-dev dataset-fashion-mnist libcli11-dev \
+DEBS := cmake g++ make ccache libtorch-dev libgloo-dev dataset-fashion-mnist libcli11-dev \
         nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev python3-torch
 
 .PHONY: all deps build run test bench clean
