@@ -41,7 +41,8 @@ class Rng {
     for (;;) {
       const unsigned __int128 m = static_cast<unsigned __int128>(next_u64()) * n;
       const uint64_t low = static_cast<uint64_t>(m);
-      if (low >= (-n) % n || low >= n) return static_cast<uint64_t>(m >> 64);
+      // Accept unless `low` falls in the short biased range [0, 2^64 mod n).
+      if (low >= (-n) % n) return static_cast<uint64_t>(m >> 64);
     }
   }
   // Uniform in [0, 1) with 53 random bits.

@@ -105,7 +105,7 @@ void DistributedDataParallel::broadcast_flat(const std::vector<at::Tensor>& tens
     int64_t offset = 0;
     at::NoGradGuard no_grad;
     for (auto& t : group) {
-      t.detach().view(t.sizes()).copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      t.detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
       offset += t.numel();
     }
   }

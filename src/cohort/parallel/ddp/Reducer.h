@@ -70,7 +70,7 @@ class Reducer {
     bool launched = false;
     HandlePtr handle;
   };
-  struct HookState;  // shared with the autograd hooks, so they outlive-safe the reducer
+  struct HookState;  // shared with the autograd hooks, which may outlive the reducer
 
   void begin_backward();
   void mark_ready(size_t index);
