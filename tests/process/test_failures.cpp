@@ -59,7 +59,7 @@ TEST(Failures, TruncatedIdxFileIsNamed) {
   // A raw, truncated train image file takes precedence over nothing: replace the .gz by a short raw file.
   fs::remove(dir / "train-images-idx3-ubyte.gz");
   std::ofstream(dir / "train-images-idx3-ubyte", std::ios::binary)
-      .write("\x00\x00\x08\x03\x00\x00\xea\x60\x00\x00\x00\x1c\x00\x00\x00\x1cabc", 19);
+      .write("\x00\x00\x08\x03\x00\x00\xea\x60\x00\x00\x00\x1c\x00\x00\x00\x1c" "abc", 19);
   const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "1", "data.root=" + dir.string()}), 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("train-images-idx3-ubyte"), std::string::npos) << r.output;

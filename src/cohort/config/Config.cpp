@@ -175,6 +175,8 @@ const std::vector<Field>& fields() {
       field("train.threads", &T::train, &TrainLoopConfig::threads,
             "intra-op threads per worker (0: cores / local workers, or OMP_NUM_THREADS if set)", {},
             non_negative<int64_t>()),
+      field("train.retain_memory", &T::train, &TrainLoopConfig::retain_memory,
+            "keep freed memory in the process for reuse (glibc malloc thresholds raised; ~10% faster steps)"),
       field("train.resume", &T::train, &TrainLoopConfig::resume,
             "run directory (or checkpoints directory) to resume from; same as --resume"),
       field("optim.lr", &T::optim, &OptimConfig::lr, "peak learning rate", {}, positive<double>()),

@@ -39,6 +39,7 @@ struct TrainLoopConfig {
   uint64_t seed = 0;
   int64_t grad_accum_steps = 1;
   int64_t threads = 0;
+  bool retain_memory = true;
   std::string resume;
 };
 

@@ -1,7 +1,6 @@
 #include "cohort/train/Metrics.h"
 
 #include <fstream>
-#include <sstream>
 
 #include "cohort/util/Error.h"
 
@@ -24,26 +23,6 @@ MetricSums MetricWindow::reduce(Communicator& comm, const std::string& what) con
   auto* p = t.data_ptr<double>();
   return MetricSums{p[0], p[1], p[2], p[3]};
 }
-
-namespace {
-int64_t status_kib(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  const std::string prefix = std::string(field) + ":";
-  while (std::getline(in, line)) {
-    if (line.rfind(prefix, 0) == 0) {
-      std::istringstream is(line.substr(prefix.size()));
-      int64_t kib = 0;
-      is >> kib;
-      return kib;
-    }
-  }
-  return 0;
-}
-}  // namespace
-
-int64_t peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
-int64_t current_rss_bytes() { return status_kib("VmRSS") * 1024; }
 
 JsonLines::JsonLines(const std::filesystem::path& path) : out_(path, std::ios::app) {
   if (!out_) throw Error("cannot open " + path.string() + " for writing", "check run.dir is writable");

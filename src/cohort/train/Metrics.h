@@ -40,10 +40,6 @@ class MetricWindow {
   MetricSums sums_;
 };
 
-// Peak and current resident set size of this process, from /proc/self/status.
-int64_t peak_rss_bytes();
-int64_t current_rss_bytes();
-
 // Appends one JSON object per line and flushes, so a crash loses at most the line being written.
 class JsonLines {
  public:

@@ -24,6 +24,7 @@
 #include "cohort/train/Metrics.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
+#include "cohort/util/Memory.h"
 
 namespace cohort::train {
 namespace fs = std::filesystem;
@@ -123,6 +124,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   // Threads first: N workers on one machine must not each start a thread per core (torchrun sets
   // OMP_NUM_THREADS=1 for the same reason).
   at::set_num_threads(worker_threads(cfg, info));
+  if (cfg.train.retain_memory) util::retain_freed_memory();
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
   World world = rendezvous(info, cfg.dist.backend, timeout);
   Communicator& comm = *world.comm;
@@ -227,8 +229,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   model->train();
   for (int64_t epoch = step / steps_per_epoch; epoch < cfg.train.epochs && step < stop_step; ++epoch) {
     const auto order = sampler.indices(epoch);
-    const data::AugmentOptions aug{cfg.data.augment, cfg.data.crop_padding, true, cfg.train.seed,
-                                   static_cast<uint64_t>(epoch)};
+    const data::AugmentOptions aug{cfg.data.augment, cfg.data.crop_padding, true, cfg.train.seed, epoch};
     const auto epoch_start = Clock::now();
     for (int64_t s = step % steps_per_epoch; s < steps_per_epoch && step < stop_step; ++s) {
       const auto t0 = Clock::now();
@@ -284,7 +285,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   save("last", step / steps_per_epoch);
 
   // Per-rank peak memory, gathered so rank 0 can report every rank.
-  auto rss = at::full({1}, peak_rss_bytes(), at::kLong);
+  auto rss = at::full({1}, util::peak_rss_bytes(), at::kLong);
   auto all_rss = at::zeros({world_size}, at::kLong);
   comm.all_gather(all_rss, rss, "peak RSS report")->wait();
   result.steps = step;

@@ -239,11 +239,18 @@ TEST(Ddp, BuffersFollowRankZero) {
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
     auto bn = nets[rank];
     DistributedDataParallel ddp(bn.ptr(), comm);
-    auto out = bn->forward(inputs[rank]);
-    out.sum().backward();
-    auto mean = bn->named_buffers()["1.running_mean"].clone();
-    auto all = torch::zeros({2, 2});
-    comm->all_gather(all, mean, "check")->wait();
-    EXPECT_TRUE(torch::equal(all[0], all[1])) << all;
+    // Two steps: the broadcast launched when backward begins must land every time, overwriting what
+    // this rank's own forward computed.
+    for (int step = 0; step < 2; ++step) {
+      auto out = bn->forward(inputs[rank] + step);
+      auto own = bn->named_buffers()["1.running_mean"].clone();
+      out.sum().backward();
+      auto mean = bn->named_buffers()["1.running_mean"].clone();
+      auto all = torch::zeros({2, 2});
+      comm->all_gather(all, mean, "check")->wait();
+      EXPECT_TRUE(torch::equal(all[0], all[1])) << all;
+      if (rank == 0) EXPECT_TRUE(torch::equal(mean, own));
+      if (rank == 1) EXPECT_FALSE(torch::equal(mean, own)) << "rank 1 kept its own statistics";
+    }
   });
 }

@@ -42,7 +42,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   ro.overlap = options_.overlap;
   ro.find_unused_parameters = options_.find_unused_parameters;
   reducer_ = std::make_unique<Reducer>(std::move(params), names_, comm_, ro);
-  if (options_.broadcast_buffers) reducer_->set_after_sync([this] { broadcast_buffers(); });
+  if (options_.broadcast_buffers) {
+    // The forward that updated the batch-norm statistics is over once backward begins, so their
+    // broadcast is launched then and overlaps the whole backward; it is waited for at the end.
+    reducer_->set_before_sync([this] { launch_buffer_broadcast(); });
+    reducer_->set_after_sync([this] { finish_broadcast(pending_buffers_); });
+  }
 }
 
 // Every rank contributes one row per parameter (name hash, shape); all-gathering the rows lets each
@@ -92,35 +97,52 @@ void DistributedDataParallel::check_replicas_match() {
   }
 }
 
-void DistributedDataParallel::broadcast_flat(const std::vector<at::Tensor>& tensors, const std::string& what) {
-  if (comm_->size() == 1 || tensors.empty()) return;
+std::vector<DistributedDataParallel::FlatBroadcast> DistributedDataParallel::launch_broadcast(
+    const std::vector<at::Tensor>& tensors, const std::string& what) {
+  std::vector<FlatBroadcast> out;
+  if (comm_->size() == 1 || tensors.empty()) return out;
   // One broadcast per dtype instead of one per tensor: a ResNet has dozens of small buffers.
   std::map<c10::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
   for (auto& [dtype, group] : by_dtype) {
     std::vector<at::Tensor> flat_parts;
     for (const auto& t : group) flat_parts.push_back(t.detach().reshape(-1));
-    auto flat = at::cat(flat_parts);
-    comm_->broadcast(flat, 0, what)->wait();
+    FlatBroadcast fb{group, at::cat(flat_parts), nullptr};
+    fb.handle = comm_->broadcast(fb.flat, 0, what);
+    out.push_back(std::move(fb));
+  }
+  return out;
+}
+
+void DistributedDataParallel::finish_broadcast(std::vector<FlatBroadcast>& pending) {
+  at::NoGradGuard no_grad;
+  for (auto& fb : pending) {
+    fb.handle->wait();
     int64_t offset = 0;
-    at::NoGradGuard no_grad;
-    for (auto& t : group) {
-      t.detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    for (auto& t : fb.targets) {
+      t.detach().copy_(fb.flat.narrow(0, offset, t.numel()).view(t.sizes()));
       offset += t.numel();
     }
   }
+  pending.clear();
 }
 
 void DistributedDataParallel::broadcast_state() {
   std::vector<at::Tensor> all;
   for (const auto& p : module_->parameters(true)) all.push_back(p);
   for (const auto& b : module_->buffers(true)) all.push_back(b);
-  broadcast_flat(all, "DDP initial parameters and buffers from rank 0");
+  auto pending = launch_broadcast(all, "DDP initial parameters and buffers from rank 0");
+  finish_broadcast(pending);
 }
 
 void DistributedDataParallel::broadcast_buffers() {
+  launch_buffer_broadcast();
+  finish_broadcast(pending_buffers_);
+}
+
+void DistributedDataParallel::launch_buffer_broadcast() {
   const auto buffers = module_->buffers(true);
-  broadcast_flat(std::vector<at::Tensor>(buffers.begin(), buffers.end()), "DDP buffers from rank 0");
+  pending_buffers_ = launch_broadcast(std::vector<at::Tensor>(buffers.begin(), buffers.end()), "DDP buffers from rank 0");
 }
 
 }  // namespace cohort

@@ -27,7 +27,7 @@ struct DdpOptions {
   bool overlap = true;
   bool find_unused_parameters = false;
   // Batch-norm running statistics follow rank 0 after every synchronized backward, as PyTorch's DDP
-  // makes them follow rank 0 at every forward.
+  // makes them follow rank 0 at every forward. The broadcast overlaps the backward.
   bool broadcast_buffers = true;
 };
 
@@ -62,14 +62,23 @@ class DistributedDataParallel {
   const std::vector<std::string>& parameter_names() const { return names_; }
 
  private:
+  // A broadcast from rank 0 of same-dtype tensors through one flat copy, in flight until finished.
+  struct FlatBroadcast {
+    std::vector<at::Tensor> targets;
+    at::Tensor flat;
+    HandlePtr handle;
+  };
   void check_replicas_match();
-  void broadcast_flat(const std::vector<at::Tensor>& tensors, const std::string& what);
+  std::vector<FlatBroadcast> launch_broadcast(const std::vector<at::Tensor>& tensors, const std::string& what);
+  void finish_broadcast(std::vector<FlatBroadcast>& pending);
+  void launch_buffer_broadcast();
 
   std::shared_ptr<torch::nn::Module> module_;
   CommunicatorPtr comm_;
   DdpOptions options_;
   std::vector<std::string> names_;
   std::unique_ptr<Reducer> reducer_;
+  std::vector<FlatBroadcast> pending_buffers_;
 };
 
 }  // namespace cohort

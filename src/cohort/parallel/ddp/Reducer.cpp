@@ -108,6 +108,9 @@ void Reducer::begin_backward() {
     std::lock_guard<std::mutex> lock(hook_state_->mutex);
     finalize();
   });
+  // See Note [Buckets launch in the same order on every rank]: this collective, too, is launched at the
+  // same point on every rank, before bucket 0.
+  if (before_sync_) before_sync_();
 }
 
 void Reducer::mark_ready(size_t index) {

@@ -55,7 +55,11 @@ class Reducer {
   bool sync_enabled() const { return sync_enabled_; }
 
   void set_comm_hook(std::shared_ptr<CommHook> hook) { hook_ = std::move(hook); }
-  // Runs at the end of every synchronized backward, after gradients are written (DDP syncs buffers).
+  // Runs when a synchronized backward begins (its first gradient is ready): the forward that produced
+  // the loss is over, so DDP launches its buffer broadcast here and it overlaps the whole backward.
+  void set_before_sync(std::function<void()> fn) { before_sync_ = std::move(fn); }
+  // Runs at the end of every synchronized backward, after gradients are written (DDP waits for the
+  // buffer broadcast here).
   void set_after_sync(std::function<void()> fn) { after_sync_ = std::move(fn); }
   const std::vector<BucketSpec>& plan() const { return plan_; }
   const BackwardTrace& last_trace() const { return trace_; }
@@ -91,6 +95,7 @@ class Reducer {
   bool in_backward_ = false;
   bool sync_enabled_ = true;
   std::shared_ptr<CommHook> hook_;
+  std::function<void()> before_sync_;
   std::function<void()> after_sync_;
   std::shared_ptr<HookState> hook_state_;
   std::vector<std::shared_ptr<void>> grad_accumulators_;
