@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,12 @@ class Handle {
   virtual bool is_completed() = 0;
 };
 using HandlePtr = std::shared_ptr<Handle>;
+
+// A handle that completes when `inner` has and `fn` has run once after it, on the thread that waits:
+// how a hook turns "all-reduce done" into "result unpacked" without a thread of its own.
+HandlePtr then(HandlePtr inner, std::function<void()> fn);
+// A handle for work that needs no communication: wait() runs `fn` once.
+HandlePtr deferred(std::function<void()> fn);
 
 class Communicator {
  public:

@@ -105,6 +105,7 @@ class GlooCommunicatorImpl : public Communicator {
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
   HandlePtr all_reduce(const at::Tensor& tensor, ReduceOp op, const std::string& what) override {
+    if (tensor.scalar_type() == at::kBFloat16) return all_reduce_bf16(tensor, op, what);
     std::vector<at::Tensor> ts{tensor};
     c10d::AllreduceOptions opts;
     opts.reduceOp = to_c10d(op);
@@ -147,6 +148,34 @@ class GlooCommunicatorImpl : public Communicator {
     auto out = output;
     return std::make_shared<GlooHandle>(work, context("reduce_scatter", what),
                                         [scratch, out, n, r]() mutable { out.view(-1).copy_(scratch.narrow(0, r * n, n)); });
+  }
+
+  // Gloo's all-reduce has no bfloat16 type (c10d's Gloo process group rejects it: "Invalid scalar
+  // type"). The 16-bit payload is all-gathered as raw int16 instead and reduced here in float32, in rank
+  // order, so every rank gets the same bits. Each rank sends (W-1) x N values instead of a ring
+  // all-reduce's 2 (W-1)/W x N: the same for two ranks, W/2 times as many for W.
+  HandlePtr all_reduce_bf16(const at::Tensor& tensor, ReduceOp op, const std::string& what) {
+    COHORT_ASSERT(tensor.is_contiguous(), "bfloat16 all_reduce needs a contiguous tensor");
+    const int64_t n = tensor.numel();
+    auto bits = tensor.view(-1).view(at::kShort);
+    auto gathered = at::empty({size_ * n}, bits.options());
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < size_; ++r) outs[0].push_back(gathered.narrow(0, r * n, n));
+    std::vector<at::Tensor> ins{bits};
+    c10d::AllgatherOptions opts;
+    opts.timeout = timeout_;
+    auto out = tensor;
+    return std::make_shared<GlooHandle>(
+        pg_->allgather(outs, ins, opts), context("all_reduce", what), [gathered, out, n, op, this]() mutable {
+          auto all = gathered.view(at::kBFloat16).view({size_, n}).to(at::kFloat);
+          at::Tensor r = all[0].clone();
+          for (int k = 1; k < size_; ++k) {
+            if (op == ReduceOp::kSum) r.add_(all[k]);
+            else if (op == ReduceOp::kMax) r = at::maximum(r, all[k]);
+            else r = at::minimum(r, all[k]);
+          }
+          out.view(-1).copy_(r);
+        });
   }
 
   HandlePtr barrier(const std::string& what) override {

@@ -77,6 +77,16 @@ struct DistConfig {
   bool overlap = true;
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
+  std::string compress = "none";
+};
+
+// PowerSGD's options (dist.compress=powersgd), with PyTorch's PowerSGDState defaults.
+struct PowerSgdConfig {
+  int64_t rank = 1;
+  int64_t start_iter = 1000;
+  double min_compression_rate = 2.0;
+  bool error_feedback = true;
+  bool warm_start = true;
 };
 
 struct CkptConfig {
@@ -105,6 +115,7 @@ struct TrainConfig {
   SchedConfig sched;
   LossConfig loss;
   DistConfig dist;
+  PowerSgdConfig powersgd;
   CkptConfig ckpt;
   EvalConfig eval;
   LogConfig log;

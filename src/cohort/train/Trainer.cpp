@@ -32,6 +32,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Note [Strategy state in the training-state file]
+// What a strategy needs to resume exactly (PowerSGD's residuals and Q) travels in the training-state
+// file beside the optimizer's buffers, each name prefixed with "strategy." so the two split apart on load.
+const std::string kStrategyPrefix = "strategy.";
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string timestamp() {
@@ -152,11 +157,22 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   if (resuming) checkpoint::load_weights(*model, resume.model, (resume_dir / "last.safetensors").string());
 
   // Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
-  auto strategy = make_strategy(cfg.dist, model, world.comm);
+  auto strategy = make_strategy(cfg, model, world.comm);
   optim::Sgd optimizer(optim::split_decay(model->named_parameters(), cfg.optim.weight_decay,
                                           cfg.optim.decay_norm_and_bias),
                        optim::SgdOptions{cfg.optim.momentum, cfg.optim.nesterov});
-  if (resuming) optimizer.load_state_dict(resume.optimizer);
+  if (resuming) {
+    // See Note [Strategy state in the training-state file].
+    checkpoint::NamedTensors opt_state, strategy_state;
+    for (auto& [name, t] : resume.optimizer) {
+      if (name.rfind(kStrategyPrefix, 0) == 0)
+        strategy_state.emplace_back(name.substr(kStrategyPrefix.size()), t);
+      else
+        opt_state.emplace_back(name, t);
+    }
+    optimizer.load_state_dict(opt_state);
+    strategy->load_state_dict(strategy_state);
+  }
 
   data::DistributedSampler sampler(data.train.images.size(0), world_size, rank, /*shuffle=*/true, cfg.train.seed,
                                    /*drop_last=*/false);
@@ -193,9 +209,13 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   }
 
   auto save = [&](const std::string& tag, int64_t epoch_of_next) {
+    // Collective (a compression hook gathers every rank's residuals), so every rank takes part.
+    const auto strategy_state = strategy->state_dict();
     if (!lead) return;
     checkpoint::TrainState st{step, epoch_of_next, best, world_size, config_json.dump()};
-    checkpoint::save(run_dir / "checkpoints", tag, *model, optimizer.state_dict(), st);
+    auto state = optimizer.state_dict();
+    for (const auto& [name, t] : strategy_state) state.emplace_back(kStrategyPrefix + name, t);
+    checkpoint::save(run_dir / "checkpoints", tag, *model, state, st);
   };
 
   TrainResult result;
@@ -260,7 +280,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
           metrics.write({{"kind", "train"}, {"step", step}, {"epoch", epoch}, {"loss", g.loss()}, {"top1", g.top1()},
                          {"top5", g.top5()}, {"lr", schedule.lr(step - 1)}, {"images_per_second", ips},
                          {"step_loss_rank0", step_loss}, {"train_seconds", train_seconds},
-                         {"sync_bytes", strategy->last_sync_bytes()}, {"time", std::time(nullptr)}});
+                         {"sync_bytes", strategy->last_sync_bytes().wire},
+                         {"sync_bytes_uncompressed", strategy->last_sync_bytes().dense}, {"time", std::time(nullptr)}});
           std::cout << "epoch " << epoch + 1 << "/" << cfg.train.epochs << " step " << step << "/" << total_steps
                     << " loss " << std::fixed << std::setprecision(4) << g.loss() << " top1 " << percent(g.top1())
                     << " lr " << std::setprecision(5) << schedule.lr(step - 1) << " " << std::setprecision(0) << ips
@@ -294,6 +315,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   result.test_accuracy = test_accuracy;
   result.best_test_accuracy = best;
   if (lead) {
+    const auto sync = strategy->last_sync_bytes();
     std::vector<int64_t> per_rank(all_rss.data_ptr<int64_t>(), all_rss.data_ptr<int64_t>() + world_size);
     nlohmann::json summary = {
         {"world_size", world_size}, {"nnodes", info.nnodes}, {"launcher", info.launcher},
@@ -302,7 +324,10 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         {"global_batch", global_batch}, {"train_seconds", train_seconds},
         {"images_per_second", result.images_per_second}, {"test_accuracy", test_accuracy < 0 ? nlohmann::json() : nlohmann::json(test_accuracy)},
         {"best_test_accuracy", best < 0 ? nlohmann::json() : nlohmann::json(best)}, {"peak_rss_bytes", per_rank}, {"threads_per_worker", at::get_num_threads()},
-        {"sync_bytes_per_step", strategy->last_sync_bytes()}, {"config", config_json}};
+        {"compress", cfg.dist.compress}, {"sync_bytes_per_step", sync.wire},
+        {"sync_bytes_per_step_uncompressed", sync.dense},
+        {"compression_ratio", sync.wire > 0 ? nlohmann::json(double(sync.dense) / sync.wire) : nlohmann::json()},
+        {"config", config_json}};
     util::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
     std::cout << "cohort: done: " << step << " steps in " << std::fixed << std::setprecision(1) << train_seconds
               << " s, " << std::setprecision(0) << result.images_per_second << " img/s, test top1 "

@@ -5,6 +5,7 @@ namespace cohort {
 HandlePtr AllReduceHook::run(Communicator& comm, GradBucket& bucket) {
   // See Note [Where gradients are divided by world size].
   bucket.buffer.div_(comm.size());
+  bucket.wire_bytes = bucket.buffer.numel() * static_cast<int64_t>(bucket.buffer.element_size());
   return comm.all_reduce(bucket.buffer, ReduceOp::kSum, "gradient bucket " + std::to_string(bucket.index));
 }
 

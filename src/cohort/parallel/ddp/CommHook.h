@@ -1,5 +1,6 @@
 // How a gradient bucket is communicated: the one extension point for gradient compression. The default
-// hook averages with an all-reduce; fp16 compression and PowerSGD are other hooks, not other reducers.
+// hook averages with an all-reduce; fp16/bf16 compression and PowerSGD (parallel/compress/) are other
+// hooks, not other reducers.
 //
 //   class MyHook : public cohort::CommHook {
 //     cohort::HandlePtr run(cohort::Communicator& comm, cohort::GradBucket& b) override { ... }
@@ -9,6 +10,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -17,17 +20,37 @@
 namespace cohort {
 
 struct GradBucket {
-  size_t index;
+  size_t index = 0;
   // The bucket's gradients, flattened; the hook leaves the averaged result in it by the time the
   // returned handle's wait() returns.
   at::Tensor buffer;
+  // Views of `buffer` in the parameters' shapes, and the parameters' names, in bucket order: what a
+  // hook that treats each gradient as a matrix (PowerSGD) or keys state by parameter needs.
+  std::vector<at::Tensor> grads;
+  std::vector<std::string> names;
+  // Set by the hook: the bytes this rank puts into collectives for this bucket in this backward.
+  int64_t wire_bytes = 0;
 };
+
+// Hook state for checkpoints, by name; see CommHook::state_dict.
+using HookState = std::vector<std::pair<std::string, at::Tensor>>;
 
 class CommHook {
  public:
   virtual ~CommHook() = default;
   virtual std::string name() const = 0;
+  // Called once when the hook is installed, with every bucket the reducer will pass to run(): a hook
+  // with per-bucket state plans it here, the same on every rank.
+  virtual void attach(const std::vector<GradBucket>& buckets, Communicator& comm) {}
+  // Launches the bucket's communication and returns at once; the reducer waits on the handles in
+  // bucket order after backward. Collectives must be issued in the same order on every rank.
   virtual HandlePtr run(Communicator& comm, GradBucket& bucket) = 0;
+  // After every bucket of a synchronized backward has been waited for: one optimizer step is done.
+  virtual void end_of_backward() {}
+  // The state a resumed run needs to continue bit for bit. A collective: every rank calls it, at the
+  // same point; per-rank state is gathered so that the rank that saves has all of it.
+  virtual HookState state_dict(Communicator& comm) { return {}; }
+  virtual void load_state_dict(const HookState& state, Communicator& comm) {}
 };
 
 // Note [Where gradients are divided by world size]

@@ -53,9 +53,16 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
   locator_.resize(params_.size());
   for (size_t b = 0; b < plan_.size(); ++b) {
     Bucket bucket;
-    bucket.buffer = at::zeros({plan_[b].numel}, params_.front().options().dtype(plan_[b].dtype));
+    bucket.grad.index = b;
+    bucket.grad.buffer = at::zeros({plan_[b].numel}, params_.front().options().dtype(plan_[b].dtype));
+    for (size_t k = 0; k < plan_[b].params.size(); ++k) {
+      const size_t i = plan_[b].params[k];
+      locator_[i] = {b, k};
+      bucket.grad.grads.push_back(
+          bucket.grad.buffer.narrow(0, plan_[b].offsets[k], params_[i].numel()).view(params_[i].sizes()));
+      bucket.grad.names.push_back(names_[i]);
+    }
     buckets_.push_back(std::move(bucket));
-    for (size_t k = 0; k < plan_[b].params.size(); ++k) locator_[plan_[b].params[k]] = {b, k};
   }
   ready_.assign(params_.size(), false);
 
@@ -78,6 +85,14 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
 Reducer::~Reducer() {
   std::lock_guard<std::mutex> lock(hook_state_->mutex);
   hook_state_->reducer = nullptr;
+}
+
+void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
+  COHORT_ASSERT(!in_backward_, "set_comm_hook during backward");
+  hook_ = std::move(hook);
+  std::vector<GradBucket> view;
+  for (const auto& b : buckets_) view.push_back(b.grad);
+  hook_->attach(view, *comm_);
 }
 
 double Reducer::since_start() const {
@@ -117,9 +132,7 @@ void Reducer::mark_ready(size_t index) {
   if (ready_[index]) return;  // a parameter used twice fires once per backward (AccumulateGrad sums)
   ready_[index] = true;
   const auto [b, k] = locator_[index];
-  const auto& grad = params_[index].grad();
-  auto slot = buckets_[b].buffer.narrow(0, plan_[b].offsets[k], params_[index].numel());
-  slot.view(params_[index].sizes()).copy_(grad);
+  buckets_[b].grad.grads[k].copy_(params_[index].grad());
   --buckets_[b].pending;
 }
 
@@ -129,11 +142,13 @@ void Reducer::launch_ready_buckets() {
 }
 
 void Reducer::launch(size_t b) {
-  GradBucket gb{b, buckets_[b].buffer};
+  auto& gb = buckets_[b].grad;
+  gb.wire_bytes = 0;
   buckets_[b].handle = hook_->run(*comm_, gb);
   buckets_[b].launched = true;
   trace_.bucket_launch_s.push_back(since_start());
-  trace_.bytes_reduced += buckets_[b].buffer.numel() * static_cast<int64_t>(buckets_[b].buffer.element_size());
+  trace_.bytes_reduced += gb.wire_bytes;
+  trace_.bytes_dense += gb.buffer.numel() * static_cast<int64_t>(gb.buffer.element_size());
 }
 
 void Reducer::finalize() {
@@ -156,7 +171,7 @@ void Reducer::finalize() {
     // An unused parameter contributes zeros, so ranks that did use it still get the right average.
     for (size_t i : missing) {
       const auto [b, k] = locator_[i];
-      buckets_[b].buffer.narrow(0, plan_[b].offsets[k], params_[i].numel()).zero_();
+      buckets_[b].grad.grads[k].zero_();
       ready_[i] = true;
       --buckets_[b].pending;
     }
@@ -167,13 +182,14 @@ void Reducer::finalize() {
     buckets_[b].handle->wait();
     for (size_t k = 0; k < plan_[b].params.size(); ++k) {
       auto& p = params_[plan_[b].params[k]];
-      auto avg = buckets_[b].buffer.narrow(0, plan_[b].offsets[k], p.numel()).view(p.sizes());
+      const auto& avg = buckets_[b].grad.grads[k];
       if (p.grad().defined())
         p.mutable_grad().copy_(avg);
       else
         p.mutable_grad() = avg.clone();
     }
   }
+  hook_->end_of_backward();
   if (after_sync_) after_sync_();
 }
 

@@ -39,7 +39,8 @@ struct BackwardTrace {
   std::vector<double> bucket_launch_s;  // per bucket, in launch order
   double last_hook_s = 0;               // when the last gradient was produced
   double finalize_s = 0;                // when backward finished and the reducer began waiting
-  int64_t bytes_reduced = 0;
+  int64_t bytes_reduced = 0;            // bytes this rank put into collectives (after compression)
+  int64_t bytes_dense = 0;              // the buckets' own size: what an uncompressed all-reduce sends
 };
 
 class Reducer {
@@ -54,7 +55,11 @@ class Reducer {
   void set_sync_enabled(bool enabled) { sync_enabled_ = enabled; }
   bool sync_enabled() const { return sync_enabled_; }
 
-  void set_comm_hook(std::shared_ptr<CommHook> hook) { hook_ = std::move(hook); }
+  // Installs how buckets are communicated (default: AllReduceHook); the hook is attached to this
+  // reducer's buckets at once. Install it before the first backward.
+  void set_comm_hook(std::shared_ptr<CommHook> hook);
+  CommHook& comm_hook() const { return *hook_; }
+  Communicator& communicator() const { return *comm_; }
   // Runs when a synchronized backward begins (its first gradient is ready): the forward that produced
   // the loss is over, so DDP launches its buffer broadcast here and it overlaps the whole backward.
   void set_before_sync(std::function<void()> fn) { before_sync_ = std::move(fn); }
@@ -69,7 +74,7 @@ class Reducer {
 
  private:
   struct Bucket {
-    at::Tensor buffer;
+    GradBucket grad;  // the flat buffer, its per-parameter views and names, as the hook sees them
     size_t pending = 0;
     bool launched = false;
     HandlePtr handle;

@@ -1,0 +1,29 @@
+// Gradient compression by precision: each bucket is all-reduced in float16 or bfloat16 instead of
+// float32, halving the bytes on the wire (PyTorch's fp16_compress_hook / bf16_compress_hook).
+//
+//   ddp.set_comm_hook(std::make_shared<cohort::LowPrecisionHook>(at::kHalf));
+//
+// See Note [Where gradients are divided by world size]: the bucket is divided before it is cast, so
+// the sum of W averaged fp16 gradients cannot overflow where one gradient did not.
+#pragma once
+
+#include <string>
+
+#include <c10/core/ScalarType.h>
+
+#include "cohort/parallel/ddp/CommHook.h"
+
+namespace cohort {
+
+class LowPrecisionHook : public CommHook {
+ public:
+  // wire: at::kHalf or at::kBFloat16.
+  explicit LowPrecisionHook(c10::ScalarType wire);
+  std::string name() const override;
+  HandlePtr run(Communicator& comm, GradBucket& bucket) override;
+
+ private:
+  c10::ScalarType wire_;
+};
+
+}  // namespace cohort
