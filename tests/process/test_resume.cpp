@@ -17,24 +17,28 @@ std::vector<double> step_losses(const fs::path& run_dir, int64_t from_step) {
     if (l["kind"] == "train" && l["step"].get<int64_t>() > from_step) out.push_back(l["loss"].get<double>());
   return out;
 }
-}  // namespace
 
-TEST(Resume, InterruptedRunMatchesUninterruptedBitwise) {
-  const int k = 14;  // crosses the epoch boundary at 24 steps/epoch? no: 1536/2/32 = 24; 2k = 28 crosses it
-  const std::vector<std::string> common{"--nproc-per-node", "2", "train.epochs=2", "eval.enabled=false"};
+void expect_exact_resume(const std::string& name, const std::vector<std::string>& extra_args) {
+  // 1536 images / 2 ranks / batch 32 = 24 steps an epoch: the resumed half crosses an epoch boundary.
+  const int k = 14;
+  std::vector<std::string> common{"--nproc-per-node", "2", "train.epochs=2", "eval.enabled=false"};
+  common.insert(common.end(), extra_args.begin(), extra_args.end());
   auto with = [&](const fs::path& dir, std::vector<std::string> extra) {
     auto a = quick_args(dir, common);
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  const auto full = fresh_dir("resume-full");
+  const auto full = fresh_dir(name + "-full");
   auto r = cohort_train(with(full, {"train.max_steps=" + std::to_string(2 * k)}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
-  const auto part = fresh_dir("resume-part");
+  const auto part = fresh_dir(name + "-part");
   r = cohort_train(with(part, {"train.max_steps=" + std::to_string(k)}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = cohort_train({"--nproc-per-node", "2", "--resume", part.string(), "train.max_steps=" + std::to_string(2 * k)});
+  std::vector<std::string> resume_args{"--nproc-per-node", "2", "--resume", part.string(),
+                                       "train.max_steps=" + std::to_string(2 * k)};
+  resume_args.insert(resume_args.end(), extra_args.begin(), extra_args.end());
+  r = cohort_train(resume_args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resuming at step " + std::to_string(k)), std::string::npos) << r.output;
 
@@ -49,6 +53,16 @@ TEST(Resume, InterruptedRunMatchesUninterruptedBitwise) {
   for (size_t i = 0; i < wa.tensors.size(); ++i)
     EXPECT_TRUE(torch::equal(wa.tensors[i].second, wb.tensors[i].second)) << wa.tensors[i].first;
   EXPECT_EQ(wb.metadata.at("step"), std::to_string(2 * k));
+}
+
+}  // namespace
+
+TEST(Resume, InterruptedRunMatchesUninterruptedBitwise) { expect_exact_resume("resume", {}); }
+
+// PowerSGD carries state across steps (each rank's residual, the warm-started Q); the checkpoint holds
+// it, so a resumed run compresses exactly as the uninterrupted one did.
+TEST(Resume, PowerSgdStateResumesBitwise) {
+  expect_exact_resume("resume-powersgd", {"dist.compress=powersgd", "powersgd.start_iter=5", "powersgd.rank=2"});
 }
 
 TEST(Resume, MissingOrDamagedCheckpointIsNamed) {

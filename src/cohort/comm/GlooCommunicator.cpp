@@ -151,13 +151,14 @@ class GlooCommunicatorImpl : public Communicator {
   }
 
   // Gloo's all-reduce has no bfloat16 type (c10d's Gloo process group rejects it: "Invalid scalar
-  // type"). The 16-bit payload is all-gathered as raw int16 instead and reduced here in float32, in rank
+  // type"), and its all-gather none for int16. The 16-bit payload is all-gathered under float16's type
+  // instead (an all-gather only copies bytes, so the bits arrive untouched) and reduced here in float32, in rank
   // order, so every rank gets the same bits. Each rank sends (W-1) x N values instead of a ring
   // all-reduce's 2 (W-1)/W x N: the same for two ranks, W/2 times as many for W.
   HandlePtr all_reduce_bf16(const at::Tensor& tensor, ReduceOp op, const std::string& what) {
     COHORT_ASSERT(tensor.is_contiguous(), "bfloat16 all_reduce needs a contiguous tensor");
     const int64_t n = tensor.numel();
-    auto bits = tensor.view(-1).view(at::kShort);
+    auto bits = tensor.view(-1).view(at::kHalf);
     auto gathered = at::empty({size_ * n}, bits.options());
     std::vector<std::vector<at::Tensor>> outs(1);
     for (int r = 0; r < size_; ++r) outs[0].push_back(gathered.narrow(0, r * n, n));
