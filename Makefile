@@ -2,7 +2,7 @@
 # Each installs what is missing from Debian's packages first (quietly, and only when something is).
 BUILD ?= build
 DEBS := cmake g++ make ccache libtorch-dev libgloo-dev dataset-fashion-mnist libcli11-dev \
-        nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev python3-torch
+        nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev python3-torch iproute2
 
 .PHONY: all deps build run test bench clean
 
@@ -19,10 +19,12 @@ run: build
 	./$(BUILD)/cohort train
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 600
+	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500
 
 bench: build
 	/usr/bin/python3 bench/ddp_scaling.py --cohort ./$(BUILD)/cohort --out bench/results/ddp_scaling.json
+	./$(BUILD)/bench/compress_bytes > bench/results/compress_bytes.json
+	/usr/bin/python3 bench/slow_network.py --cohort ./$(BUILD)/cohort --out bench/results/slow_network.json
 
 clean:
 	rm -rf $(BUILD)

@@ -142,10 +142,12 @@ Field field(std::string key, S TrainConfig::*section, V S::*member, std::string 
 const std::vector<Field>& fields() {
   using T = TrainConfig;
   static const std::vector<Field> all = {
-      field("model.name", &T::model, &ModelConfig::name, "architecture",
-            {"resnet8", "resnet14", "resnet20", "resnet32", "mlp"}),
+      field("model.name", &T::model, &ModelConfig::name,
+            "architecture: small-image ResNets (resnet8..32), torchvision's ImageNet ResNets, or an MLP",
+            {"resnet8", "resnet14", "resnet20", "resnet32", "resnet18", "resnet34", "resnet50", "mlp"}),
       field("model.width", &T::model, &ModelConfig::width,
-            "channels of the first ResNet stage (doubled per stage) or hidden units of the MLP", {},
+            "channels of the first stage of resnet8..32 (doubled per stage) or hidden units of the MLP; "
+            "resnet18/34/50 keep torchvision's widths", {},
             positive<int64_t>()),
       field("model.num_classes", &T::model, &ModelConfig::num_classes, "classes of the output layer", {},
             positive<int64_t>()),

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <array>
+
 #include "cohort/util/Error.h"
 
 namespace cohort::models {
@@ -81,6 +83,88 @@ class SmallResNet : public Classifier {
   nn::Linear fc{nullptr};
 };
 
+// torchvision's Bottleneck (ResNet v1.5: the stride sits on the 3x3 conv), with its parameter names.
+struct BottleneckImpl : nn::Module {
+  static constexpr int64_t kExpansion = 4;
+  BottleneckImpl(int64_t in, int64_t planes, int64_t stride)
+      : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in, planes, 1).bias(false)))),
+        bn1(register_module("bn1", nn::BatchNorm2d(planes))),
+        conv2(register_module("conv2", conv3x3(planes, planes, stride))),
+        bn2(register_module("bn2", nn::BatchNorm2d(planes))),
+        conv3(register_module("conv3", nn::Conv2d(nn::Conv2dOptions(planes, planes * kExpansion, 1).bias(false)))),
+        bn3(register_module("bn3", nn::BatchNorm2d(planes * kExpansion))) {
+    if (stride != 1 || in != planes * kExpansion) {
+      downsample = register_module(
+          "downsample",
+          nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, planes * kExpansion, 1).stride(stride).bias(false)),
+                         nn::BatchNorm2d(planes * kExpansion)));
+    }
+  }
+  at::Tensor forward(at::Tensor x) {
+    auto out = torch::relu(bn1(conv1(x)));
+    out = torch::relu(bn2(conv2(out)));
+    out = bn3(conv3(out));
+    return torch::relu(out + (downsample ? downsample->forward(x) : x));
+  }
+  nn::Conv2d conv1;
+  nn::BatchNorm2d bn1;
+  nn::Conv2d conv2;
+  nn::BatchNorm2d bn2;
+  nn::Conv2d conv3;
+  nn::BatchNorm2d bn3;
+  nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(Bottleneck);
+
+// torchvision's ImageNet ResNets (resnet18/34/50): 7x7 stride-2 stem, max-pool, four stages of widths
+// 64..512, global average pool, fc. Same architecture, names and initialization, so torchvision
+// weights exported to safetensors load by name.
+class TorchvisionResNet : public Classifier {
+ public:
+  TorchvisionResNet(int64_t in_channels, bool bottleneck, std::array<int64_t, 4> blocks, int64_t num_classes)
+      : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in_channels, 64, 7).stride(2).padding(3).bias(false)))),
+        bn1(register_module("bn1", nn::BatchNorm2d(64))) {
+    int64_t in = 64;
+    for (int s = 0; s < 4; ++s) {
+      const int64_t planes = 64 << s;
+      nn::Sequential stage;
+      for (int64_t b = 0; b < blocks[s]; ++b) {
+        const int64_t stride = (b == 0 && s > 0) ? 2 : 1;
+        if (bottleneck) {
+          stage->push_back(Bottleneck(in, planes, stride));
+          in = planes * BottleneckImpl::kExpansion;
+        } else {
+          stage->push_back(BasicBlock(in, planes, stride));
+          in = planes;
+        }
+      }
+      layers.push_back(register_module("layer" + std::to_string(s + 1), stage));
+    }
+    fc = register_module("fc", nn::Linear(in, num_classes));
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* c = m->as<nn::Conv2d>()) {
+        nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+      } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
+        nn::init::ones_(bn->weight);
+        nn::init::zeros_(bn->bias);
+      }
+    }
+  }
+  at::Tensor forward(at::Tensor x) override {
+    x = torch::relu(bn1(conv1(x)));
+    x = torch::max_pool2d(x, 3, 2, 1);
+    for (auto& stage : layers) x = stage->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc(x);
+  }
+
+ private:
+  nn::Conv2d conv1;
+  nn::BatchNorm2d bn1;
+  std::vector<nn::Sequential> layers;
+  nn::Linear fc{nullptr};
+};
+
 class Mlp : public Classifier {
  public:
   Mlp(int64_t inputs, int64_t hidden, int64_t num_classes)
@@ -104,8 +188,11 @@ std::shared_ptr<Classifier> build(const ModelConfig& cfg, int64_t in_channels, i
   const std::pair<const char*, int64_t> resnets[] = {{"resnet8", 1}, {"resnet14", 2}, {"resnet20", 3}, {"resnet32", 5}};
   for (const auto& [name, blocks] : resnets)
     if (cfg.name == name) return std::make_shared<SmallResNet>(in_channels, cfg.width, blocks, cfg.num_classes);
+  if (cfg.name == "resnet18") return std::make_shared<TorchvisionResNet>(in_channels, false, std::array<int64_t, 4>{2, 2, 2, 2}, cfg.num_classes);
+  if (cfg.name == "resnet34") return std::make_shared<TorchvisionResNet>(in_channels, false, std::array<int64_t, 4>{3, 4, 6, 3}, cfg.num_classes);
+  if (cfg.name == "resnet50") return std::make_shared<TorchvisionResNet>(in_channels, true, std::array<int64_t, 4>{3, 4, 6, 3}, cfg.num_classes);
   throw ConfigError("config key 'model.name': unknown model '" + cfg.name + "'",
-                    "use one of resnet8, resnet14, resnet20, resnet32, mlp");
+                    "use one of resnet8, resnet14, resnet20, resnet32, resnet18, resnet34, resnet50, mlp");
 }
 
 }  // namespace cohort::models
