@@ -2,7 +2,8 @@
 """Step time over a slow link: two "machines" as network namespaces joined by a veth pair shaped with
 tc's tbf qdisc (netem is missing on these machines), one cohort worker in each, launched with
 --nnodes 2 as on two real machines. In one run: dist.compress none, fp16 and powersgd, and
-uncompressed DDP with and without overlap. Needs root (ip netns, tc). Prints JSON; --out writes it.
+uncompressed DDP with and without overlap; then PyTorch's own DDP hooks on the same link and model
+(bench/peer_torch_compress.py; --no-peer skips them). Needs root (ip netns, tc). Prints JSON; --out writes it.
 
 The model is ResNet-18 on Fashion-MNIST (11.7 M parameters, 47 MB of gradients a step): across an
 ordinary network its all-reduce costs more than its compute, the case gradient compression is for.
@@ -55,6 +56,21 @@ def run(a, name, extra, port):
             "sync_bytes_per_step_uncompressed": s["sync_bytes_per_step_uncompressed"]}
 
 
+def run_peer(a, compress, port):
+    peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_torch_compress.py")
+    procs = []
+    for i in range(2):
+        env = dict(os.environ, RANK=str(i), WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR=ADDR[0],
+                   MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=VETH[i], OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(["ip", "netns", "exec", NS[i], "/usr/bin/python3", peer, "--compress", compress,
+                                       "--steps", str(a.steps), "--batch", str(a.batch)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
+    outs = [p.communicate(timeout=1200)[0] for p in procs]
+    if any(p.returncode != 0 for p in procs):
+        sys.exit(f"peer {compress} failed:\n" + "\n".join(o[-3000:] for o in outs))
+    return json.loads([l for l in outs[0].splitlines() if l.startswith("{")][-1])["step_seconds"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cohort", default="build/cohort")
@@ -62,6 +78,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--out")
+    ap.add_argument("--no-peer", action="store_true", help="skip PyTorch's DDP hooks (bench/peer_torch_compress.py)")
     a = ap.parse_args()
     a.cohort = os.path.abspath(a.cohort)
     if os.geteuid() != 0:
@@ -80,10 +97,21 @@ def main():
         for i, (name, extra) in enumerate(configs):
             res["runs"][name] = run(a, name, extra, 29710 + i)
             print(name, res["runs"][name], file=sys.stderr)
+        if not a.no_peer:
+            res["pytorch"] = {}
+            for i, c in enumerate(("none", "fp16", "powersgd")):
+                res["pytorch"][c] = {"step_seconds": run_peer(a, c, 29730 + i)}
+                print("pytorch", c, res["pytorch"][c], file=sys.stderr)
     finally:
         teardown()
     base = res["runs"]["none"]["step_seconds"]
     res["speedup_over_none"] = {k: round(base / v["step_seconds"], 2) for k, v in res["runs"].items()}
+    if "pytorch" in res:
+        pbase = res["pytorch"]["none"]["step_seconds"]
+        res["pytorch_speedup_over_none"] = {k: round(pbase / v["step_seconds"], 2) for k, v in res["pytorch"].items()}
+        pairs = (("none", "none"), ("fp16", "fp16"), ("powersgd rank 2", "powersgd"))
+        res["cohort_step_time_over_pytorch"] = {
+            c: round(res["runs"][c]["step_seconds"] / res["pytorch"][p]["step_seconds"], 2) for c, p in pairs}
     text = json.dumps(res, indent=2)
     print(text)
     if a.out:
