@@ -15,6 +15,18 @@ nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
 }
 
+// torchvision's initialization: He-normal convolutions (fan-out), unit batch-norm scales, zero shifts.
+void init_like_torchvision(nn::Module& model) {
+  for (auto& m : model.modules(/*include_self=*/false)) {
+    if (auto* c = m->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    }
+  }
+}
+
 // torchvision's BasicBlock, with its parameter names.
 struct BasicBlockImpl : nn::Module {
   BasicBlockImpl(int64_t in, int64_t out, int64_t stride)
@@ -59,15 +71,7 @@ class SmallResNet : public Classifier {
       layers.push_back(register_module("layer" + std::to_string(s + 1), stage));
     }
     fc = register_module("fc", nn::Linear(in, num_classes));
-    // torchvision's initialization: He-normal convolutions (fan-out), unit batch-norm scales.
-    for (auto& m : modules(/*include_self=*/false)) {
-      if (auto* c = m->as<nn::Conv2d>()) {
-        nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
-      } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
-        nn::init::ones_(bn->weight);
-        nn::init::zeros_(bn->bias);
-      }
-    }
+    init_like_torchvision(*this);
   }
   at::Tensor forward(at::Tensor x) override {
     x = torch::relu(bn1(conv1(x)));
@@ -141,14 +145,7 @@ class TorchvisionResNet : public Classifier {
       layers.push_back(register_module("layer" + std::to_string(s + 1), stage));
     }
     fc = register_module("fc", nn::Linear(in, num_classes));
-    for (auto& m : modules(/*include_self=*/false)) {
-      if (auto* c = m->as<nn::Conv2d>()) {
-        nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
-      } else if (auto* bn = m->as<nn::BatchNorm2d>()) {
-        nn::init::ones_(bn->weight);
-        nn::init::zeros_(bn->bias);
-      }
-    }
+    init_like_torchvision(*this);
   }
   at::Tensor forward(at::Tensor x) override {
     x = torch::relu(bn1(conv1(x)));

@@ -94,3 +94,18 @@ TEST(Config, JsonRoundTrip) {
   const auto back = cfg::from_json(cfg::to_json(c));
   EXPECT_EQ(cfg::to_json(back), cfg::to_json(c));
 }
+
+TEST(Config, CompressionKeysParseAndBadValuesNameTheKey) {
+  const auto c = cfg::load(std::nullopt, {"dist.compress=powersgd", "powersgd.rank=2", "powersgd.start_iter=350",
+                                          "powersgd.warm_start=false"});
+  EXPECT_EQ(c.dist.compress, "powersgd");
+  EXPECT_EQ(c.powersgd.rank, 2);
+  EXPECT_EQ(c.powersgd.start_iter, 350);
+  EXPECT_FALSE(c.powersgd.warm_start);
+  EXPECT_TRUE(c.powersgd.error_feedback);
+  auto m = error_of([] { cfg::load(std::nullopt, {"dist.compress=gzip"}); });
+  EXPECT_NE(m.find("dist.compress"), std::string::npos) << m;
+  EXPECT_NE(m.find("powersgd"), std::string::npos) << m;  // lists the choices
+  m = error_of([] { cfg::load(std::nullopt, {"powersgd.rank=0"}); });
+  EXPECT_NE(m.find("powersgd.rank"), std::string::npos) << m;
+}
