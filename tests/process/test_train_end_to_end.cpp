@@ -1,6 +1,10 @@
 // `cohort train` as a user runs it: real launcher, real worker processes, real files.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
 #include "cohort/checkpoint/Safetensors.h"
 #include "process/Harness.h"
 
@@ -42,6 +46,26 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
                                "layer2.0.downsample.0.weight", "layer2.0.downsample.1.num_batches_tracked",
                                "fc.weight", "fc.bias"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
+  // TensorBoard: one event file from rank 0 holding the file_version event, 6 scalars per log line
+  // (48) and 3 per evaluation (2), in TFRecord framing that ends exactly at the end of the file.
+  std::vector<fs::path> events;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) events.push_back(e.path());
+  ASSERT_EQ(events.size(), 1u);
+  std::ifstream in(events[0], std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t at = 0, records = 0;
+  while (at + 12 <= bytes.size()) {
+    uint64_t len = 0;
+    std::memcpy(&len, bytes.data() + at, sizeof len);
+    at += 12 + len + 4;
+    ++records;
+  }
+  EXPECT_EQ(at, bytes.size());
+  EXPECT_EQ(records, 1u + 48 * 6 + 2 * 3);
+  EXPECT_NE(bytes.find("train/loss"), std::string::npos);
+  EXPECT_NE(bytes.find("val/top1"), std::string::npos);
+
   // Only rank 0 prints progress.
   EXPECT_NE(r.output.find("step 48/48"), std::string::npos) << r.output;
 }

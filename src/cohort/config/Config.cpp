@@ -249,6 +249,8 @@ const std::vector<Field>& fields() {
             positive<int64_t>()),
       field("log.every_steps", &T::log, &LogConfig::every_steps,
             "steps between progress lines and metrics.jsonl records", {}, positive<int64_t>()),
+      field("log.tensorboard", &T::log, &LogConfig::tensorboard,
+            "write TensorBoard scalars (events.out.tfevents.*) into the run directory, from rank 0"),
       field("run.dir", &T::run, &RunConfig::dir, "run directory (empty: runs/<timestamp>); same as --run-dir"),
   };
   return all;

@@ -101,6 +101,7 @@ struct EvalConfig {
 
 struct LogConfig {
   int64_t every_steps = 50;
+  bool tensorboard = true;
 };
 
 struct RunConfig {

@@ -17,6 +17,7 @@
 #include "cohort/data/Batch.h"
 #include "cohort/data/DistributedSampler.h"
 #include "cohort/data/FashionMnist.h"
+#include "cohort/log/TensorBoard.h"
 #include "cohort/models/Models.h"
 #include "cohort/optim/Schedule.h"
 #include "cohort/optim/Sgd.h"
@@ -198,9 +199,11 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
               << "; the data order from here on differs from the original run\n";
 
   JsonLines metrics;
+  std::unique_ptr<log::EventWriter> tensorboard;
   const auto config_json = config::to_json(cfg);
   if (lead) {
     metrics = JsonLines(run_dir / "metrics.jsonl");
+    if (cfg.log.tensorboard) tensorboard = std::make_unique<log::EventWriter>(run_dir);
     util::write_file_atomic(run_dir / "config.json", config_json.dump(2) + "\n");
     std::cout << "cohort: " << world_size << " worker(s), model " << cfg.model.name << ", " << strategy->name()
               << " over " << comm.backend_name() << ", global batch " << global_batch << ", " << total_steps
@@ -239,6 +242,12 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
       metrics.write({{"kind", "eval"}, {"step", step}, {"epoch", epoch}, {"test_loss", r.loss()},
                      {"test_top1", r.top1()}, {"test_top5", r.top5()}, {"best_test_top1", best},
                      {"train_seconds", train_seconds}, {"time", std::time(nullptr)}});
+      if (tensorboard) {
+        tensorboard->add_scalar("val/loss", r.loss(), step);
+        tensorboard->add_scalar("val/top1", r.top1(), step);
+        tensorboard->add_scalar("val/top5", r.top5(), step);
+        tensorboard->flush();
+      }
       std::cout << "epoch " << epoch + 1 << " test: loss " << std::setprecision(4) << r.loss() << " top1 "
                 << percent(r.top1()) << " top5 " << percent(r.top5()) << " (best " << percent(best) << ")"
                 << std::endl;
@@ -282,6 +291,14 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
                          {"step_loss_rank0", step_loss}, {"train_seconds", train_seconds},
                          {"sync_bytes", strategy->last_sync_bytes().wire},
                          {"sync_bytes_uncompressed", strategy->last_sync_bytes().dense}, {"time", std::time(nullptr)}});
+          if (tensorboard) {
+            tensorboard->add_scalar("train/loss", g.loss(), step);
+            tensorboard->add_scalar("train/top1", g.top1(), step);
+            tensorboard->add_scalar("train/top5", g.top5(), step);
+            tensorboard->add_scalar("train/lr", schedule.lr(step - 1), step);
+            tensorboard->add_scalar("train/images_per_second", ips, step);
+            tensorboard->add_scalar("train/sync_bytes", static_cast<double>(strategy->last_sync_bytes().wire), step);
+          }
           std::cout << "epoch " << epoch + 1 << "/" << cfg.train.epochs << " step " << step << "/" << total_steps
                     << " loss " << std::fixed << std::setprecision(4) << g.loss() << " top1 " << percent(g.top1())
                     << " lr " << std::setprecision(5) << schedule.lr(step - 1) << " " << std::setprecision(0) << ips
@@ -293,8 +310,10 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
       }
       if (cfg.ckpt.every_steps > 0 && step % cfg.ckpt.every_steps == 0) save("last", step / steps_per_epoch);
     }
-    if (lead)
+    if (lead) {
       metrics.write({{"kind", "epoch"}, {"epoch", epoch}, {"step", step}, {"epoch_seconds", seconds_since(epoch_start)}});
+      if (tensorboard) tensorboard->flush();
+    }
     if (step % steps_per_epoch == 0) {  // the epoch ran to its end, not to train.max_steps
       run_eval(epoch);
       if (cfg.ckpt.every_steps == 0) save("last", epoch + 1);
