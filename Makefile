@@ -2,7 +2,8 @@
 # Each installs what is missing from Debian's packages first (quietly, and only when something is).
 BUILD ?= build
 DEBS := cmake g++ make ccache libtorch-dev libgloo-dev dataset-fashion-mnist libcli11-dev \
-        nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev python3-torch iproute2
+        nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev python3-torch iproute2 \
+        libcurl4-openssl-dev libssl-dev protobuf-compiler
 
 .PHONY: all deps build run test bench clean
 

@@ -244,6 +244,14 @@ const std::vector<Field>& fields() {
             non_negative<int64_t>()),
       field("ckpt.save_best", &T::ckpt, &CkptConfig::save_best,
             "keep checkpoints/best for the best test accuracy"),
+      field("ckpt.upload", &T::ckpt, &CkptConfig::upload,
+            "after training, upload checkpoints/best to s3://bucket/prefix/<run name>/ (empty: no upload); "
+            "credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+      field("ckpt.upload_best_every_time", &T::ckpt, &CkptConfig::upload_best_every_time,
+            "also upload whenever checkpoints/best improves, not only at the end"),
+      field("ckpt.s3_endpoint", &T::ckpt, &CkptConfig::s3_endpoint,
+            "S3-compatible endpoint URL (empty: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS itself); "
+            "same as --s3-endpoint"),
       field("eval.enabled", &T::eval, &EvalConfig::enabled, "evaluate on the test set after each epoch"),
       field("eval.batch_size", &T::eval, &EvalConfig::batch_size, "evaluation batch size per worker", {},
             positive<int64_t>()),
@@ -251,6 +259,12 @@ const std::vector<Field>& fields() {
             "steps between progress lines and metrics.jsonl records", {}, positive<int64_t>()),
       field("log.tensorboard", &T::log, &LogConfig::tensorboard,
             "write TensorBoard scalars (events.out.tfevents.*) into the run directory, from rank 0"),
+      field("log.monitor_s", &T::log, &LogConfig::monitor_s,
+            "seconds between resource samples (RSS, CPU, GPU through NVML) of every rank (0: no monitor)", {},
+            non_negative<double>()),
+      field("log.progress", &T::log, &LogConfig::progress,
+            "rank 0's progress: a live bar on a terminal and plain lines otherwise (auto), or always one of them",
+            {"auto", "bar", "plain", "off"}),
       field("run.dir", &T::run, &RunConfig::dir, "run directory (empty: runs/<timestamp>); same as --run-dir"),
   };
   return all;
@@ -332,6 +346,10 @@ void validate(const TrainConfig& cfg) {
   if (cfg.sched.name == "onecycle" && cfg.sched.warmup_epochs > 0)
     throw ConfigError("config key 'sched.warmup_epochs' does not apply to sched.name=onecycle",
                       "onecycle warms up over sched.pct_start of training; set that instead");
+  if (!cfg.ckpt.upload.empty() && (cfg.ckpt.upload.rfind("s3://", 0) != 0 || cfg.ckpt.upload.size() <= 5 ||
+                                   cfg.ckpt.upload[5] == '/'))
+    throw ConfigError("config key 'ckpt.upload' must be s3://bucket[/prefix], got '" + cfg.ckpt.upload + "'",
+                      "for example ckpt.upload=s3://my-bucket/cohort-runs");
 }
 
 TrainConfig load(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& overrides,

@@ -92,6 +92,9 @@ struct PowerSgdConfig {
 struct CkptConfig {
   int64_t every_steps = 0;
   bool save_best = true;
+  std::string upload;  // s3://bucket/prefix
+  bool upload_best_every_time = false;
+  std::string s3_endpoint;
 };
 
 struct EvalConfig {
@@ -102,6 +105,8 @@ struct EvalConfig {
 struct LogConfig {
   int64_t every_steps = 50;
   bool tensorboard = true;
+  double monitor_s = 5.0;
+  std::string progress = "auto";
 };
 
 struct RunConfig {

@@ -17,12 +17,14 @@
 #include "cohort/data/Batch.h"
 #include "cohort/data/DistributedSampler.h"
 #include "cohort/data/FashionMnist.h"
+#include "cohort/log/ResourceMonitor.h"
 #include "cohort/log/TensorBoard.h"
 #include "cohort/models/Models.h"
 #include "cohort/optim/Schedule.h"
 #include "cohort/optim/Sgd.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/train/Metrics.h"
+#include "cohort/train/Progress.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/Memory.h"
@@ -117,6 +119,22 @@ std::string percent(double v) {
   return os.str();
 }
 
+// Note [Resource samples reach rank 0 at log intervals]
+// Every rank's monitor thread writes its own resources.rank<R>.jsonl at log.monitor_s; rank 0 alone
+// writes metrics.jsonl and TensorBoard, so the latest sample of every rank travels to it in the same
+// place the training metrics are reduced: a collective every rank reaches at the same step.
+constexpr int kResourceFields = 5;  // rss, peak rss, cpu %, gpu util % (-1: none), gpu memory used
+
+std::vector<double> gather_resources(log::ResourceMonitor& monitor, Communicator& comm, int world_size) {
+  const auto s = monitor.sample_now(/*record=*/false);
+  auto mine = at::tensor({double(s.rss), double(s.peak_rss), s.cpu_percent, s.gpu ? s.gpu->util_percent : -1.0,
+                          s.gpu ? double(s.gpu->memory_used) : 0.0},
+                         at::kDouble);
+  auto all = at::zeros({world_size * kResourceFields}, at::kDouble);
+  comm.all_gather(all, mine, "resource samples")->wait();
+  return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+}
+
 }  // namespace
 
 int worker_threads(const TrainConfig& cfg, const WorldInfo& info) {
@@ -149,6 +167,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     if (cfg.run.dir.empty()) cfg.run.dir = resume_dir.parent_path().string();
   }
   const fs::path run_dir = agree_run_dir(cfg, world);
+  log::ResourceMonitor monitor(cfg.log.monitor_s, run_dir / ("resources.rank" + std::to_string(rank) + ".jsonl"),
+                               info.local_rank);
 
   auto data = load_data(cfg);
   const int64_t channels = data.train.images.size(1);
@@ -198,6 +218,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     std::cerr << "cohort: note: resuming a run saved with " << resume.state.world_size << " workers on " << world_size
               << "; the data order from here on differs from the original run\n";
 
+  Progress progress(lead ? Progress::resolve(cfg.log.progress, isatty(STDOUT_FILENO) != 0) : Progress::Mode::kOff,
+                    std::cout);
   JsonLines metrics;
   std::unique_ptr<log::EventWriter> tensorboard;
   const auto config_json = config::to_json(cfg);
@@ -230,6 +252,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   int64_t last_eval_step = -1;
   Clock::time_point window_start = Clock::now();
   int64_t window_images = 0;
+  const auto session_start = Clock::now();
+  const int64_t first_step = step;
 
   auto run_eval = [&](int64_t epoch) {
     if (!cfg.eval.enabled) return;
@@ -281,17 +305,50 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
       train_seconds += seconds_since(t0);
       images_seen += global_batch;
       window_images += global_batch;
+      progress.update({epoch, cfg.train.epochs, s + 1, steps_per_epoch, step, total_steps, step_loss,
+                       window_images / std::max(seconds_since(window_start), 1e-9), seconds_since(session_start),
+                       step - first_step});
 
       if (step % cfg.log.every_steps == 0 || step == stop_step) {
         const auto g = window.reduce(comm, "training metrics");
         const double ips = window_images / std::max(seconds_since(window_start), 1e-9);
+        const auto res = gather_resources(monitor, comm, world_size);
         if (lead) {
           metrics.write({{"kind", "train"}, {"step", step}, {"epoch", epoch}, {"loss", g.loss()}, {"top1", g.top1()},
                          {"top5", g.top5()}, {"lr", schedule.lr(step - 1)}, {"images_per_second", ips},
                          {"step_loss_rank0", step_loss}, {"train_seconds", train_seconds},
                          {"sync_bytes", strategy->last_sync_bytes().wire},
                          {"sync_bytes_uncompressed", strategy->last_sync_bytes().dense}, {"time", std::time(nullptr)}});
+          nlohmann::json rss = nlohmann::json::array(), cpu = nlohmann::json::array(),
+                         gpu_util = nlohmann::json::array(), gpu_mem = nlohmann::json::array();
+          for (int r = 0; r < world_size; ++r) {
+            const double* f = res.data() + r * kResourceFields;
+            rss.push_back(static_cast<int64_t>(f[0]));
+            cpu.push_back(f[2]);
+            if (f[3] >= 0) {
+              gpu_util.push_back(f[3]);
+              gpu_mem.push_back(static_cast<int64_t>(f[4]));
+            }
+          }
+          nlohmann::json rec = {{"kind", "resources"}, {"step", step}, {"rss_bytes", rss}, {"cpu_percent", cpu},
+                                {"train_seconds", train_seconds}, {"time", std::time(nullptr)}};
+          if (!gpu_util.empty()) {
+            rec["gpu_util_percent"] = gpu_util;
+            rec["gpu_memory_used_bytes"] = gpu_mem;
+          }
+          metrics.write(rec);
           if (tensorboard) {
+            for (int r = 0; r < world_size; ++r) {
+              const double* f = res.data() + r * kResourceFields;
+              const std::string who = "/rank" + std::to_string(r);
+              tensorboard->add_scalar("memory/rss_mb" + who, f[0] / (1 << 20), step);
+              tensorboard->add_scalar("memory/peak_rss_mb" + who, f[1] / (1 << 20), step);
+              tensorboard->add_scalar("cpu/percent" + who, f[2], step);
+              if (f[3] >= 0) {
+                tensorboard->add_scalar("gpu/util_percent" + who, f[3], step);
+                tensorboard->add_scalar("gpu/memory_used_mb" + who, f[4] / (1 << 20), step);
+              }
+            }
             tensorboard->add_scalar("train/loss", g.loss(), step);
             tensorboard->add_scalar("train/top1", g.top1(), step);
             tensorboard->add_scalar("train/top5", g.top5(), step);
@@ -299,10 +356,12 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
             tensorboard->add_scalar("train/images_per_second", ips, step);
             tensorboard->add_scalar("train/sync_bytes", static_cast<double>(strategy->last_sync_bytes().wire), step);
           }
-          std::cout << "epoch " << epoch + 1 << "/" << cfg.train.epochs << " step " << step << "/" << total_steps
-                    << " loss " << std::fixed << std::setprecision(4) << g.loss() << " top1 " << percent(g.top1())
-                    << " lr " << std::setprecision(5) << schedule.lr(step - 1) << " " << std::setprecision(0) << ips
-                    << " img/s" << std::defaultfloat << std::endl;
+          if (progress.mode() == Progress::Mode::kPlain) {
+            std::cout << "epoch " << epoch + 1 << "/" << cfg.train.epochs << " step " << step << "/" << total_steps
+                      << " loss " << std::fixed << std::setprecision(4) << g.loss() << " top1 " << percent(g.top1())
+                      << " lr " << std::setprecision(5) << schedule.lr(step - 1) << " " << std::setprecision(0)
+                      << ips << " img/s" << std::defaultfloat << std::endl;
+          }
         }
         window.reset();
         window_images = 0;
@@ -310,6 +369,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
       }
       if (cfg.ckpt.every_steps > 0 && step % cfg.ckpt.every_steps == 0) save("last", step / steps_per_epoch);
     }
+    progress.end_epoch();
     if (lead) {
       metrics.write({{"kind", "epoch"}, {"epoch", epoch}, {"step", step}, {"epoch_seconds", seconds_since(epoch_start)}});
       if (tensorboard) tensorboard->flush();
@@ -324,10 +384,16 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   if (last_eval_step != step) run_eval(final_epoch);
   save("last", step / steps_per_epoch);
 
-  // Per-rank peak memory, gathered so rank 0 can report every rank.
-  auto rss = at::full({1}, util::peak_rss_bytes(), at::kLong);
-  auto all_rss = at::zeros({world_size}, at::kLong);
-  comm.all_gather(all_rss, rss, "peak RSS report")->wait();
+  // Per-rank peak memory, CPU and GPU use, gathered so rank 0 can report every rank.
+  monitor.sample_now();  // so a run shorter than log.monitor_s still has one sample
+  const auto tot = monitor.totals();
+  constexpr int kTotals = 7;
+  auto mine = at::tensor({double(util::peak_rss_bytes()), tot.mean_cpu_percent, tot.has_gpu ? 1.0 : 0.0,
+                          tot.mean_gpu_util_percent, tot.max_gpu_util_percent, double(tot.peak_gpu_memory_used),
+                          double(tot.gpu_memory_total)},
+                         at::kDouble);
+  auto all_tot = at::zeros({world_size * kTotals}, at::kDouble);
+  comm.all_gather(all_tot, mine, "resource totals")->wait();
   result.steps = step;
   result.train_seconds = train_seconds;
   result.images_per_second = train_seconds > 0 ? images_seen / train_seconds : 0;
@@ -335,14 +401,29 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   result.best_test_accuracy = best;
   if (lead) {
     const auto sync = strategy->last_sync_bytes();
-    std::vector<int64_t> per_rank(all_rss.data_ptr<int64_t>(), all_rss.data_ptr<int64_t>() + world_size);
+    std::vector<int64_t> per_rank;
+    nlohmann::json resources = nlohmann::json::array();
+    for (int r = 0; r < world_size; ++r) {
+      const double* f = all_tot.data_ptr<double>() + r * kTotals;
+      per_rank.push_back(static_cast<int64_t>(f[0]));
+      nlohmann::json one = {{"rank", r}, {"peak_rss_bytes", per_rank.back()}, {"mean_cpu_percent", f[1]}};
+      if (f[2] > 0) {
+        one["gpu_mean_util_percent"] = f[3];
+        one["gpu_max_util_percent"] = f[4];
+        one["gpu_peak_memory_used_bytes"] = static_cast<int64_t>(f[5]);
+        one["gpu_memory_total_bytes"] = static_cast<int64_t>(f[6]);
+      }
+      resources.push_back(one);
+    }
     nlohmann::json summary = {
         {"world_size", world_size}, {"nnodes", info.nnodes}, {"launcher", info.launcher},
         {"strategy", strategy->name()}, {"backend", comm.backend_name()}, {"model", cfg.model.name},
         {"steps", step}, {"epochs", static_cast<double>(step) / steps_per_epoch}, {"steps_per_epoch", steps_per_epoch},
         {"global_batch", global_batch}, {"train_seconds", train_seconds},
         {"images_per_second", result.images_per_second}, {"test_accuracy", test_accuracy < 0 ? nlohmann::json() : nlohmann::json(test_accuracy)},
-        {"best_test_accuracy", best < 0 ? nlohmann::json() : nlohmann::json(best)}, {"peak_rss_bytes", per_rank}, {"threads_per_worker", at::get_num_threads()},
+        {"best_test_accuracy", best < 0 ? nlohmann::json() : nlohmann::json(best)}, {"peak_rss_bytes", per_rank}, {"resources", resources},
+        {"gpu_monitor", monitor.gpu_available() ? "nvml" : monitor.nvml().why_unavailable()},
+        {"precision", "fp32"}, {"threads_per_worker", at::get_num_threads()},
         {"compress", cfg.dist.compress}, {"sync_bytes_per_step", sync.wire},
         {"sync_bytes_per_step_uncompressed", sync.dense},
         {"compression_ratio", sync.wire > 0 ? nlohmann::json(double(sync.dense) / sync.wire) : nlohmann::json()},
