@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iomanip>
 #include <optional>
 
 #include <CLI/CLI.hpp>
@@ -13,7 +14,10 @@
 #include "cohort/comm/WorldInfo.h"
 #include "cohort/config/Config.h"
 #include "cohort/launch/Launcher.h"
+#include "cohort/log/Report.h"
+#include "cohort/train/BatchSizeFinder.h"
 #include "cohort/train/Trainer.h"
+#include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
 
 namespace {
@@ -28,6 +32,23 @@ struct TrainArgs {
   int master_port = 0;
   std::string run_dir;
   std::string resume;
+  std::string s3_endpoint;
+};
+
+struct FindArgs {
+  std::string config_file;
+  std::vector<std::string> overrides;
+  std::string max_memory;
+  int64_t start = 2;
+  int64_t max_batch = 1 << 20;
+  int max_trials = 25;
+  int64_t steps = 3;
+  std::string run_dir;
+};
+
+struct ReportArgs {
+  std::vector<std::string> run_dirs;
+  std::string out;
 };
 
 // The resolved config: a resumed run's saved config (or the defaults), then the file, then key=value
@@ -49,6 +70,7 @@ cohort::TrainConfig resolve_config(const TrainArgs& a) {
   std::vector<std::string> overrides = a.overrides;
   if (!a.run_dir.empty()) overrides.push_back("run.dir=" + a.run_dir);
   if (!a.resume.empty()) overrides.push_back("train.resume=" + a.resume);
+  if (!a.s3_endpoint.empty()) overrides.push_back("ckpt.s3_endpoint=" + a.s3_endpoint);
   return cohort::config::load(a.config_file.empty() ? std::nullopt : std::optional<std::filesystem::path>(a.config_file),
                               overrides, base);
 }
@@ -83,6 +105,49 @@ int run_train(const TrainArgs& args) {
   }
 }
 
+// The largest batch search: trials are single-worker `cohort train` processes of this same binary.
+int run_find_batch_size(const FindArgs& a) {
+  namespace fs = std::filesystem;
+  TrainArgs check;
+  check.config_file = a.config_file;
+  check.overrides = a.overrides;
+  const auto cfg = resolve_config(check);  // a bad key fails here, once, not in every trial
+  cohort::train::FindOptions o;
+  std::error_code ec;
+  o.binary = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec) o.binary = "/proc/self/exe";
+  if (!a.config_file.empty()) o.train_args = {"--config", fs::absolute(a.config_file).string()};
+  o.train_args.insert(o.train_args.end(), a.overrides.begin(), a.overrides.end());
+  o.start = a.start;
+  o.max_batch = a.max_batch;
+  o.max_trials = a.max_trials;
+  o.steps = a.steps;
+  o.max_memory = a.max_memory.empty() ? cohort::train::available_memory_bytes() * 9 / 10
+                                      : cohort::train::parse_bytes(a.max_memory);
+  const fs::path run_dir = a.run_dir.empty() ? fs::path(cfg.run.dir.empty() ? "runs/find-batch-size" : cfg.run.dir)
+                                             : fs::path(a.run_dir);
+  fs::create_directories(run_dir);
+  o.work_dir = run_dir / "batch-size-trials";
+  std::cout << "cohort: find-batch-size for " << cfg.model.name << " on " << cfg.data.name << ": per-worker budget "
+            << o.max_memory / double(1 << 20) << " MiB of peak RSS, " << o.steps << " steps per trial" << std::endl;
+  const auto r = cohort::train::find_batch_size(o, [&](int64_t b) {
+    auto t = cohort::train::run_trial(o, b);
+    std::cout << "  batch " << b << ": " << (t.fits ? "fits" : "does not fit (" + t.why + ")") << ", peak RSS "
+              << t.peak_rss / (1 << 20) << " MiB, " << std::fixed << std::setprecision(1) << t.seconds << " s"
+              << std::defaultfloat << std::endl;
+    return t;
+  });
+  fs::remove_all(o.work_dir, ec);
+  cohort::util::write_file_atomic(run_dir / "batch_size.json", to_json(r, o).dump(2) + "\n");
+  if (r.batch_size == 0)
+    throw cohort::ConfigError("find-batch-size: not even data.batch_size=" + std::to_string(r.trials.back().batch) +
+                                  " fits: " + r.trials.back().why,
+                              "raise --max-memory or pick a smaller model");
+  std::cout << "cohort: largest per-worker batch: " << r.batch_size << " (limited by " << r.limited_by << "); "
+            << (run_dir / "batch_size.json").string() << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,7 +170,29 @@ int main(int argc, char** argv) {
   train->add_option("--run-dir", args.run_dir, "run directory (default runs/<timestamp>); same as run.dir=");
   train->add_option("--resume", args.resume, "run directory to resume from; same as train.resume=");
   train->add_option("overrides", args.overrides, "config overrides, key=value (see the list below)");
+  train->add_option("--s3-endpoint", args.s3_endpoint, "S3-compatible endpoint for ckpt.upload; same as ckpt.s3_endpoint=");
   train->footer(cohort::config::help_text());
+
+  FindArgs find;
+  auto* finder = app.add_subcommand("find-batch-size",
+                                    "find the largest per-worker batch that trains within a memory budget "
+                                    "(doubling, then binary search); writes batch_size.json into the run dir");
+  finder->add_option("--config", find.config_file, "TOML config file")->check(CLI::ExistingFile);
+  finder->add_option("--max-memory", find.max_memory,
+                     "peak resident memory allowed per worker, e.g. 4G (default: 90% of MemAvailable)");
+  finder->add_option("--start", find.start, "first batch size tried")->capture_default_str()->check(CLI::PositiveNumber);
+  finder->add_option("--max-batch", find.max_batch, "largest batch size tried")->capture_default_str()->check(CLI::PositiveNumber);
+  finder->add_option("--max-trials", find.max_trials, "trials at most")->capture_default_str()->check(CLI::PositiveNumber);
+  finder->add_option("--steps", find.steps, "training steps per trial")->capture_default_str()->check(CLI::PositiveNumber);
+  finder->add_option("--run-dir", find.run_dir, "where batch_size.json goes (default: run.dir, else runs/find-batch-size)");
+  finder->add_option("overrides", find.overrides, "config overrides, key=value, as for train");
+
+  ReportArgs report;
+  auto* reporter = app.add_subcommand("report", "write the run logbook (report.md, report.json, SVG plots) of one "
+                                                "run, or a comparison of several with speedups");
+  reporter->add_option("run_dirs", report.run_dirs, "run directories (the first is the baseline of the speedups)")
+      ->required()->check(CLI::ExistingDirectory);
+  reporter->add_option("--out", report.out, "output folder (default: the run dir for one run, ./report for several)");
 
   try {
     app.parse(argc, argv);
@@ -114,6 +201,14 @@ int main(int argc, char** argv) {
   }
   try {
     if (*train) return run_train(args);
+    if (*finder) return run_find_batch_size(find);
+    if (*reporter) {
+      const auto out = cohort::log::write_report(
+          std::vector<std::filesystem::path>(report.run_dirs.begin(), report.run_dirs.end()),
+          report.out.empty() ? (report.run_dirs.size() == 1 ? report.run_dirs[0] : std::string("report")) : report.out);
+      std::cout << "cohort: report written: " << out.string() << std::endl;
+      return 0;
+    }
   } catch (const std::exception& e) {
     std::cerr << "cohort: error: " << message_of(e) << std::endl;
     return 2;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -25,6 +26,7 @@
 #include "cohort/parallel/Strategy.h"
 #include "cohort/train/Metrics.h"
 #include "cohort/train/Progress.h"
+#include "cohort/upload/S3.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/Memory.h"
@@ -133,6 +135,37 @@ std::vector<double> gather_resources(log::ResourceMonitor& monitor, Communicator
   auto all = at::zeros({world_size * kResourceFields}, at::kDouble);
   comm.all_gather(all, mine, "resource samples")->wait();
   return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+}
+
+// Note [A failed upload keeps the run]
+// Uploading the best checkpoint happens after it is safely on local disk, and only reads it. A failure
+// (credentials, network, the store) is printed with its cause and recorded in summary.json, and the run
+// still ends normally: the checkpoint it trained for stays where it was, and the upload can be retried
+// with the `aws` CLI from the printed path.
+nlohmann::json upload_checkpoint(const TrainConfig& cfg, const fs::path& run_dir) {
+  const fs::path ckpts = run_dir / "checkpoints";
+  const std::string tag = fs::exists(ckpts / "best.safetensors") ? "best" : "last";
+  nlohmann::json rec = {{"checkpoint", tag}, {"ok", false}};
+  const auto t0 = Clock::now();
+  try {
+    const auto opt = upload::S3Options::from_env(cfg.ckpt.s3_endpoint);
+    auto dest = upload::S3Url::parse(cfg.ckpt.upload);
+    if (!dest.key.empty() && dest.key.back() != '/') dest.key += '/';
+    dest.key += run_dir.filename().string() + "/";
+    rec["url"] = dest.str();
+    uint64_t bytes = 0;
+    for (const std::string& file : {tag + ".safetensors", tag + ".state.safetensors"})
+      if (fs::exists(ckpts / file)) bytes += upload::upload_file(opt, dest, ckpts / file);
+    rec["ok"] = true;
+    rec["bytes"] = bytes;
+    rec["seconds"] = seconds_since(t0);
+    std::cout << "cohort: uploaded checkpoints/" << tag << " (" << bytes << " bytes) to " << dest.str() << std::endl;
+  } catch (const Error& e) {
+    rec["error"] = e.what();
+    std::cerr << "cohort: warning: the upload of checkpoints/" << tag << " failed: " << e.describe()
+              << "\ncohort: the checkpoint is kept at " << (ckpts / (tag + ".safetensors")).string() << std::endl;
+  }
+  return rec;
 }
 
 }  // namespace
@@ -276,7 +309,10 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
                 << percent(r.top1()) << " top5 " << percent(r.top5()) << " (best " << percent(best) << ")"
                 << std::endl;
     }
-    if (improved && cfg.ckpt.save_best) save("best", epoch + 1);
+    if (improved && cfg.ckpt.save_best) {
+      save("best", epoch + 1);
+      if (lead && !cfg.ckpt.upload.empty() && cfg.ckpt.upload_best_every_time) upload_checkpoint(cfg, run_dir);
+    }
   };
 
   model->train();
@@ -435,6 +471,13 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
               << std::defaultfloat << std::endl;
   }
   comm.barrier("end of training")->wait();
+  // After the barrier: the other ranks are done and no collective timeout runs while a large checkpoint
+  // uploads. See Note [A failed upload keeps the run].
+  if (lead && !cfg.ckpt.upload.empty()) {
+    auto summary = nlohmann::json::parse(std::ifstream(run_dir / "summary.json"));
+    summary["upload"] = upload_checkpoint(cfg, run_dir);
+    util::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
+  }
   return result;
 }
 
