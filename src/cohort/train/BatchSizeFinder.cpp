@@ -75,8 +75,9 @@ FindResult find_batch_size(const FindOptions& o, const std::function<Trial(int64
     }
     if (no_fit - fit <= 1) break;  // converged: fit + 1 does not fit
     b = fit + (no_fit - fit) / 2;
-    if (trial + 1 == o.max_trials) r.limited_by = "max_trials";
   }
+  const bool converged = (no_fit != 0 && no_fit - fit <= 1) || r.limited_by == "max_batch";
+  if (!converged) r.limited_by = "max_trials";
   r.batch_size = fit;
   return r;
 }

@@ -101,3 +101,42 @@ TEST(TensorBoard, UnwritableDirectoryIsNamed) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent-cohort-dir"), std::string::npos) << e.what();
   }
 }
+
+// An independent decoder: Debian's protoc reads each record as a protobuf message without our schema,
+// so tags, steps and float bits are checked by code we did not write.
+TEST(TensorBoard, ProtocDecodesEveryRecord) {
+  if (std::system("command -v protoc > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "protoc is not installed (Debian package protobuf-compiler; `make test` installs it)";
+  const auto dir = fs::temp_directory_path() / ("cohort-tb-protoc-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::path file;
+  {
+    EventWriter tb(dir);
+    file = tb.path();
+    tb.add_scalar("train/loss", 2.5, 300);   // 2.5f = 0x40200000
+    tb.add_scalar("val/top1", 0.5, 301);     // 0.5f = 0x3f000000
+  }
+  const auto records = read_records(file);
+  ASSERT_EQ(records.size(), 3u);
+  auto decode = [&](const std::string& rec) {
+    const auto in = dir / "record.bin", out = dir / "decoded.txt";
+    std::ofstream(in, std::ios::binary) << rec;
+    EXPECT_EQ(std::system(("protoc --decode_raw < " + in.string() + " > " + out.string()).c_str()), 0);
+    std::ifstream f(out);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  const std::string first = decode(records[0]);
+  EXPECT_NE(first.find("3: \"brain.Event:2\""), std::string::npos) << first;
+  const std::string loss = decode(records[1]);
+  // Event.step is field 2, Event.summary field 5 > Summary.value field 1 > Value.tag 1, simple_value 2.
+  EXPECT_NE(loss.find("2: 300\n"), std::string::npos) << loss;
+  EXPECT_NE(loss.find("5 {"), std::string::npos) << loss;
+  EXPECT_NE(loss.find("1: \"train/loss\""), std::string::npos) << loss;
+  EXPECT_NE(loss.find("2: 0x40200000"), std::string::npos) << loss;
+  const std::string top1 = decode(records[2]);
+  EXPECT_NE(top1.find("2: 301\n"), std::string::npos) << top1;
+  EXPECT_NE(top1.find("1: \"val/top1\""), std::string::npos) << top1;
+  EXPECT_NE(top1.find("2: 0x3f000000"), std::string::npos) << top1;
+  fs::remove_all(dir);
+}

@@ -4,26 +4,24 @@
 #include "cohort/upload/S3.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
+
+#include "support/MotoServer.h"
 
 namespace fs = std::filesystem;
 using namespace cohort::upload;
+using cohort::testing::MotoServer;
+using cohort::testing::MotoSuite;
 
 namespace {
 
@@ -355,242 +353,82 @@ TEST(S3Upload, GivesUpAfterMaxAttemptsNamingStatusAndCode) {
 
 // ---- Against a real moto_server that checks signatures ----
 
-std::string find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::stringstream ss(path ? path : "");
-  for (std::string dir; std::getline(ss, dir, ':');) {
-    const fs::path p = fs::path(dir.empty() ? "." : dir) / name;
-    if (::access(p.c_str(), X_OK) == 0) return p.string();
-  }
-  return "";
-}
-
-// moto authenticates nothing for its first INITIAL_NO_AUTH_ACTION_COUNT requests: the fixture spends exactly
-// those on create-user, put-user-policy (moto denies S3 actions to a user without a policy), create-access-key
-// and create-bucket. With 3, create-bucket is refused; with 4, the next request is checked (found by trying).
-constexpr int kUnauthenticatedCalls = 4;
-constexpr const char* kBucket = "cohort-test";
-
-class MotoS3 : public ::testing::Test {
+class MotoS3 : public MotoSuite {
  protected:
-  static void SetUpTestSuite() {
-    moto_ = find_on_path("moto_server");
-    aws_ = find_on_path("aws");
-    if (moto_.empty() || aws_.empty()) {
-      skip_ = "moto_server or the aws CLI is not on PATH (pip install 'moto[server]' awscli to run these tests)";
-      return;
-    }
-    dir_ = make_temp_dir("moto");
-    port_ = free_port();
-    start_moto();
-    if (!error_.empty()) return;
-    const std::string policy =
-        R"('{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}')";
-    std::string key;
-    for (const std::string& args :
-         {std::string("iam create-user --user-name cohort"),
-          "iam put-user-policy --user-name cohort --policy-name all --policy-document " + policy,
-          std::string("iam create-access-key --user-name cohort --query "
-                      "'AccessKey.[AccessKeyId,SecretAccessKey]' --output text"),
-          std::string("s3api create-bucket --bucket ") + kBucket}) {
-      const AwsResult r = aws(args);
-      if (!r.ok) {
-        error_ = r.error;
-        return;
-      }
-      if (args.rfind("iam create-access-key", 0) == 0) key = r.out;
-    }
-    std::istringstream in(key);
-    in >> access_key_ >> secret_key_;
-    if (access_key_.empty() || secret_key_.empty()) error_ = "aws iam create-access-key printed '" + key + "'";
-  }
-
-  static void TearDownTestSuite() {
-    if (pid_ > 0) {
-      ::kill(-pid_, SIGTERM);  // the whole process group: the pyenv shim and the python server
-      int status = 0;
-      bool gone = false;
-      for (int i = 0; i < 100 && !gone; ++i) {  // at most 5 s, then SIGKILL
-        gone = ::waitpid(pid_, &status, WNOHANG) == pid_;
-        if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      ::kill(-pid_, SIGKILL);
-      if (!gone) ::waitpid(pid_, &status, 0);
-      pid_ = -1;
-    }
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
-
-  void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
-    // A server that failed to start is a failure, never a skip.
-    ASSERT_TRUE(error_.empty()) << error_;
-  }
-
-  static std::string endpoint() { return "http://127.0.0.1:" + std::to_string(port_); }
-
+  static const fs::path& dir() { return moto_->dir(); }
+  static std::string endpoint() { return moto_->endpoint(); }
   static S3Options options() {
     S3Options o = test_options(endpoint());
-    o.access_key = access_key_;
-    o.secret_key = secret_key_;
+    o.access_key = moto_->access_key();
+    o.secret_key = moto_->secret_key();
     return o;
   }
-  static S3Url url(const std::string& key) { return S3Url::parse(std::string("s3://") + kBucket + "/" + key); }
-
-  struct AwsResult {
-    bool ok = false;
-    std::string out, error;
-  };
-  // Runs the aws CLI against moto with the given credentials (dummy ones by default). Every call is bounded
-  // by `timeout`.
-  static AwsResult aws(const std::string& args, const std::string& ak = "dummy", const std::string& sk = "dummy") {
-    const std::string log = (dir_ / "aws.log").string();
-    const std::string cmd =
-        "env -u AWS_PROFILE -u AWS_SESSION_TOKEN -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_S3 AWS_ACCESS_KEY_ID=" + ak +
-        " AWS_SECRET_ACCESS_KEY=" + sk +
-        " AWS_DEFAULT_REGION=us-east-1 AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null timeout 60 '" +
-        aws_ + "' --endpoint-url " + endpoint() + " " + args + " 2>" + log;
-    AwsResult r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (!p) {
-      r.error = "popen failed for: " + cmd;
-      return r;
-    }
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
-    const int status = ::pclose(p);
-    r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!r.ok) r.error = "aws " + args + " failed (status " + std::to_string(status) + "): " + read_file(log);
-    return r;
-  }
-
-  static void start_moto() {
-    const std::string log = (dir_ / "moto.log").string();
-    const std::string port = std::to_string(port_);
-    // env(1) sets the count for moto alone; the argv strings live until execv in the child.
-    std::vector<std::string> args{"/usr/bin/env",
-                                  "INITIAL_NO_AUTH_ACTION_COUNT=" + std::to_string(kUnauthenticatedCalls),
-                                  moto_,
-                                  "-H",
-                                  "127.0.0.1",
-                                  "-p",
-                                  port};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no server left behind if the test binary dies
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-      }
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    if (pid_ < 0) {
-      error_ = "fork failed";
-      return;
-    }
-    ::setpgid(pid_, pid_);
-    // Ready when the port accepts a connection (a TCP connect is not an HTTP request, so it does not use up
-    // one of the unauthenticated calls). Bounded at 30 s.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        error_ = "moto_server exited during startup: " + read_file(log);
-        return;
-      }
-      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      const sockaddr_in addr = loopback(port_);
-      const bool up = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
-      ::close(fd);
-      if (up) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    error_ = "moto_server did not listen on port " + port + " within 30 s: " + read_file(log);
-  }
-
-  // The object as moto stores it, read back with the aws CLI (the right key).
+  static S3Url url(const std::string& key) { return S3Url::parse("s3://" + moto_->bucket() + "/" + key); }
   static std::string get_object(const std::string& key) {
-    const fs::path out = dir_ / "readback.bin";
-    fs::remove(out);
-    const AwsResult r =
-        aws(std::string("s3api get-object --bucket ") + kBucket + " --key '" + key + "' '" + out.string() + "'",
-            access_key_, secret_key_);
+    const auto r = moto_->get_object(key);
     EXPECT_TRUE(r.ok) << r.error;
-    return read_file(out);
+    return r.out;
   }
-
-  static inline std::string moto_, aws_, skip_, error_, access_key_, secret_key_;
-  static inline fs::path dir_;
-  static inline int port_ = -1;
-  static inline pid_t pid_ = -1;
 };
 
 TEST_F(MotoS3, SmallFileRoundTripsByteIdentical) {
   const std::string data = random_bytes(100000, 1);
-  write_file(dir_ / "small.bin", data);
+  write_file(dir() / "small.bin", data);
   // A space needs encoding in the path. moto 5.2 (server mode) rebuilds the signed path from werkzeug's
   // re-quoted URL, so keys with '=', '+', ',', '%' or non-ASCII fail its signature check even for the aws CLI
   // (seen); those encodings are checked against botocore in AuthorizationMatchesBotocoreForUploadPart instead.
   const std::string key = "runs/exp 1/step~100/model.bin";
-  EXPECT_EQ(upload_file(options(), url(key), dir_ / "small.bin"), data.size());
+  EXPECT_EQ(upload_file(options(), url(key), dir() / "small.bin"), data.size());
   EXPECT_EQ(get_object(key), data);
   // A prefix ending in '/' gets the file name appended.
-  upload_file(options(), url("runs/"), dir_ / "small.bin");
+  upload_file(options(), url("runs/"), dir() / "small.bin");
   EXPECT_EQ(get_object("runs/small.bin"), data);
 }
 
 TEST_F(MotoS3, WrongSecretFailsFastWith403AndLeavesFileAlone) {
   const std::string data = random_bytes(5000, 2);
-  write_file(dir_ / "secret.bin", data);
-  const auto mtime = fs::last_write_time(dir_ / "secret.bin");
+  write_file(dir() / "secret.bin", data);
+  const auto mtime = fs::last_write_time(dir() / "secret.bin");
   S3Options opt = options();
   opt.secret_key = "not-the-secret";
   opt.backoff_initial_s = 1.0;  // a retry would show in the elapsed time
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string err = upload_error([&] { upload_file(opt, url("wrong.bin"), dir_ / "secret.bin"); });
-  EXPECT_TRUE(has(err, "HTTP 403 SignatureDoesNotMatch") && has(err, endpoint() + "/" + kBucket + "/wrong.bin")) << err;
+  const std::string err = upload_error([&] { upload_file(opt, url("wrong.bin"), dir() / "secret.bin"); });
+  EXPECT_TRUE(has(err, "HTTP 403 SignatureDoesNotMatch") && has(err, endpoint() + "/" + moto_->bucket() + "/wrong.bin")) << err;
   EXPECT_TRUE(has(err, "HINT: ") && has(err, "check AWS_SECRET_ACCESS_KEY")) << err;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.9);
-  EXPECT_EQ(read_file(dir_ / "secret.bin"), data);
-  EXPECT_EQ(fs::last_write_time(dir_ / "secret.bin"), mtime);
+  EXPECT_EQ(read_file(dir() / "secret.bin"), data);
+  EXPECT_EQ(fs::last_write_time(dir() / "secret.bin"), mtime);
 }
 
 TEST_F(MotoS3, MultipartRoundTripsByteIdentical) {
   // moto, like S3, wants >= 5 MiB for every part but the last: 12 MiB goes as 5 + 5 + 2 MiB.
   const std::string data = random_bytes((12 << 20) + 123, 3);
-  write_file(dir_ / "big.bin", data);
+  write_file(dir() / "big.bin", data);
   S3Options opt = options();
   opt.part_size = 5 << 20;
-  EXPECT_EQ(upload_file(opt, url("ckpt/big.bin"), dir_ / "big.bin"), data.size());
+  EXPECT_EQ(upload_file(opt, url("ckpt/big.bin"), dir() / "big.bin"), data.size());
   EXPECT_EQ(get_object("ckpt/big.bin"), data);
-  EXPECT_EQ(read_file(dir_ / "big.bin"), data);
+  EXPECT_EQ(read_file(dir() / "big.bin"), data);
 }
 
 TEST_F(MotoS3, FailedMultipartIsAbortedAndLeavesFileAlone) {
   // 1 MiB parts are below the 5 MiB minimum: CompleteMultipartUpload answers EntityTooSmall.
   const std::string data = random_bytes((3 << 20) + 7, 4);
-  write_file(dir_ / "parts.bin", data);
-  const auto mtime = fs::last_write_time(dir_ / "parts.bin");
+  write_file(dir() / "parts.bin", data);
+  const auto mtime = fs::last_write_time(dir() / "parts.bin");
   S3Options opt = options();
   opt.part_size = 1 << 20;
-  const std::string err = upload_error([&] { upload_file(opt, url("ckpt/parts.bin"), dir_ / "parts.bin"); });
+  const std::string err = upload_error([&] { upload_file(opt, url("ckpt/parts.bin"), dir() / "parts.bin"); });
   EXPECT_TRUE(has(err, "CompleteMultipartUpload") && has(err, "EntityTooSmall") && has(err, "was aborted")) << err;
   EXPECT_TRUE(has(err, "HINT: ") && has(err, "5 MiB")) << err;
-  const AwsResult uploads = aws(
-      std::string("s3api list-multipart-uploads --bucket ") + kBucket + " --query 'Uploads[].UploadId' --output text",
-      access_key_, secret_key_);
+  const auto uploads =
+      moto_->aws("s3api list-multipart-uploads --bucket " + moto_->bucket() + " --query 'Uploads[].UploadId' --output text");
   ASSERT_TRUE(uploads.ok) << uploads.error;
   EXPECT_TRUE(uploads.out == "None\n" || uploads.out.empty() || uploads.out == "\n") << "left: " << uploads.out;
-  EXPECT_TRUE(fs::exists(dir_ / "parts.bin"));
-  EXPECT_EQ(read_file(dir_ / "parts.bin"), data);
-  EXPECT_EQ(fs::last_write_time(dir_ / "parts.bin"), mtime);
+  EXPECT_TRUE(fs::exists(dir() / "parts.bin"));
+  EXPECT_EQ(read_file(dir() / "parts.bin"), data);
+  EXPECT_EQ(fs::last_write_time(dir() / "parts.bin"), mtime);
 }
 
 }  // namespace

@@ -1,0 +1,174 @@
+// The run logbook from real runs: `cohort report` on a 1-worker and a 2-worker run (every section, the
+// numbers equal to summary.json, the speedup), the trainer's TensorBoard scalars decoded by protoc, and
+// `cohort find-batch-size` against a memory budget (the batch found fits, twice it does not).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <tuple>
+#include <cstring>
+
+#include "process/Harness.h"
+
+namespace fs = std::filesystem;
+using namespace cohort::testing;
+using nlohmann::json;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+ProcResult run_cohort(const std::vector<std::string>& args, double timeout_s = 240) {
+  std::vector<std::string> argv{COHORT_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, timeout_s);
+}
+
+// Every scalar tag in a TensorBoard event file, read by protoc --decode_raw record by record.
+std::string decoded_events(const fs::path& run_dir, const fs::path& scratch) {
+  fs::path file;
+  for (const auto& e : fs::directory_iterator(run_dir))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) file = e.path();
+  EXPECT_FALSE(file.empty()) << "no event file in " << run_dir;
+  const std::string all = slurp(file);
+  std::string text;
+  for (size_t at = 0; at + 12 <= all.size();) {
+    uint64_t len = 0;
+    std::memcpy(&len, all.data() + at, 8);
+    std::ofstream(scratch, std::ios::binary) << all.substr(at + 12, len);
+    const auto r = run({"/bin/sh", "-c", "protoc --decode_raw < " + scratch.string()}, 30);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    text += r.output;
+    at += 12 + len + 4;
+  }
+  return text;
+}
+
+}  // namespace
+
+TEST(Logbook, ReportOfTwoRealRunsMatchesTheirSummaries) {
+  const auto one = fresh_dir("logbook-1w"), two = fresh_dir("logbook-2w"), out = fresh_dir("logbook-report");
+  auto r = cohort_train(quick_args(one, {"--nproc-per-node", "1", "train.epochs=2", "log.monitor_s=0.2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = cohort_train(quick_args(two, {"--nproc-per-node", "2", "train.epochs=2", "log.monitor_s=0.2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_cohort({"report", one.string(), two.string(), "--out", out.string()}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const std::string md = slurp(out / "report.md");
+  for (const char* section : {"## Comparison", "## Plots", "### Setup", "### Results", "### Validation per epoch",
+                              "### Resources per rank", "### Largest batch", "### Config"})
+    EXPECT_NE(md.find(section), std::string::npos) << section;
+  for (const char* svg : {"loss_vs_epoch.svg", "loss_vs_time.svg", "accuracy_vs_epoch.svg", "accuracy_vs_time.svg"}) {
+    EXPECT_NE(md.find(std::string("](") + svg + ")"), std::string::npos) << svg;
+    const std::string s = slurp(out / svg);
+    EXPECT_EQ(s.rfind("<svg", 0), 0u) << svg;
+    EXPECT_EQ(std::count(s.begin(), s.end(), '\n') > 10, true);
+    EXPECT_NE(s.find("<polyline"), std::string::npos) << svg;
+  }
+
+  const json report = read_json(out / "report.json");
+  ASSERT_EQ(report["runs"].size(), 2u);
+  const fs::path dirs[] = {one, two};
+  for (int i = 0; i < 2; ++i) {
+    const json summary = read_json(dirs[i] / "summary.json");
+    const json& run = report["runs"][i];
+    EXPECT_EQ(run["setup"]["world_size"], summary["world_size"]);
+    EXPECT_EQ(run["setup"]["strategy"], summary["strategy"]);
+    EXPECT_EQ(run["setup"]["global_batch"], summary["global_batch"]);
+    EXPECT_EQ(run["results"]["best_test_accuracy"], summary["best_test_accuracy"]);
+    EXPECT_EQ(run["results"]["train_seconds"], summary["train_seconds"]);
+    EXPECT_EQ(run["results"]["images_per_second"], summary["images_per_second"]);
+    EXPECT_EQ(run["resources"].size(), summary["world_size"].get<size_t>());
+    EXPECT_EQ(run["resources"][0]["peak_rss_bytes"], summary["peak_rss_bytes"][0]);
+    // One validation row per epoch, the last one the summary's final accuracy.
+    ASSERT_EQ(run["epochs"].size(), 2u);
+    EXPECT_EQ(run["epochs"][1]["test_top1"], summary["test_accuracy"]);
+    // The markdown shows the same best accuracy, to two decimals.
+    char best[32];
+    std::snprintf(best, sizeof best, "| best test top-1 | %.2f%% |", 100 * summary["best_test_accuracy"].get<double>());
+    EXPECT_NE(md.find(best), std::string::npos) << best;
+    // Every rank's monitor wrote its own samples.
+    for (int rank = 0; rank < summary["world_size"].get<int>(); ++rank)
+      EXPECT_GT(read_jsonl(dirs[i] / ("resources.rank" + std::to_string(rank) + ".jsonl")).size(), 0u);
+  }
+  const json s1 = read_json(one / "summary.json"), s2 = read_json(two / "summary.json");
+  const auto& cmp = report["comparison"];
+  EXPECT_DOUBLE_EQ(cmp[0]["speedup"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(cmp[1]["speedup"].get<double>(),
+                   s1["train_seconds"].get<double>() / s2["train_seconds"].get<double>());
+  EXPECT_DOUBLE_EQ(cmp[1]["throughput_ratio"].get<double>(),
+                   s2["images_per_second"].get<double>() / s1["images_per_second"].get<double>());
+
+  // One run alone: the report lands in its own directory.
+  r = run_cohort({"report", two.string()}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(two / "report.md"));
+  EXPECT_EQ(slurp(two / "report.md").find("## Comparison"), std::string::npos);
+
+  // The trainer's TensorBoard scalars, decoded by protoc: training, validation and every rank's resources.
+  if (std::system("command -v protoc > /dev/null 2>&1") != 0) GTEST_SKIP() << "protoc not installed";
+  const std::string events = decoded_events(two, out / "record.bin");
+  for (const char* tag : {"train/loss", "train/top1", "train/lr", "train/images_per_second", "val/loss", "val/top1",
+                          "val/top5", "memory/rss_mb/rank0", "memory/rss_mb/rank1", "cpu/percent/rank1"})
+    EXPECT_NE(events.find(std::string("1: \"") + tag + "\""), std::string::npos) << tag;
+  EXPECT_NE(events.find("brain.Event:2"), std::string::npos);
+}
+
+TEST(Logbook, ReportNamesARunThatDidNotFinish) {
+  const auto dir = fresh_dir("logbook-unfinished");
+  const auto r = run_cohort({"report", dir.string()}, 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find((dir / "summary.json").string()), std::string::npos) << r.output;
+}
+
+TEST(Logbook, FoundBatchFitsTheBudgetAndTwiceItDoesNot) {
+  const auto dir = fresh_dir("logbook-batch");
+  // A tiny model on one thread: each trial takes about a second. The budget sits a little above what the
+  // process needs at any batch (libraries, the dataset), so activations decide.
+  const std::vector<std::string> common = {"--max-memory", "420M", "--steps", "2", "--run-dir", dir.string(),
+                                           "model.width=8", "train.threads=1", "data.train_limit=4000"};
+  auto args = common;
+  args.insert(args.begin(), "find-batch-size");
+  auto r = run_cohort(args, 400);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json found = read_json(dir / "batch_size.json");
+  const int64_t b = found["batch_size"];
+  EXPECT_GT(b, 2);
+  EXPECT_EQ(found["limited_by"], "memory");
+  EXPECT_EQ(found["max_memory_bytes"], 420LL << 20);
+  bool fit_seen = false, next_failed = false;
+  for (const auto& t : found["trials"]) {
+    if (t["batch_size"] == b) fit_seen = t["fits"].get<bool>() && t["peak_rss_bytes"].get<int64_t>() <= (420LL << 20);
+    if (t["batch_size"] == b + 1) next_failed = !t["fits"].get<bool>();
+  }
+  EXPECT_TRUE(fit_seen && next_failed) << found.dump(1);
+
+  // Independent re-checks, each a fresh single trial in the same directory (the trial's command line is
+  // then the same as in the search: peak RSS moves by a few MiB with allocator layout, which depends even on
+  // the length of the arguments). b must fit the budget within 2% (identical runs differ by about 0.2%);
+  // 2b must not fit the budget itself.
+  const std::string search_result = slurp(dir / "batch_size.json");
+  for (const auto& [batch, budget, should_fit] :
+       {std::tuple<int64_t, std::string, bool>{b, "428M", true}, {2 * b, "420M", false}}) {
+    std::vector<std::string> a = {"find-batch-size", "--max-memory", budget, "--steps", "2", "--run-dir", dir.string(),
+                                  "--start", std::to_string(batch), "--max-batch", std::to_string(batch),
+                                  "--max-trials", "1", "model.width=8", "train.threads=1", "data.train_limit=4000"};
+    r = run_cohort(a, 200);
+    const json one = read_json(dir / "batch_size.json");
+    ASSERT_EQ(one["trials"].size(), 1u) << r.output;
+    EXPECT_EQ(one["trials"][0]["fits"].get<bool>(), should_fit) << "batch " << batch << ": " << one.dump(1);
+    if (!should_fit) EXPECT_NE(one["trials"][0]["why"].get<std::string>().find("peak RSS"), std::string::npos);
+  }
+  std::ofstream(dir / "batch_size.json") << search_result;
+
+  // The logbook of a run trained in that directory shows the batch found.
+  r = cohort_train(quick_args(dir, {"--nproc-per-node", "1", "train.max_steps=3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_cohort({"report", dir.string()}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(slurp(dir / "report.md").find("**" + std::to_string(b) + "** per worker"), std::string::npos);
+}
