@@ -3,7 +3,8 @@
 BUILD ?= build
 DEBS := cmake g++ make ccache libtorch-dev libgloo-dev dataset-fashion-mnist libcli11-dev \
         nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev python3-torch iproute2 \
-        libcurl4-openssl-dev libssl-dev protobuf-compiler
+        libcurl4-openssl-dev libssl-dev protobuf-compiler \
+        libjpeg62-turbo-dev python3-torchvision python3-pil
 
 .PHONY: all deps build run test bench clean
 

@@ -33,6 +33,8 @@ struct TrainArgs {
   std::string run_dir;
   std::string resume;
   std::string s3_endpoint;
+  std::string checkpoint;  // eval
+  std::string out;         // eval
 };
 
 struct FindArgs {
@@ -81,7 +83,9 @@ std::string message_of(const std::exception& e) {
   return e.what();
 }
 
-int run_train(const TrainArgs& args) {
+// `cohort train` and `cohort eval` share the launcher: started by a person, the command starts the
+// workers (itself again, with RANK, WORLD_SIZE...); started as a worker, it does the work.
+int run_train(const TrainArgs& args, bool eval = false) {
   const auto info = cohort::world_from_env(cohort::current_env());
   if (info.launcher == "none") {
     // A person started us: check the config once, here, then start the workers.
@@ -95,7 +99,10 @@ int run_train(const TrainArgs& args) {
     return cohort::launch::launch_with_argv(o);
   }
   try {
-    cohort::train::run_worker(resolve_config(args), info);
+    if (eval)
+      cohort::train::run_eval_worker(resolve_config(args), info, args.checkpoint, args.out);
+    else
+      cohort::train::run_worker(resolve_config(args), info);
     return 0;
   } catch (const std::exception& e) {
     const std::string msg = "rank " + std::to_string(info.rank) + ": " + message_of(e);
@@ -173,6 +180,22 @@ int main(int argc, char** argv) {
   train->add_option("--s3-endpoint", args.s3_endpoint, "S3-compatible endpoint for ckpt.upload; same as ckpt.s3_endpoint=");
   train->footer(cohort::config::help_text());
 
+  TrainArgs eval_args;
+  eval_args.nproc_per_node = 1;
+  auto* evaluator = app.add_subcommand("eval", "top-1 and top-5 of a checkpoint on the validation set, across ranks");
+  evaluator->add_option("--checkpoint", eval_args.checkpoint, "model weights (.safetensors), e.g. RUN/checkpoints/best.safetensors")
+      ->required()->check(CLI::ExistingFile);
+  evaluator->add_option("--config", eval_args.config_file, "TOML config file (the model and data of the checkpoint)")
+      ->check(CLI::ExistingFile);
+  evaluator->add_option("--nproc-per-node", eval_args.nproc_per_node, "worker processes on this machine")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  evaluator->add_option("--nnodes", eval_args.nnodes, "machines")->capture_default_str();
+  evaluator->add_option("--node-rank", eval_args.node_rank, "this machine's index")->capture_default_str();
+  evaluator->add_option("--master-addr", eval_args.master_addr, "address of node 0")->capture_default_str();
+  evaluator->add_option("--master-port", eval_args.master_port, "rendezvous port (0: a free one)")->capture_default_str();
+  evaluator->add_option("--out", eval_args.out, "also write the result as JSON to this file");
+  evaluator->add_option("overrides", eval_args.overrides, "config overrides, key=value, as for train");
+
   FindArgs find;
   auto* finder = app.add_subcommand("find-batch-size",
                                     "find the largest per-worker batch that trains within a memory budget "
@@ -201,6 +224,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*train) return run_train(args);
+    if (*evaluator) return run_train(eval_args, /*eval=*/true);
     if (*finder) return run_find_batch_size(find);
     if (*reporter) {
       const auto out = cohort::log::write_report(

@@ -46,8 +46,9 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
                                "layer2.0.downsample.0.weight", "layer2.0.downsample.1.num_batches_tracked",
                                "fc.weight", "fc.bias"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
-  // TensorBoard: one event file from rank 0 holding the file_version event, 6 scalars per log line
-  // (48) and 3 per evaluation (2), in TFRecord framing that ends exactly at the end of the file.
+  // TensorBoard: one event file from rank 0 holding the file_version event, 6 training scalars and 3
+  // resource scalars per rank (RSS, peak RSS, CPU; no GPU here) per log line (48), and 3 per evaluation
+  // (2), in TFRecord framing that ends exactly at the end of the file.
   std::vector<fs::path> events;
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) events.push_back(e.path());
@@ -62,7 +63,7 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
     ++records;
   }
   EXPECT_EQ(at, bytes.size());
-  EXPECT_EQ(records, 1u + 48 * 6 + 2 * 3);
+  EXPECT_EQ(records, 1u + 48 * (6 + 2 * 3) + 2 * 3);
   EXPECT_NE(bytes.find("train/loss"), std::string::npos);
   EXPECT_NE(bytes.find("val/top1"), std::string::npos);
 

@@ -108,16 +108,20 @@ fs::path resolve_resume_dir(const fs::path& path) {
                         "pass the run directory of an earlier `cohort train` (it holds checkpoints/)");
 }
 
-void load_weights(torch::nn::Module& module, const NamedTensors& tensors, const std::string& source) {
+std::vector<std::string> load_weights(torch::nn::Module& module, const NamedTensors& tensors, const std::string& source,
+                                      const std::vector<std::string>& replaceable) {
   std::map<std::string, at::Tensor> own;
   for (const auto& p : module.named_parameters(true)) own[p.key()] = p.value();
   for (const auto& b : module.named_buffers(true)) own[b.key()] = b.value();
-  std::vector<std::string> unexpected, mismatched;
+  std::vector<std::string> unexpected, mismatched, replaced;
   std::map<std::string, const at::Tensor*> given;
   for (const auto& [name, t] : tensors) {
     auto it = own.find(name);
     if (it == own.end())
       unexpected.push_back(name);
+    else if (it->second.sizes() != t.sizes() &&
+             std::find(replaceable.begin(), replaceable.end(), name) != replaceable.end())
+      replaced.push_back(name);  // a new head: keep the model's freshly initialized tensor
     else if (it->second.sizes() != t.sizes())
       mismatched.push_back(name + " (file " + c10::str(t.sizes()) + ", model " + c10::str(it->second.sizes()) + ")");
     else
@@ -125,7 +129,8 @@ void load_weights(torch::nn::Module& module, const NamedTensors& tensors, const 
   }
   std::vector<std::string> missing;
   for (const auto& [name, t] : own)
-    if (!given.count(name) && std::none_of(mismatched.begin(), mismatched.end(),
+    if (!given.count(name) && std::find(replaced.begin(), replaced.end(), name) == replaced.end() &&
+        std::none_of(mismatched.begin(), mismatched.end(),
                                            [&](const std::string& m) { return m.rfind(name + " ", 0) == 0; }))
       missing.push_back(name);
   if (!unexpected.empty() || !missing.empty() || !mismatched.empty()) {
@@ -140,7 +145,9 @@ void load_weights(torch::nn::Module& module, const NamedTensors& tensors, const 
                           "use the model.name, model.width and model.num_classes the weights were saved with");
   }
   at::NoGradGuard no_grad;
-  for (auto& [name, t] : own) t.copy_(given[name]->to(t.options()));
+  for (auto& [name, t] : own)
+    if (given.count(name)) t.copy_(given[name]->to(t.options()));
+  return replaced;
 }
 
 }  // namespace cohort::checkpoint

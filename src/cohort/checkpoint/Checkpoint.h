@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 
@@ -49,7 +50,9 @@ Checkpoint load(const std::filesystem::path& dir, const std::string& tag);
 std::filesystem::path resolve_resume_dir(const std::filesystem::path& path);
 
 // Copies `tensors` into the module by name; a missing, unexpected or mismatched tensor is an error that
-// lists them all.
-void load_weights(torch::nn::Module& module, const NamedTensors& tensors, const std::string& source);
+// lists them all. Names in `replaceable` (a classifier head) may differ in shape: they keep the module's
+// own initialization and are returned, so fine-tuning from 1000 ImageNet classes to 10 works.
+std::vector<std::string> load_weights(torch::nn::Module& module, const NamedTensors& tensors, const std::string& source,
+                                      const std::vector<std::string>& replaceable = {});
 
 }  // namespace cohort::checkpoint

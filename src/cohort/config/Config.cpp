@@ -144,15 +144,20 @@ const std::vector<Field>& fields() {
   static const std::vector<Field> all = {
       field("model.name", &T::model, &ModelConfig::name,
             "architecture: small-image ResNets (resnet8..32), torchvision's ImageNet ResNets, or an MLP",
-            {"resnet8", "resnet14", "resnet20", "resnet32", "resnet18", "resnet34", "resnet50", "mlp"}),
+            {"resnet8", "resnet14", "resnet20", "resnet32", "resnet18", "resnet34", "resnet50", "vit_b32", "airbench", "mlp"}),
       field("model.width", &T::model, &ModelConfig::width,
             "channels of the first stage of resnet8..32 (doubled per stage) or hidden units of the MLP; "
             "resnet18/34/50 keep torchvision's widths", {},
             positive<int64_t>()),
       field("model.num_classes", &T::model, &ModelConfig::num_classes, "classes of the output layer", {},
             positive<int64_t>()),
-      field("data.name", &T::data, &DataConfig::name, "dataset (IDX files under data.root)",
-            {"fashion-mnist", "mnist"}),
+      field("model.pretrained", &T::model, &ModelConfig::pretrained,
+            "initial weights from a .safetensors file (torchvision / timm names), checked name by name and "
+            "shape by shape; a classifier head of another class count is replaced (fine-tuning)"),
+      field("data.name", &T::data, &DataConfig::name,
+            "dataset: fashion-mnist or mnist (IDX files), cifar10 (the binary .bin batches), imagefolder "
+            "(data.root/train/<class>/*.JPEG and data.root/val/<class>/*.JPEG, classes sorted by name)",
+            {"fashion-mnist", "mnist", "cifar10", "imagefolder"}),
       field("data.root", &T::data, &DataConfig::root, "directory holding the dataset files"),
       field("data.batch_size", &T::data, &DataConfig::batch_size,
             "batch size per worker; the global batch is this x world size", {}, positive<int64_t>()),
@@ -160,6 +165,21 @@ const std::vector<Field>& fields() {
             "random crop with zero padding + horizontal flip on training images"),
       field("data.crop_padding", &T::data, &DataConfig::crop_padding, "padding of the random crop, pixels (0: no crop, flips only; the 3-epoch default job is more accurate without crops)",
             {}, non_negative<int64_t>()),
+      field("data.flip", &T::data, &DataConfig::flip,
+            "horizontal flips of training images: random (p = 0.5 each time) or alternating (airbench: a fixed "
+            "random half flipped in even epochs, the other half in odd ones; in-memory datasets)",
+            {"random", "alternating"}),
+      field("data.image_size", &T::data, &DataConfig::image_size,
+            "pixels of the images the model sees (0: the dataset's own, 224 for imagefolder); imagefolder: "
+            "the RandomResizedCrop size and the validation center crop after resizing the shorter side to "
+            "image_size x 256 / 224; other datasets: a bilinear resize", {}, non_negative<int64_t>()),
+      field("data.workers", &T::data, &DataConfig::workers,
+            "imagefolder: decoding threads per worker (0: cores / local workers)", {}, non_negative<int64_t>()),
+      field("data.prefetch", &T::data, &DataConfig::prefetch,
+            "imagefolder: batches decoded ahead of training, per worker", {}, positive<int64_t>()),
+      field("data.on_bad_file", &T::data, &DataConfig::on_bad_file,
+            "imagefolder: a corrupt or non-JPEG file is skipped and named in the log (skip), or an error (fail)",
+            {"skip", "fail"}),
       field("data.train_limit", &T::data, &DataConfig::train_limit,
             "use only the first N training images (0: all)", {}, non_negative<int64_t>()),
       field("data.test_limit", &T::data, &DataConfig::test_limit,
@@ -171,6 +191,9 @@ const std::vector<Field>& fields() {
             {}, non_negative<int64_t>()),
       field("train.seed", &T::train, &TrainLoopConfig::seed,
             "seed of initialization, shuffling and augmentation"),
+      field("train.lookahead", &T::train, &TrainLoopConfig::lookahead,
+            "airbench's lookahead: every 5 steps pull the weights to their moving average (decay 0.95^5 x "
+            "progress^3), and end on the average"),
       field("train.grad_accum_steps", &T::train, &TrainLoopConfig::grad_accum_steps,
             "micro-batches per optimizer step; gradients sync only on the last one", {},
             positive<int64_t>()),
@@ -252,6 +275,9 @@ const std::vector<Field>& fields() {
       field("ckpt.s3_endpoint", &T::ckpt, &CkptConfig::s3_endpoint,
             "S3-compatible endpoint URL (empty: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS itself); "
             "same as --s3-endpoint"),
+      field("eval.tta", &T::eval, &EvalConfig::tta,
+            "test-time augmentation: 0 none, 1 average with the flipped image, 2 also 1-pixel translations "
+            "(airbench's multi-view TTA)", {}, non_negative<int64_t>()),
       field("eval.enabled", &T::eval, &EvalConfig::enabled, "evaluate on the test set after each epoch"),
       field("eval.batch_size", &T::eval, &EvalConfig::batch_size, "evaluation batch size per worker", {},
             positive<int64_t>()),
@@ -346,6 +372,9 @@ void validate(const TrainConfig& cfg) {
   if (cfg.sched.name == "onecycle" && cfg.sched.warmup_epochs > 0)
     throw ConfigError("config key 'sched.warmup_epochs' does not apply to sched.name=onecycle",
                       "onecycle warms up over sched.pct_start of training; set that instead");
+  if (cfg.eval.tta > 2)
+    throw ConfigError("config key 'eval.tta' must be 0, 1 or 2, got " + std::to_string(cfg.eval.tta),
+                      "eval.tta=2 is airbench's multi-view test-time augmentation");
   if (!cfg.ckpt.upload.empty() && (cfg.ckpt.upload.rfind("s3://", 0) != 0 || cfg.ckpt.upload.size() <= 5 ||
                                    cfg.ckpt.upload[5] == '/'))
     throw ConfigError("config key 'ckpt.upload' must be s3://bucket[/prefix], got '" + cfg.ckpt.upload + "'",

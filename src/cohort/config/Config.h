@@ -21,6 +21,7 @@ struct ModelConfig {
   std::string name = "resnet8";
   int64_t width = 32;
   int64_t num_classes = 10;
+  std::string pretrained;
 };
 
 struct DataConfig {
@@ -31,6 +32,11 @@ struct DataConfig {
   int64_t crop_padding = 0;
   int64_t train_limit = 0;
   int64_t test_limit = 0;
+  int64_t image_size = 0;
+  int64_t workers = 0;
+  int64_t prefetch = 2;
+  std::string on_bad_file = "skip";
+  std::string flip = "random";
 };
 
 struct TrainLoopConfig {
@@ -40,6 +46,7 @@ struct TrainLoopConfig {
   int64_t grad_accum_steps = 1;
   int64_t threads = 0;
   bool retain_memory = true;
+  bool lookahead = false;
   std::string resume;
 };
 
@@ -100,6 +107,7 @@ struct CkptConfig {
 struct EvalConfig {
   bool enabled = true;
   int64_t batch_size = 1000;
+  int64_t tta = 0;
 };
 
 struct LogConfig {

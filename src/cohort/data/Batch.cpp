@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <vector>
 
 #include "cohort/util/Error.h"
 #include "cohort/util/Rng.h"
@@ -31,6 +32,12 @@ AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index
   const int64_t dx = static_cast<int64_t>(rng.uniform_int(span)) - options.crop_padding;
   const int64_t dy = static_cast<int64_t>(rng.uniform_int(span)) - options.crop_padding;
   p.flip = options.hflip && flip;
+  if (options.hflip && options.alternating_flip) {
+    // airbench's alternating flip: a sample's flip is a coin toss of its own, fixed for the run, inverted
+    // every odd epoch, so each image is seen both ways within any two epochs.
+    const bool own = (Rng(mix_seed(options.seed, 0xF1195EEDull, static_cast<uint64_t>(sample_index))).next_u64() & 1) != 0;
+    p.flip = own != ((options.epoch & 1) != 0);
+  }
   p.dx = dx;
   p.dy = dy;
   return p;
@@ -58,9 +65,8 @@ Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t co
   batch.images = at::empty({count, c, h, w}, at::TensorOptions().dtype(at::kFloat));
   batch.labels = at::empty({count}, at::TensorOptions().dtype(at::kLong));
 
-  const std::array<float, 256> table = normalize_table(dataset.mean, dataset.std);
-  // Padding is zero intensity before normalization, so it becomes (0 - mean) / std afterwards.
-  const float fill = table[0];
+  std::vector<std::array<float, 256>> tables(c);
+  for (int64_t ch = 0; ch < c; ++ch) tables[ch] = normalize_table(dataset.mean_of(ch), dataset.std_of(ch));
   const uint8_t* src = images.data_ptr<uint8_t>();
   const int64_t* src_labels = labels.data_ptr<int64_t>();
   float* dst = batch.images.data_ptr<float>();
@@ -75,6 +81,9 @@ Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t co
     dst_labels[b] = src_labels[index];
     const AugmentParams p = augment_params(options, index);
     for (int64_t ch = 0; ch < c; ++ch) {
+      const std::array<float, 256>& table = tables[ch];
+      // Padding is zero intensity before normalization, so it becomes (0 - mean) / std afterwards.
+      const float fill = table[0];
       const uint8_t* in = src + (index * c + ch) * plane;
       float* out = dst + (b * c + ch) * plane;
       for (int64_t y = 0; y < h; ++y) {

@@ -33,6 +33,7 @@ struct AugmentOptions {
   bool hflip = true;  // flip left-right with probability 0.5
   uint64_t seed = 0;
   int64_t epoch = 0;
+  bool alternating_flip = false;  // airbench's: a fixed random half flipped in even epochs, the other half in odd
 };
 
 // The transform one sample receives. out[c][y][x] = in[c][y + dy][x' + dx] with x' = W-1-x when flip

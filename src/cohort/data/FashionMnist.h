@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace cohort::data {
 
@@ -29,9 +30,13 @@ struct ImageDataset {
   at::Tensor labels;  // int64 [N], CPU, contiguous, each in [0, num_classes)
   int64_t num_classes = 0;
   std::string name;
-  // Normalization applied by make_batch: x -> (x / 255 - mean) / std, the same for every channel.
+  // Normalization applied by make_batch: x -> (x / 255 - mean) / std, the same for every channel unless
+  // per-channel values are given (CIFAR-10's RGB statistics).
   float mean = 0.0f;
   float std = 1.0f;
+  std::vector<float> channel_mean, channel_std;
+  float mean_of(int64_t c) const { return channel_mean.empty() ? mean : channel_mean[c]; }
+  float std_of(int64_t c) const { return channel_std.empty() ? std : channel_std[c]; }
 
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
 };

@@ -4,6 +4,8 @@
 
 #include <array>
 
+#include "cohort/models/Airbench.h"
+#include "cohort/models/Vit.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::models {
@@ -188,8 +190,10 @@ std::shared_ptr<Classifier> build(const ModelConfig& cfg, int64_t in_channels, i
   if (cfg.name == "resnet18") return std::make_shared<TorchvisionResNet>(in_channels, false, std::array<int64_t, 4>{2, 2, 2, 2}, cfg.num_classes);
   if (cfg.name == "resnet34") return std::make_shared<TorchvisionResNet>(in_channels, false, std::array<int64_t, 4>{3, 4, 6, 3}, cfg.num_classes);
   if (cfg.name == "resnet50") return std::make_shared<TorchvisionResNet>(in_channels, true, std::array<int64_t, 4>{3, 4, 6, 3}, cfg.num_classes);
+  if (cfg.name == "vit_b32") return make_vit_b32(in_channels, image_size, cfg.num_classes);
+  if (cfg.name == "airbench") return make_airbench(in_channels, cfg.num_classes, /*width_scale=*/1);
   throw ConfigError("config key 'model.name': unknown model '" + cfg.name + "'",
-                    "use one of resnet8, resnet14, resnet20, resnet32, resnet18, resnet34, resnet50, mlp");
+                    "use one of resnet8, resnet14, resnet20, resnet32, resnet18, resnet34, resnet50, vit_b32, airbench, mlp");
 }
 
 }  // namespace cohort::models

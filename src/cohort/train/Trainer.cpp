@@ -16,11 +16,14 @@
 #include "cohort/checkpoint/Checkpoint.h"
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/data/Batch.h"
+#include "cohort/data/Datasets.h"
 #include "cohort/data/DistributedSampler.h"
-#include "cohort/data/FashionMnist.h"
 #include "cohort/log/ResourceMonitor.h"
 #include "cohort/log/TensorBoard.h"
+#include "cohort/models/Airbench.h"
 #include "cohort/models/Models.h"
+#include "cohort/models/TestTimeAugmentation.h"
+#include "cohort/optim/Ema.h"
 #include "cohort/optim/Schedule.h"
 #include "cohort/optim/Sgd.h"
 #include "cohort/parallel/Strategy.h"
@@ -41,6 +44,7 @@ namespace {
 // What a strategy needs to resume exactly (PowerSGD's residuals and Q) travels in the training-state
 // file beside the optimizer's buffers, each name prefixed with "strategy." so the two split apart on load.
 const std::string kStrategyPrefix = "strategy.";
+const std::string kLookaheadPrefix = "lookahead.";
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -71,44 +75,58 @@ fs::path agree_run_dir(const TrainConfig& cfg, World& world) {
   return fs::path(std::string(bytes.begin(), bytes.end()));
 }
 
-struct Loaded {
-  data::ImageDataset train;
-  data::ImageDataset test;
-};
-
-Loaded load_data(const TrainConfig& cfg) {
-  Loaded d;
-  d.train = data::load_fashion_mnist(cfg.data.root, /*train=*/true, cfg.data.train_limit);
-  d.test = data::load_fashion_mnist(cfg.data.root, /*train=*/false, cfg.data.test_limit);
-  d.train.name = d.test.name = cfg.data.name;
-  if (cfg.data.name == "mnist") {
-    // Same file format; MNIST's own statistics.
-    for (auto* ds : {&d.train, &d.test}) {
-      ds->mean = 0.1307f;
-      ds->std = 0.3081f;
-    }
-  }
-  return d;
-}
-
 std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t begin, int64_t n) {
   return std::vector<int64_t>(v.begin() + begin, v.begin() + begin + n);
 }
 
-MetricSums evaluate(models::Classifier& model, const data::ImageDataset& test, const data::DistributedSampler& sampler,
-                    int64_t batch_size, Communicator& comm) {
+// Initial weights for fine-tuning. A classifier head of another class count (1000 ImageNet classes in
+// the file, 10 here) keeps its fresh initialization; every other tensor must match by name and shape.
+void load_pretrained(models::Classifier& model, const std::string& path, bool lead) {
+  const auto file = checkpoint::load_safetensors(path);
+  const auto replaced =
+      checkpoint::load_weights(model, file.tensors, path, {"fc.weight", "fc.bias", "head.weight", "head.bias"});
+  if (!lead) return;
+  std::cout << "cohort: pretrained weights from " << path << " (" << file.tensors.size() << " tensors)";
+  for (size_t i = 0; i < replaced.size(); ++i) std::cout << (i ? ", " : "; new classifier head: ") << replaced[i];
+  std::cout << std::endl;
+}
+
+// airbench's first layer whitens 2x2 patches with statistics of the training images: the same first
+// images (no augmentation) on every rank, so every rank computes the same weights.
+void whiten_from_data(models::AirbenchNet& net, data::Source& train) {
+  std::vector<int64_t> first(static_cast<size_t>(std::min<int64_t>(5000, train.size())));
+  for (size_t i = 0; i < first.size(); ++i) first[i] = static_cast<int64_t>(i);
+  net.init_whitening(train.batch(first, data::AugmentOptions{}).images);
+}
+
+// Consecutive slices of `order`: `count` batches of `size` from batch `first` on; the last one is short
+// when `order` runs out (evaluation), never for training, whose batches are whole by construction.
+std::vector<std::vector<int64_t>> batches_of(const std::vector<int64_t>& order, int64_t size, int64_t first,
+                                             int64_t count) {
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t b = first; b < first + count; ++b) {
+    const int64_t begin = b * size;
+    const int64_t n = std::min<int64_t>(size, static_cast<int64_t>(order.size()) - begin);
+    if (n <= 0) break;
+    out.push_back(slice(order, begin, n));
+  }
+  return out;
+}
+
+MetricSums evaluate(models::Classifier& model, data::Source& test, const data::DistributedSampler& sampler,
+                    int64_t batch_size, int64_t prefetch, int64_t tta, Communicator& comm) {
   torch::NoGradGuard no_grad;
   model.eval();
   MetricWindow window;
   const auto mine = sampler.eval_indices();
-  for (int64_t b = 0; b < static_cast<int64_t>(mine.size()); b += batch_size) {
-    const int64_t n = std::min<int64_t>(batch_size, static_cast<int64_t>(mine.size()) - b);
-    auto batch = data::make_batch(test, slice(mine, b, n), data::AugmentOptions{});
-    auto logits = model.forward(batch.images);
+  const int64_t count = (static_cast<int64_t>(mine.size()) + batch_size - 1) / batch_size;
+  data::Loader loader(test, batches_of(mine, batch_size, 0, count), data::AugmentOptions{}, prefetch);
+  while (auto batch = loader.next()) {
+    auto logits = tta > 0 ? models::tta_logits(model, batch->images, static_cast<int>(tta)) : model.forward(batch->images);
     // The window weights each batch's mean by its size, so the global average is exact whatever the
     // per-rank batch counts.
-    auto loss = torch::nn::functional::cross_entropy(logits, batch.labels);
-    window.add(logits, batch.labels, loss.item<double>());
+    auto loss = torch::nn::functional::cross_entropy(logits, batch->labels);
+    window.add(logits, batch->labels, loss.item<double>());
   }
   model.train();
   return window.reduce(comm, "evaluation metrics");
@@ -203,34 +221,46 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   log::ResourceMonitor monitor(cfg.log.monitor_s, run_dir / ("resources.rank" + std::to_string(rank) + ".jsonl"),
                                info.local_rank);
 
-  auto data = load_data(cfg);
-  const int64_t channels = data.train.images.size(1);
-  const int64_t image_size = data.train.images.size(2);
+  auto data = data::open_datasets(cfg, rank, info.local_world_size);
   torch::manual_seed(cfg.train.seed);
-  auto model = models::build(cfg.model, channels, image_size);
-  if (resuming) checkpoint::load_weights(*model, resume.model, (resume_dir / "last.safetensors").string());
+  auto model = models::build(cfg.model, data.train->channels(), data.train->image_size());
+  if (resuming)
+    checkpoint::load_weights(*model, resume.model, (resume_dir / "last.safetensors").string());
+  else if (!cfg.model.pretrained.empty())
+    load_pretrained(*model, cfg.model.pretrained, lead);
+  else if (auto* airbench = dynamic_cast<models::AirbenchNet*>(model.get()))
+    whiten_from_data(*airbench, *data.train);
 
   // Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
   auto strategy = make_strategy(cfg, model, world.comm);
   optim::Sgd optimizer(optim::split_decay(model->named_parameters(), cfg.optim.weight_decay,
                                           cfg.optim.decay_norm_and_bias),
                        optim::SgdOptions{cfg.optim.momentum, cfg.optim.nesterov});
+  // airbench's lookahead keeps a moving average of the weights (after the strategy made them every rank's).
+  std::unique_ptr<optim::Ema> lookahead;
+  if (cfg.train.lookahead) lookahead = std::make_unique<optim::Ema>(*model, 0.95);
   if (resuming) {
-    // See Note [Strategy state in the training-state file].
-    checkpoint::NamedTensors opt_state, strategy_state;
+    // See Note [Strategy state in the training-state file]; the lookahead average travels the same way.
+    checkpoint::NamedTensors opt_state, strategy_state, lookahead_state;
     for (auto& [name, t] : resume.optimizer) {
       if (name.rfind(kStrategyPrefix, 0) == 0)
         strategy_state.emplace_back(name.substr(kStrategyPrefix.size()), t);
+      else if (name.rfind(kLookaheadPrefix, 0) == 0)
+        lookahead_state.emplace_back(name.substr(kLookaheadPrefix.size()), t);
       else
         opt_state.emplace_back(name, t);
     }
     optimizer.load_state_dict(opt_state);
     strategy->load_state_dict(strategy_state);
+    if (lookahead && !lookahead_state.empty()) lookahead->load_state_dict(lookahead_state);
   }
 
-  data::DistributedSampler sampler(data.train.images.size(0), world_size, rank, /*shuffle=*/true, cfg.train.seed,
+  data::DistributedSampler sampler(data.train->size(), world_size, rank, /*shuffle=*/true, cfg.train.seed,
                                    /*drop_last=*/false);
-  data::DistributedSampler test_sampler(data.test.images.size(0), world_size, rank, false, cfg.train.seed, false);
+  data::DistributedSampler test_sampler(data.test->size(), world_size, rank, false, cfg.train.seed, false);
+  // In-memory datasets build a batch in well under a millisecond: a prefetch thread would only compete
+  // with the step for the cores. Decoded datasets run ahead.
+  const int64_t prefetch = cfg.data.name == "imagefolder" ? cfg.data.prefetch : 0;
   const int64_t batch = cfg.data.batch_size;
   const int64_t accum = cfg.train.grad_accum_steps;
   const int64_t steps_per_epoch = sampler.num_samples() / (batch * accum);
@@ -273,6 +303,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     checkpoint::TrainState st{step, epoch_of_next, best, world_size, config_json.dump()};
     auto state = optimizer.state_dict();
     for (const auto& [name, t] : strategy_state) state.emplace_back(kStrategyPrefix + name, t);
+    if (lookahead)
+      for (const auto& [name, t] : lookahead->state_dict()) state.emplace_back(kLookaheadPrefix + name, t);
     checkpoint::save(run_dir / "checkpoints", tag, *model, state, st);
   };
 
@@ -290,7 +322,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
 
   auto run_eval = [&](int64_t epoch) {
     if (!cfg.eval.enabled) return;
-    const auto r = evaluate(*model, data.test, test_sampler, cfg.eval.batch_size, comm);
+    const auto r = evaluate(*model, *data.test, test_sampler, cfg.eval.batch_size, prefetch, cfg.eval.tta, comm);
     test_accuracy = r.top1();
     last_eval_step = step;
     const bool improved = test_accuracy > best;
@@ -318,13 +350,18 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   model->train();
   for (int64_t epoch = step / steps_per_epoch; epoch < cfg.train.epochs && step < stop_step; ++epoch) {
     const auto order = sampler.indices(epoch);
-    const data::AugmentOptions aug{cfg.data.augment, cfg.data.crop_padding, true, cfg.train.seed, epoch};
+    const data::AugmentOptions aug{cfg.data.augment, cfg.data.crop_padding, true, cfg.train.seed, epoch,
+                                   cfg.data.flip == "alternating"};
     const auto epoch_start = Clock::now();
+    // The batches this epoch will train on, from where a resumed run left off to the epoch's end or stop_step.
+    const int64_t epoch_first = step % steps_per_epoch;
+    const int64_t epoch_steps = std::min(steps_per_epoch, epoch_first + stop_step - step) - epoch_first;
+    data::Loader loader(*data.train, batches_of(order, batch, epoch_first * accum, epoch_steps * accum), aug, prefetch);
     for (int64_t s = step % steps_per_epoch; s < steps_per_epoch && step < stop_step; ++s) {
       const auto t0 = Clock::now();
       double step_loss = 0;
       for (int64_t micro = 0; micro < accum; ++micro) {
-        auto b = data::make_batch(data.train, slice(order, (s * accum + micro) * batch, batch), aug);
+        auto b = *loader.next();
         auto sync = strategy->gradient_sync(micro == accum - 1);
         auto logits = model->forward(b.images);
         auto loss = torch::nn::functional::cross_entropy(
@@ -337,6 +374,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
       optimizer.step(schedule.lr(step));
       optimizer.zero_grad();
       ++step;
+      if (lookahead && step % 5 == 0) lookahead->lookahead(*model, optim::airbench_lookahead_decay(step, total_steps));
+      // The run ends on the average itself (decay 1: the weights become the average).
+      if (lookahead && step == total_steps) lookahead->lookahead(*model, 1.0);
       result.step_losses.push_back(step_loss);
       train_seconds += seconds_since(t0);
       images_seen += global_batch;
@@ -479,6 +519,30 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     util::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
   }
   return result;
+}
+
+EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const fs::path& checkpoint,
+                           const fs::path& out) {
+  at::set_num_threads(worker_threads(cfg, info));
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
+  World world = rendezvous(info, cfg.dist.backend, timeout);
+  auto data = data::open_datasets(cfg, info.rank, info.local_world_size, /*need_train=*/false);
+  auto model = models::build(cfg.model, data.test->channels(), data.test->image_size());
+  checkpoint::load_weights(*model, checkpoint::load_safetensors(checkpoint).tensors, checkpoint.string());
+  data::DistributedSampler sampler(data.test->size(), info.world_size, info.rank, false, cfg.train.seed, false);
+  const int64_t prefetch = cfg.data.name == "imagefolder" ? cfg.data.prefetch : 0;
+  const auto r = evaluate(*model, *data.test, sampler, cfg.eval.batch_size, prefetch, cfg.eval.tta, *world.comm);
+  EvalResult e{r.loss(), r.top1(), r.top5(), static_cast<int64_t>(r.count)};
+  if (info.rank == 0) {
+    const nlohmann::json j = {{"checkpoint", fs::absolute(checkpoint).string()}, {"model", cfg.model.name},
+                              {"dataset", cfg.data.name}, {"images", e.images}, {"loss", e.loss},
+                              {"top1", e.top1}, {"top5", e.top5}, {"world_size", info.world_size}};
+    std::cout << "cohort: eval " << checkpoint.string() << " on " << e.images << " images: top1 " << percent(e.top1)
+              << " top5 " << percent(e.top5) << " loss " << std::setprecision(4) << e.loss << std::endl;
+    if (!out.empty()) util::write_file_atomic(out, j.dump(2) + "\n");
+  }
+  world.comm->barrier("end of evaluation")->wait();
+  return e;
 }
 
 }  // namespace cohort::train

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -108,4 +109,15 @@ TEST(Config, CompressionKeysParseAndBadValuesNameTheKey) {
   EXPECT_NE(m.find("powersgd"), std::string::npos) << m;  // lists the choices
   m = error_of([] { cfg::load(std::nullopt, {"powersgd.rank=0"}); });
   EXPECT_NE(m.find("powersgd.rank"), std::string::npos) << m;
+}
+
+// Every ready config under configs/ loads: keys exist, values have their types, cross-key checks pass.
+TEST(Config, EveryShippedConfigLoads) {
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(COHORT_SOURCE_DIR) / "configs")) {
+    if (e.path().extension() != ".toml") continue;
+    ++files;
+    EXPECT_NO_THROW(cohort::config::load(e.path(), {})) << e.path();
+  }
+  EXPECT_GE(files, 4);
 }

@@ -238,3 +238,25 @@ TEST(MakeBatch, DisabledAugmentationIgnoresItsOptions) {
   EXPECT_FALSE(p.flip);
   EXPECT_TRUE(at::equal(make_batch(ds, iota_indices(kN), opt).images, make_batch(ds, iota_indices(kN)).images));
 }
+
+// airbench's alternating flip: each sample flips in exactly one of any two consecutive epochs, about half of
+// the samples in each epoch, and crops are drawn as without it.
+TEST(AugmentParams, AlternatingFlipInvertsEveryEpoch) {
+  cohort::data::AugmentOptions a{true, 2, true, /*seed=*/9, /*epoch=*/0, /*alternating_flip=*/true};
+  int flipped = 0;
+  for (int64_t i = 0; i < 1000; ++i) {
+    a.epoch = 4;
+    const auto even = cohort::data::augment_params(a, i);
+    a.epoch = 5;
+    const auto odd = cohort::data::augment_params(a, i);
+    EXPECT_NE(even.flip, odd.flip) << i;
+    flipped += even.flip;
+    a.alternating_flip = false;
+    const auto plain = cohort::data::augment_params(a, i);
+    EXPECT_EQ(plain.dx, odd.dx);
+    EXPECT_EQ(plain.dy, odd.dy);
+    a.alternating_flip = true;
+  }
+  EXPECT_GT(flipped, 430);
+  EXPECT_LT(flipped, 570);
+}
