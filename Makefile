@@ -27,6 +27,8 @@ bench: build
 	/usr/bin/python3 bench/ddp_scaling.py --cohort ./$(BUILD)/cohort --out bench/results/ddp_scaling.json
 	./$(BUILD)/bench/compress_bytes > bench/results/compress_bytes.json
 	/usr/bin/python3 bench/slow_network.py --cohort ./$(BUILD)/cohort --out bench/results/slow_network.json
+	/usr/bin/python3 bench/input_pipeline.py --bench ./$(BUILD)/bench/input_pipeline --out bench/results/input_pipeline.json
+	/usr/bin/python3 bench/resnet50_cpu.py --cohort ./$(BUILD)/cohort --out bench/results/resnet50_cpu.json
 
 clean:
 	rm -rf $(BUILD)
