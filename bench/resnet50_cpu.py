@@ -55,8 +55,8 @@ print(steps * batch / (time.perf_counter() - t0))
 
 
 # What cohort's train.retain_memory asks of glibc (util/Memory.cpp), as tunables for the Python peer, so
-# the comparison can also be made with the same allocator settings. glibc caps the mmap threshold at 32 MiB.
-RETAIN = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+# the comparison can also be made with the same allocator settings.
+RETAIN = "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824"
 
 
 def run_peer(a, retain=False):
