@@ -57,6 +57,9 @@ TEST(Datasets, ImageFolderTrainsSkipsTheCorruptFileAndEvalAgrees) {
   const json s = read_json(dir / "summary.json");
   EXPECT_EQ(s["world_size"], 2);
   EXPECT_EQ(s["steps"], 2 * (49 / 2 / 8));  // 49 files over 2 ranks, 8 per batch, 2 epochs
+  // Counted: the one corrupt file, on whichever rank(s) met it in the two epochs.
+  EXPECT_GE(s["bad_files_skipped"].get<int64_t>(), 1);
+  EXPECT_LE(s["bad_files_skipped"].get<int64_t>(), 2);
   // `cohort eval` of the last checkpoint on 2 ranks gives the run's final accuracy.
   r = run_cohort({"eval", "--checkpoint", (dir / "checkpoints" / "last.safetensors").string(), "--nproc-per-node",
                   "2", "--out", (dir / "eval.json").string(), "data.name=imagefolder", "data.root=" + data.string(),

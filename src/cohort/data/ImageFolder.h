@@ -47,7 +47,7 @@ class ImageFolder final : public Source {
   int64_t label(int64_t i) const { return labels_[i]; }
   // Files left out at scan time (not JPEG by extension) and files that failed to decode so far.
   int64_t skipped_at_scan() const { return static_cast<int64_t>(skipped_.size()); }
-  int64_t bad_files() const { return bad_count_.load(); }
+  int64_t bad_files() const override { return bad_count_.load(); }
 
  private:
   // Decodes sample i into out (3 x S x S floats); false when the file is bad.

@@ -34,6 +34,8 @@ class Source {
   // The samples `indices`, augmented when `aug.enabled` (training) and plainly transformed otherwise.
   // A pure function of (indices, aug): the same on every rank and on every call.
   virtual Batch batch(const std::vector<int64_t>& indices, const AugmentOptions& aug) = 0;
+  // Files that could not be read or decoded and were skipped so far (decoded datasets only).
+  virtual int64_t bad_files() const { return 0; }
 };
 
 // An in-memory dataset; batch() is make_batch(), then, when `image_size` is not 0 and differs from the

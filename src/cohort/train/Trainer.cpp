@@ -470,6 +470,11 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
                          at::kDouble);
   auto all_tot = at::zeros({world_size * kTotals}, at::kDouble);
   comm.all_gather(all_tot, mine, "resource totals")->wait();
+  // Each rank skipped the bad files it met; the run's count is their sum (a file met by two ranks counts twice).
+  auto bad = at::full({1}, data.train->bad_files() + data.test->bad_files(), at::kLong);
+  auto all_bad = at::zeros({world_size}, at::kLong);
+  comm.all_gather(all_bad, bad, "bad file counts")->wait();
+  const int64_t bad_files = all_bad.sum().item<int64_t>();
   result.steps = step;
   result.train_seconds = train_seconds;
   result.images_per_second = train_seconds > 0 ? images_seen / train_seconds : 0;
@@ -499,7 +504,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         {"images_per_second", result.images_per_second}, {"test_accuracy", test_accuracy < 0 ? nlohmann::json() : nlohmann::json(test_accuracy)},
         {"best_test_accuracy", best < 0 ? nlohmann::json() : nlohmann::json(best)}, {"peak_rss_bytes", per_rank}, {"resources", resources},
         {"gpu_monitor", monitor.gpu_available() ? "nvml" : monitor.nvml().why_unavailable()},
-        {"precision", "fp32"}, {"threads_per_worker", at::get_num_threads()},
+        {"precision", "fp32"}, {"bad_files_skipped", bad_files}, {"threads_per_worker", at::get_num_threads()},
         {"compress", cfg.dist.compress}, {"sync_bytes_per_step", sync.wire},
         {"sync_bytes_per_step_uncompressed", sync.dense},
         {"compression_ratio", sync.wire > 0 ? nlohmann::json(double(sync.dense) / sync.wire) : nlohmann::json()},
@@ -509,6 +514,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
               << " s, " << std::setprecision(0) << result.images_per_second << " img/s, test top1 "
               << percent(test_accuracy) << " (best " << percent(best) << "); " << (run_dir / "summary.json").string()
               << std::defaultfloat << std::endl;
+    if (bad_files > 0)
+      std::cout << "cohort: " << bad_files << " bad image file(s) were skipped (named above; data.on_bad_file=fail "
+                << "stops at the first)" << std::endl;
   }
   comm.barrier("end of training")->wait();
   // After the barrier: the other ranks are done and no collective timeout runs while a large checkpoint
