@@ -26,7 +26,9 @@ ResourceMonitor::ResourceMonitor(double interval_s, const std::filesystem::path&
   if (interval_s > 0) thread_ = std::thread([this, interval_s] { loop(interval_s); });
 }
 
-ResourceMonitor::~ResourceMonitor() {
+ResourceMonitor::~ResourceMonitor() { stop(); }
+
+void ResourceMonitor::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;

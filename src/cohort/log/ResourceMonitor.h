@@ -55,6 +55,8 @@ class ResourceMonitor {
   // for the trainer's gathers, so the file keeps its regular period).
   ResourceSample sample_now(bool record = true);
   ResourceTotals totals() const;
+  // Ends the sampling thread (the destructor does too); sample_now() and totals() still work.
+  void stop();
   bool gpu_available() const { return gpu_index_ >= 0 && nvml_.available(); }
   const Nvml& nvml() const { return nvml_; }
 
