@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -88,6 +89,17 @@ std::vector<std::string> cohort_argv(const std::vector<std::string>& args) {
   std::vector<std::string> argv{COHORT_BINARY, "train"};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
+}
+
+ProcResult run_cohort(const std::vector<std::string>& args, double timeout_s) {
+  std::vector<std::string> argv{COHORT_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, timeout_s);
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 ProcResult cohort_train(const std::vector<std::string>& args, double timeout_s,

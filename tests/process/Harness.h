@@ -38,6 +38,11 @@ class Proc {
 
 ProcResult run(const std::vector<std::string>& argv, double timeout_s, const std::map<std::string, std::string>& env = {});
 
+// `cohort ARGS...` (any subcommand: report, eval, find-batch-size).
+ProcResult run_cohort(const std::vector<std::string>& args, double timeout_s = 240);
+// A whole file as bytes ("" when it cannot be read).
+std::string read_file(const std::filesystem::path& p);
+
 // `cohort train` with the given arguments.
 ProcResult cohort_train(const std::vector<std::string>& args, double timeout_s = 240,
                         const std::map<std::string, std::string>& env = {});

@@ -14,12 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-ProcResult run_cohort(const std::vector<std::string>& args, double timeout_s = 300) {
-  std::vector<std::string> argv{COHORT_BINARY};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv, timeout_s);
-}
-
 // train/ and val/ with 3 classes of small JPEGs, and one corrupt .jpg in train/.
 fs::path make_image_folder(const std::string& name) {
   const auto root = fresh_dir(name);

@@ -16,24 +16,13 @@ using nlohmann::json;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-ProcResult run_cohort(const std::vector<std::string>& args, double timeout_s = 240) {
-  std::vector<std::string> argv{COHORT_BINARY};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv, timeout_s);
-}
-
 // Every scalar tag in a TensorBoard event file, read by protoc --decode_raw record by record.
 std::string decoded_events(const fs::path& run_dir, const fs::path& scratch) {
   fs::path file;
   for (const auto& e : fs::directory_iterator(run_dir))
     if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) file = e.path();
   EXPECT_FALSE(file.empty()) << "no event file in " << run_dir;
-  const std::string all = slurp(file);
+  const std::string all = read_file(file);
   std::string text;
   for (size_t at = 0; at + 12 <= all.size();) {
     uint64_t len = 0;
@@ -58,13 +47,13 @@ TEST(Logbook, ReportOfTwoRealRunsMatchesTheirSummaries) {
   r = run_cohort({"report", one.string(), two.string(), "--out", out.string()}, 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
-  const std::string md = slurp(out / "report.md");
+  const std::string md = read_file(out / "report.md");
   for (const char* section : {"## Comparison", "## Plots", "### Setup", "### Results", "### Validation per epoch",
                               "### Resources per rank", "### Largest batch", "### Config"})
     EXPECT_NE(md.find(section), std::string::npos) << section;
   for (const char* svg : {"loss_vs_epoch.svg", "loss_vs_time.svg", "accuracy_vs_epoch.svg", "accuracy_vs_time.svg"}) {
     EXPECT_NE(md.find(std::string("](") + svg + ")"), std::string::npos) << svg;
-    const std::string s = slurp(out / svg);
+    const std::string s = read_file(out / svg);
     EXPECT_EQ(s.rfind("<svg", 0), 0u) << svg;
     EXPECT_EQ(std::count(s.begin(), s.end(), '\n') > 10, true);
     EXPECT_NE(s.find("<polyline"), std::string::npos) << svg;
@@ -107,7 +96,7 @@ TEST(Logbook, ReportOfTwoRealRunsMatchesTheirSummaries) {
   r = run_cohort({"report", two.string()}, 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(two / "report.md"));
-  EXPECT_EQ(slurp(two / "report.md").find("## Comparison"), std::string::npos);
+  EXPECT_EQ(read_file(two / "report.md").find("## Comparison"), std::string::npos);
 
   // The trainer's TensorBoard scalars, decoded by protoc: training, validation and every rank's resources.
   if (std::system("command -v protoc > /dev/null 2>&1") != 0) GTEST_SKIP() << "protoc not installed";
@@ -151,7 +140,7 @@ TEST(Logbook, FoundBatchFitsTheBudgetAndTwiceItDoesNot) {
   // then the same as in the search: peak RSS moves by a few MiB with allocator layout, which depends even on
   // the length of the arguments). b must fit the budget within 2% (identical runs differ by about 0.2%);
   // 2b must not fit the budget itself.
-  const std::string search_result = slurp(dir / "batch_size.json");
+  const std::string search_result = read_file(dir / "batch_size.json");
   for (const auto& [batch, budget, should_fit] :
        {std::tuple<int64_t, std::string, bool>{b, "428M", true}, {2 * b, "420M", false}}) {
     std::vector<std::string> a = {"find-batch-size", "--max-memory", budget, "--steps", "2", "--run-dir", dir.string(),
@@ -170,5 +159,5 @@ TEST(Logbook, FoundBatchFitsTheBudgetAndTwiceItDoesNot) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_cohort({"report", dir.string()}, 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(slurp(dir / "report.md").find("**" + std::to_string(b) + "** per worker"), std::string::npos);
+  EXPECT_NE(read_file(dir / "report.md").find("**" + std::to_string(b) + "** per worker"), std::string::npos);
 }

@@ -25,11 +25,6 @@ size_t count(const std::string& text, const std::string& part) {
   return n;
 }
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 const char* const kCheckpointFiles[] = {"best.safetensors", "best.state.safetensors"};
 
 class Upload : public MotoSuite {
@@ -58,7 +53,7 @@ class Upload : public MotoSuite {
       const std::string key = prefix + "/" + dir.filename().string() + "/" + file;
       const auto got = moto_->get_object(key);
       ASSERT_TRUE(got.ok) << got.error;
-      const std::string local = read_bytes(dir / "checkpoints" / file);
+      const std::string local = read_file(dir / "checkpoints" / file);
       ASSERT_GT(local.size(), 0u) << file;
       // Not EXPECT_EQ: a mismatch would print hundreds of KB of binary.
       EXPECT_TRUE(got.out == local) << key << ": " << got.out.size() << " bytes uploaded, " << local.size()
