@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/version.h>
 
+#include "cohort/checkpoint/Sharded.h"
 #include "cohort/comm/WorldInfo.h"
 #include "cohort/config/Config.h"
 #include "cohort/launch/Launcher.h"
@@ -217,6 +218,14 @@ int main(int argc, char** argv) {
       ->required()->check(CLI::ExistingDirectory);
   reporter->add_option("--out", report.out, "output folder (default: the run dir for one run, ./report for several)");
 
+  std::string export_from, export_tag = "last", export_out;
+  auto* exporter = app.add_subcommand("export", "write one full safetensors file of a checkpoint's weights (from a "
+                                                "sharded zero1/zero2/fsdp save, or an ordinary one)");
+  exporter->add_option("checkpoint", export_from, "run directory or its checkpoints/ directory")
+      ->required()->check(CLI::ExistingDirectory);
+  exporter->add_option("--tag", export_tag, "which checkpoint: last or best")->capture_default_str();
+  exporter->add_option("--out", export_out, "output file (default: <checkpoints>/<tag>.full.safetensors)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -226,6 +235,18 @@ int main(int argc, char** argv) {
     if (*train) return run_train(args);
     if (*evaluator) return run_train(eval_args, /*eval=*/true);
     if (*finder) return run_find_batch_size(find);
+    if (*exporter) {
+      namespace ck = cohort::checkpoint;
+      const auto dir = ck::resolve_resume_dir(export_from);
+      const auto c = ck::load_any(dir, export_tag);
+      const std::filesystem::path out =
+          export_out.empty() ? dir / (export_tag + ".full.safetensors") : std::filesystem::path(export_out);
+      ck::save_safetensors(out, c.model, {{"cohort.format", "cohort-model"}, {"cohort.version", std::to_string(ck::kCheckpointVersion)},
+                                          {"step", std::to_string(c.state.step)}, {"epoch", std::to_string(c.state.epoch)}});
+      std::cout << "cohort: exported " << c.model.size() << " tensors of step " << c.state.step << " (saved by "
+                << c.state.world_size << " worker(s)) to " << out.string() << std::endl;
+      return 0;
+    }
     if (*reporter) {
       const auto out = cohort::log::write_report(
           std::vector<std::filesystem::path>(report.run_dirs.begin(), report.run_dirs.end()),

@@ -4,6 +4,7 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include "cohort/checkpoint/Sharded.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::checkpoint {
@@ -71,6 +72,7 @@ void save(const fs::path& dir, const std::string& tag, const torch::nn::Module& 
   meta["world_size"] = std::to_string(state.world_size);
   meta["config"] = state.config_json;
   save_safetensors(dir / (tag + ".state.safetensors"), optimizer_state, meta);
+  remove_sharded(dir, tag);  // a sharded save of this tag from a run resumed under ddp is stale now
 }
 
 Checkpoint load(const fs::path& dir, const std::string& tag) {
@@ -103,7 +105,7 @@ Checkpoint load(const fs::path& dir, const std::string& tag) {
 
 fs::path resolve_resume_dir(const fs::path& path) {
   if (fs::exists(path / "checkpoints")) return path / "checkpoints";
-  if (fs::exists(path / "last.safetensors")) return path;
+  if (fs::exists(path / "last.safetensors") || fs::exists(path / "last.manifest.json")) return path;
   throw CheckpointError("nothing to resume in '" + path.string() + "': no checkpoints/ directory or last.safetensors",
                         "pass the run directory of an earlier `cohort train` (it holds checkpoints/)");
 }

@@ -134,20 +134,35 @@ class GlooCommunicatorImpl : public Communicator {
   HandlePtr reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
                            const std::string& what) override {
     COHORT_ASSERT(input.numel() == output.numel() * size_, "reduce_scatter input must hold size() chunks");
-    // c10d's Gloo process group in LibTorch 1.13 has no reduce_scatter (FACTS.md). Until the sharded
-    // strategies bring a direct gloo implementation, reduce the whole buffer and keep our chunk: the
-    // result is exact, the bytes on the wire are those of an all-reduce.
-    auto scratch = input.reshape(-1).clone();
-    std::vector<at::Tensor> ts{scratch};
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = to_c10d(op);
-    opts.timeout = timeout_;
-    auto work = pg_->allreduce(ts, opts);
+    // c10d's Gloo process group in LibTorch 1.13 has no reduce_scatter (FACTS.md). An all-to-all moves
+    // exactly what a ring reduce-scatter moves, (W-1)/W of the buffer per rank: rank r receives chunk r
+    // of every rank, and sums them here in rank order, so the result is the same bits on every run.
+    // Gloo's all-to-all only copies bytes, so 16-bit floats travel under one 16-bit type.
     const int64_t n = output.numel();
-    const int r = rank_;
+    const bool bits16 = input.scalar_type() == at::kBFloat16;
+    auto send = input.reshape(-1).contiguous();
+    if (bits16) send = send.view(at::kHalf);
+    auto recv = at::empty_like(send);
+    std::vector<int64_t> equal_split;
+    c10d::AllToAllOptions opts;
+    opts.timeout = timeout_;
+    auto work = pg_->alltoall_base(recv, send, equal_split, equal_split, opts);
     auto out = output;
-    return std::make_shared<GlooHandle>(work, context("reduce_scatter", what),
-                                        [scratch, out, n, r]() mutable { out.view(-1).copy_(scratch.narrow(0, r * n, n)); });
+    const int world = size_;
+    const auto dtype = input.scalar_type();
+    return std::make_shared<GlooHandle>(work, context("reduce_scatter", what), [recv, send, out, n, world, op, bits16,
+                                                                                 dtype]() mutable {
+      auto chunks = (bits16 ? recv.view(dtype) : recv).view({world, n});
+      const bool widen = dtype == at::kBFloat16 || dtype == at::kHalf;
+      at::Tensor r = widen ? chunks[0].to(at::kFloat) : chunks[0].clone();
+      for (int k = 1; k < world; ++k) {
+        auto c = widen ? chunks[k].to(at::kFloat) : chunks[k];
+        if (op == ReduceOp::kSum) r.add_(c);
+        else if (op == ReduceOp::kMax) r = at::maximum(r, c);
+        else r = at::minimum(r, c);
+      }
+      out.view(-1).copy_(r);
+    });
   }
 
   // Gloo's all-reduce has no bfloat16 type (c10d's Gloo process group rejects it: "Invalid scalar

@@ -204,6 +204,9 @@ const std::vector<Field>& fields() {
             "keep freed memory in the process for reuse (glibc malloc thresholds raised; ~10% faster steps)"),
       field("train.resume", &T::train, &TrainLoopConfig::resume,
             "run directory (or checkpoints directory) to resume from; same as --resume"),
+      field("optim.name", &T::optim, &OptimConfig::name,
+            "optimizer: sgd (momentum, Nesterov) or adamw (decoupled weight decay, torch.optim.AdamW)",
+            {"sgd", "adamw"}),
       field("optim.lr", &T::optim, &OptimConfig::lr, "peak learning rate", {}, positive<double>()),
       field("optim.momentum", &T::optim, &OptimConfig::momentum, "SGD momentum", {}, in_range(0, 1)),
       field("optim.nesterov", &T::optim, &OptimConfig::nesterov, "Nesterov momentum"),
@@ -215,6 +218,12 @@ const std::vector<Field>& fields() {
             "linear scaling rule: lr x global batch / optim.base_batch"),
       field("optim.base_batch", &T::optim, &OptimConfig::base_batch, "reference batch of the scaling rule",
             {}, positive<int64_t>()),
+      field("optim.beta1", &T::optim, &OptimConfig::beta1, "adamw: first-moment decay", {}, in_range(0, 1)),
+      field("optim.beta2", &T::optim, &OptimConfig::beta2, "adamw: second-moment decay", {}, in_range(0, 1)),
+      field("optim.eps", &T::optim, &OptimConfig::eps, "adamw: denominator epsilon", {}, positive<double>()),
+      field("optim.clip_grad_norm", &T::optim, &OptimConfig::clip_grad_norm,
+            "clip gradients to this global L2 norm, computed across all shards (0: no clipping)", {},
+            non_negative<double>()),
       field("sched.name", &T::sched, &SchedConfig::name, "learning-rate schedule",
             {"onecycle", "cosine", "step", "constant"}),
       field("sched.warmup_epochs", &T::sched, &SchedConfig::warmup_epochs,
@@ -235,6 +244,14 @@ const std::vector<Field>& fields() {
             {}, in_range(0, 1)),
       field("loss.label_smoothing", &T::loss, &LossConfig::label_smoothing, "label smoothing of the loss",
             {}, in_range(0, 1)),
+      field("dist.strategy", &T::dist, &DistConfig::strategy,
+            "data parallelism: ddp (full replicas), zero1 (optimizer state sharded), zero2 (+ gradients "
+            "sharded), fsdp (+ parameters sharded, gathered per unit)",
+            {"ddp", "zero1", "zero2", "fsdp"}),
+      field("dist.fsdp_unit", &T::dist, &DistConfig::fsdp_unit,
+            "fsdp: what one gathered unit is: block (a residual or transformer block) or child (a top-level "
+            "child module such as layer1)",
+            {"block", "child"}),
       field("dist.backend", &T::dist, &DistConfig::backend, "collective engine", {"gloo", "nccl"}),
       field("dist.bucket_mb", &T::dist, &DistConfig::bucket_mb, "gradient bucket size, MiB", {},
             positive<double>()),
@@ -365,6 +382,13 @@ void apply_override(TrainConfig& cfg, const std::string& assignment) {
 }
 
 void validate(const TrainConfig& cfg) {
+  if (cfg.dist.strategy != "ddp" && cfg.dist.compress != "none")
+    throw ConfigError("dist.compress=" + cfg.dist.compress + " works with dist.strategy=ddp only, not " +
+                          cfg.dist.strategy,
+                      "set dist.compress=none, or dist.strategy=ddp");
+  if (cfg.dist.strategy == "fsdp" && cfg.train.lookahead)
+    throw ConfigError("train.lookahead needs every rank to hold the full weights; dist.strategy=fsdp shards them",
+                      "use dist.strategy=ddp, zero1 or zero2 with train.lookahead");
   if (cfg.dist.first_bucket_mb > cfg.dist.bucket_mb)
     throw ConfigError("config key 'dist.first_bucket_mb' (" + std::to_string(cfg.dist.first_bucket_mb) +
                           ") is larger than dist.bucket_mb (" + std::to_string(cfg.dist.bucket_mb) + ")",

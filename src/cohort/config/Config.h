@@ -51,6 +51,7 @@ struct TrainLoopConfig {
 };
 
 struct OptimConfig {
+  std::string name = "sgd";
   double lr = 0.2;
   double momentum = 0.9;
   bool nesterov = true;
@@ -58,6 +59,10 @@ struct OptimConfig {
   bool decay_norm_and_bias = false;
   bool scale_lr = false;
   int64_t base_batch = 256;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double clip_grad_norm = 0.0;
 };
 
 struct SchedConfig {
@@ -77,6 +82,8 @@ struct LossConfig {
 };
 
 struct DistConfig {
+  std::string strategy = "ddp";
+  std::string fsdp_unit = "block";
   std::string backend = "gloo";
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;

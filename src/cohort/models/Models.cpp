@@ -55,9 +55,37 @@ struct BasicBlockImpl : nn::Module {
 };
 TORCH_MODULE(BasicBlock);
 
+// What both ResNet families share for FSDP: stages (layer1, layer2, ...) of blocks, run block by block
+// (fsdp_unit=block) or stage by stage (fsdp_unit=child) through Classifier::run_unit.
+class StagedResNet : public Classifier {
+ protected:
+  at::Tensor run_stages(at::Tensor x) {
+    size_t unit = 0;
+    for (auto& stage : layers) {
+      if (!unit_per_block()) {
+        x = run_unit(unit++, [&] { return stage->forward(x); });
+        continue;
+      }
+      for (auto& block : *stage) x = run_unit(unit++, [&] { return block.forward(x); });
+    }
+    return x;
+  }
+  std::vector<std::string> unit_prefixes(const std::string& policy) override {
+    std::vector<std::string> out;
+    for (size_t s = 0; s < layers.size(); ++s) {
+      const std::string stage = "layer" + std::to_string(s + 1) + ".";
+      if (policy == "child") out.push_back(stage);
+      else
+        for (size_t b = 0; b < layers[s]->size(); ++b) out.push_back(stage + std::to_string(b) + ".");
+    }
+    return out;
+  }
+  std::vector<nn::Sequential> layers;
+};
+
 // The CIFAR-style ResNet (He et al. 2016, section 4.2): a 3x3 stem and three stages of basic blocks,
 // widths w, 2w, 4w; depth 6n+2. Small images need no 7x7 stem or max-pool.
-class SmallResNet : public Classifier {
+class SmallResNet : public StagedResNet {
  public:
   SmallResNet(int64_t in_channels, int64_t width, int64_t blocks_per_stage, int64_t num_classes)
       : conv1(register_module("conv1", conv3x3(in_channels, width, 1))),
@@ -77,7 +105,7 @@ class SmallResNet : public Classifier {
   }
   at::Tensor forward(at::Tensor x) override {
     x = torch::relu(bn1(conv1(x)));
-    for (auto& stage : layers) x = stage->forward(x);
+    x = run_stages(x);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc(x);
   }
@@ -85,7 +113,6 @@ class SmallResNet : public Classifier {
  private:
   nn::Conv2d conv1;
   nn::BatchNorm2d bn1;
-  std::vector<nn::Sequential> layers;
   nn::Linear fc{nullptr};
 };
 
@@ -125,7 +152,7 @@ TORCH_MODULE(Bottleneck);
 // torchvision's ImageNet ResNets (resnet18/34/50): 7x7 stride-2 stem, max-pool, four stages of widths
 // 64..512, global average pool, fc. Same architecture, names and initialization, so torchvision
 // weights exported to safetensors load by name.
-class TorchvisionResNet : public Classifier {
+class TorchvisionResNet : public StagedResNet {
  public:
   TorchvisionResNet(int64_t in_channels, bool bottleneck, std::array<int64_t, 4> blocks, int64_t num_classes)
       : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in_channels, 64, 7).stride(2).padding(3).bias(false)))),
@@ -152,7 +179,7 @@ class TorchvisionResNet : public Classifier {
   at::Tensor forward(at::Tensor x) override {
     x = torch::relu(bn1(conv1(x)));
     x = torch::max_pool2d(x, 3, 2, 1);
-    for (auto& stage : layers) x = stage->forward(x);
+    x = run_stages(x);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc(x);
   }
@@ -160,7 +187,6 @@ class TorchvisionResNet : public Classifier {
  private:
   nn::Conv2d conv1;
   nn::BatchNorm2d bn1;
-  std::vector<nn::Sequential> layers;
   nn::Linear fc{nullptr};
 };
 

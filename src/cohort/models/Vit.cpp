@@ -132,10 +132,18 @@ class VisionTransformer : public Classifier {
                         "image size and channels");
     x = patch_embed_(x);
     x = torch::cat({cls_token_.expand({x.size(0), -1, -1}), x}, 1) + pos_embed_;
-    for (auto& block : blocks_) x = block(x);
+    for (size_t b = 0; b < blocks_.size(); ++b) x = run_unit(b, [&] { return blocks_[b](x); });
     x = norm_(x);
     // global_pool='token': the class token alone feeds the head (no pre-logits layer).
     return head_(x.select(1, 0));
+  }
+
+ protected:
+  // A transformer block is a unit under either policy: blocks are the model's only repeated children.
+  std::vector<std::string> unit_prefixes(const std::string&) override {
+    std::vector<std::string> out;
+    for (size_t b = 0; b < blocks_.size(); ++b) out.push_back("blocks." + std::to_string(b) + ".");
+    return out;
   }
 
  private:

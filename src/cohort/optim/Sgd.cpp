@@ -1,5 +1,6 @@
 #include "cohort/optim/Sgd.h"
 
+#include <cmath>
 #include <map>
 
 #include <ATen/core/grad_mode.h>
@@ -23,7 +24,46 @@ std::vector<ParamGroup> split_decay(const torch::OrderedDict<std::string, at::Te
   return out;
 }
 
-Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options) : groups_(std::move(groups)), options_(options) {
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params)
+      if (p.grad().defined()) p.mutable_grad().reset();
+}
+
+int64_t Optimizer::state_bytes() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : state_dict()) n += t.numel() * static_cast<int64_t>(t.element_size());
+  return n;
+}
+
+std::pair<size_t, size_t> Optimizer::locate(const std::string& key, const std::string& kind) const {
+  const auto prefix = kind + ".";
+  if (key.rfind(prefix, 0) == 0) {
+    const auto name = key.substr(prefix.size());
+    for (size_t gi = 0; gi < groups_.size(); ++gi)
+      for (size_t i = 0; i < groups_[gi].names.size(); ++i)
+        if (groups_[gi].names[i] == name) return {gi, i};
+  }
+  throw CheckpointError("optimizer state has '" + key + "', which matches no parameter of this model for " +
+                            name() + "'s '" + kind + "'",
+                        "resume with the optim.name, model.name and model.width the checkpoint was saved with");
+}
+
+void Optimizer::check_shape(const std::string& key, const at::Tensor& t, const at::Tensor& p) const {
+  if (t.sizes() != p.sizes())
+    throw CheckpointError("optimizer state '" + key + "' has shape " + c10::str(t.sizes()) + " but the parameter has " +
+                              c10::str(p.sizes()),
+                          "resume with the same model configuration the checkpoint was saved with");
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& cfg, std::vector<ParamGroup> groups) {
+  if (cfg.name == "adamw") return std::make_unique<AdamW>(std::move(groups), AdamWOptions{cfg.beta1, cfg.beta2, cfg.eps});
+  return std::make_unique<Sgd>(std::move(groups), SgdOptions{cfg.momentum, cfg.nesterov});
+}
+
+Sgd::Sgd(std::vector<ParamGroup> groups, SgdOptions options) : Optimizer(std::move(groups)), options_(options) {
   for (const auto& g : groups_) momentum_.emplace_back(g.params.size());
 }
 
@@ -49,36 +89,81 @@ void Sgd::step(double lr) {
   }
 }
 
-void Sgd::zero_grad() {
-  for (auto& g : groups_)
-    for (auto& p : g.params)
-      if (p.grad().defined()) p.mutable_grad().reset();
-}
-
-std::vector<std::pair<std::string, at::Tensor>> Sgd::state_dict() const {
-  std::vector<std::pair<std::string, at::Tensor>> out;
+NamedState Sgd::state_dict() const {
+  NamedState out;
   for (size_t gi = 0; gi < groups_.size(); ++gi)
     for (size_t i = 0; i < groups_[gi].params.size(); ++i)
       if (momentum_[gi][i].defined()) out.emplace_back("momentum_buffer." + groups_[gi].names[i], momentum_[gi][i]);
   return out;
 }
 
-void Sgd::load_state_dict(const std::vector<std::pair<std::string, at::Tensor>>& state) {
-  std::map<std::string, std::pair<size_t, size_t>> where;
-  for (size_t gi = 0; gi < groups_.size(); ++gi)
-    for (size_t i = 0; i < groups_[gi].params.size(); ++i) where["momentum_buffer." + groups_[gi].names[i]] = {gi, i};
+void Sgd::load_state_dict(const NamedState& state) {
   for (const auto& [name, t] : state) {
-    auto it = where.find(name);
-    if (it == where.end())
-      throw CheckpointError("optimizer state has '" + name + "', which matches no parameter of this model",
-                            "resume with the same model.name and model.width the checkpoint was saved with");
-    const auto [gi, i] = it->second;
+    const auto [gi, i] = locate(name, "momentum_buffer");
     const auto& p = groups_[gi].params[i];
-    if (t.sizes() != p.sizes())
-      throw CheckpointError("optimizer state '" + name + "' has shape " + c10::str(t.sizes()) + " but the parameter has " +
-                                c10::str(p.sizes()),
-                            "resume with the same model configuration the checkpoint was saved with");
+    check_shape(name, t, p);
     momentum_[gi][i] = t.to(p.options()).clone();
+  }
+}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Optimizer(std::move(groups)), options_(options) {
+  for (const auto& g : groups_) {
+    exp_avg_.emplace_back(g.params.size());
+    exp_avg_sq_.emplace_back(g.params.size());
+  }
+}
+
+void AdamW::step(double lr) {
+  at::NoGradGuard no_grad;
+  ++step_;
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double bias1 = 1 - std::pow(b1, static_cast<double>(step_));
+  const double bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step_)));
+  const double step_size = lr / bias1;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      auto& p = g.params[i];
+      if (!p.grad().defined()) continue;
+      const at::Tensor& grad = p.grad();
+      if (g.weight_decay != 0) p.mul_(1 - lr * g.weight_decay);
+      auto& m = exp_avg_[gi][i];
+      auto& v = exp_avg_sq_[gi][i];
+      if (!m.defined()) {
+        m = at::zeros_like(p);
+        v = at::zeros_like(p);
+      }
+      m.lerp_(grad, 1 - b1);
+      v.mul_(b2).addcmul_(grad, grad, 1 - b2);
+      auto denom = (v.sqrt() / bias2_sqrt).add_(options_.eps);
+      p.addcdiv_(m, denom, -step_size);
+    }
+  }
+}
+
+NamedState AdamW::state_dict() const {
+  NamedState out;
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i)
+      if (exp_avg_[gi][i].defined()) {
+        out.emplace_back("exp_avg." + groups_[gi].names[i], exp_avg_[gi][i]);
+        out.emplace_back("exp_avg_sq." + groups_[gi].names[i], exp_avg_sq_[gi][i]);
+      }
+  if (step_ > 0) out.emplace_back("step", at::tensor({static_cast<double>(step_)}, at::kDouble).reshape({}));
+  return out;
+}
+
+void AdamW::load_state_dict(const NamedState& state) {
+  for (const auto& [name, t] : state) {
+    if (name == "step") {
+      step_ = static_cast<int64_t>(t.item<double>());
+      continue;
+    }
+    const bool sq = name.rfind("exp_avg_sq.", 0) == 0;
+    const auto [gi, i] = locate(name, sq ? "exp_avg_sq" : "exp_avg");
+    const auto& p = groups_[gi].params[i];
+    check_shape(name, t, p);
+    (sq ? exp_avg_sq_ : exp_avg_)[gi][i] = t.to(p.options()).clone();
   }
 }
 

@@ -1,55 +1,59 @@
-// SGD with momentum and Nesterov, PyTorch's update rule, with state keyed by parameter name so it
-// saves to and loads from a checkpoint without depending on tensor addresses.
+// SGD with momentum and Nesterov, torch.optim.SGD's update rule (dampening 0).
 //
-//   auto groups = cohort::optim::split_decay(net->named_parameters(), /*weight_decay=*/5e-4, false);
-//   cohort::optim::Sgd opt(groups, {.momentum = 0.9, .nesterov = true});
+//   cohort::optim::Sgd opt(cohort::optim::split_decay(net->named_parameters(), 5e-4, false), {.momentum = 0.9});
 //   loss.backward(); opt.step(lr); opt.zero_grad();
 #pragma once
 
-#include <string>
-#include <utility>
-#include <vector>
-
-#include <ATen/ATen.h>
-#include <torch/ordered_dict.h>
+#include "cohort/optim/Optimizer.h"
 
 namespace cohort::optim {
-
-struct ParamGroup {
-  std::vector<std::string> names;
-  std::vector<at::Tensor> params;
-  double weight_decay = 0;
-};
-
-// Batch-norm weights and all biases (every parameter of dimension <= 1) get no weight decay unless
-// `decay_all`, as the ResNet training recipes do.
-std::vector<ParamGroup> split_decay(const torch::OrderedDict<std::string, at::Tensor>& named, double weight_decay,
-                                    bool decay_all);
 
 struct SgdOptions {
   double momentum = 0.9;
   bool nesterov = false;
 };
 
-class Sgd {
+class Sgd : public Optimizer {
  public:
   Sgd(std::vector<ParamGroup> groups, SgdOptions options);
 
-  // p -= lr * update, with update as torch.optim.SGD computes it (dampening 0).
-  void step(double lr);
-  void zero_grad();
-
-  // Momentum buffers as "momentum_buffer.<param name>"; parameters without one yet are absent.
-  std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
-  // Throws CheckpointError naming a tensor that does not match a parameter.
-  void load_state_dict(const std::vector<std::pair<std::string, at::Tensor>>& state);
-
-  const std::vector<ParamGroup>& groups() const { return groups_; }
+  std::string name() const override { return "sgd"; }
+  // p -= lr * update, with update as torch.optim.SGD computes it.
+  void step(double lr) override;
+  // Momentum buffers as "momentum_buffer.<param name>".
+  NamedState state_dict() const override;
+  void load_state_dict(const NamedState& state) override;
+  std::vector<std::string> state_kinds() const override { return {"momentum_buffer"}; }
 
  private:
-  std::vector<ParamGroup> groups_;
   SgdOptions options_;
   std::vector<std::vector<at::Tensor>> momentum_;  // per group, per param; undefined until first step
+};
+
+// AdamW as torch.optim.AdamW (amsgrad off): decoupled weight decay p *= 1 - lr * wd, bias-corrected
+// moments. One step count for the whole optimizer ("step"), since every parameter steps together.
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
+
+  std::string name() const override { return "adamw"; }
+  void step(double lr) override;
+  // "exp_avg.<name>", "exp_avg_sq.<name>" and the scalar "step".
+  NamedState state_dict() const override;
+  void load_state_dict(const NamedState& state) override;
+  std::vector<std::string> state_kinds() const override { return {"exp_avg", "exp_avg_sq"}; }
+  int64_t steps() const { return step_; }
+
+ private:
+  AdamWOptions options_;
+  int64_t step_ = 0;
+  std::vector<std::vector<at::Tensor>> exp_avg_, exp_avg_sq_;
 };
 
 }  // namespace cohort::optim

@@ -1,28 +1,75 @@
 #include "cohort/parallel/Strategy.h"
 
+#include <cmath>
+
+#include "cohort/models/Models.h"
 #include "cohort/parallel/compress/LowPrecisionHook.h"
 #include "cohort/parallel/compress/PowerSgd.h"
 #include "cohort/parallel/ddp/DistributedDataParallel.h"
+#include "cohort/parallel/shard/Sharded.h"
+#include "cohort/util/Error.h"
 
 namespace cohort {
 namespace {
 
+// torch.nn.utils.clip_grad_norm_: scale every gradient by max_norm / (norm + 1e-6) when that is below 1.
+double clip_full_gradients(const std::vector<at::Tensor>& params, double clip_norm) {
+  at::NoGradGuard no_grad;
+  double sq = 0;
+  for (const auto& p : params)
+    if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+  const double norm = std::sqrt(sq);
+  const double coef = clip_norm / (norm + 1e-6);
+  if (coef < 1)
+    for (const auto& p : params)
+      if (p.grad().defined()) p.grad().mul_(coef);
+  return norm;
+}
+
 class DdpStrategy : public Strategy {
  public:
   DdpStrategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, DdpOptions opts,
-              std::shared_ptr<CommHook> hook)
-      : ddp_(std::move(model), std::move(comm), opts) {
+              std::shared_ptr<CommHook> hook, bool decay_all, double weight_decay)
+      : model_(model), ddp_(std::move(model), std::move(comm), opts), decay_all_(decay_all),
+        weight_decay_(weight_decay) {
     ddp_.set_comm_hook(std::move(hook));
   }
   std::string name() const override { return "ddp"; }
+  void build_optimizer(const OptimConfig& cfg) override {
+    optimizer_ = optim::make_optimizer(cfg, optim::split_decay(model_->named_parameters(), weight_decay_, decay_all_));
+  }
   std::shared_ptr<void> gradient_sync(bool enabled) override {
     if (enabled) return nullptr;
     return std::make_shared<DistributedDataParallel::NoSync>(ddp_.no_sync());
+  }
+  double step(double lr, double clip_norm) override {
+    // Gradients are already averaged and identical on every rank, so each rank's norm is the global one.
+    double norm = -1;
+    if (clip_norm > 0) {
+      std::vector<at::Tensor> params;
+      for (const auto& g : optimizer_->groups()) params.insert(params.end(), g.params.begin(), g.params.end());
+      norm = clip_full_gradients(params, clip_norm);
+    }
+    optimizer_->step(lr);
+    optimizer_->zero_grad();
+    return norm;
   }
   SyncBytes last_sync_bytes() const override {
     const auto& t = ddp_.reducer().last_trace();
     return {t.bytes_reduced, t.bytes_dense};
   }
+  StateBytes state_bytes() const override {
+    StateBytes b;
+    for (const auto& p : model_->parameters()) b.params += p.numel() * static_cast<int64_t>(p.element_size());
+    // The reducer's buckets hold a full copy of the gradients on top of each parameter's own .grad.
+    for (const auto& bucket : ddp_.reducer().plan()) b.grads += bucket.numel * c10::elementSize(bucket.dtype);
+    for (const auto& p : model_->parameters())
+      if (p.grad().defined()) b.grads += p.numel() * static_cast<int64_t>(p.element_size());
+    b.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
+    return b;
+  }
+  optim::NamedState optimizer_state() override { return optimizer_->state_dict(); }
+  void load_optimizer_state(const optim::NamedState& full) override { optimizer_->load_state_dict(full); }
   HookState state_dict() override {
     return ddp_.reducer().comm_hook().state_dict(ddp_.reducer().communicator());
   }
@@ -31,7 +78,11 @@ class DdpStrategy : public Strategy {
   }
 
  private:
+  std::shared_ptr<torch::nn::Module> model_;
   DistributedDataParallel ddp_;
+  bool decay_all_;
+  double weight_decay_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
 };
 
 }  // namespace
@@ -55,13 +106,26 @@ std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg) {
 
 std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
                                         CommunicatorPtr comm) {
+  if (cfg.dist.strategy != "ddp") {
+    ShardedOptions o;
+    o.stage = cfg.dist.strategy == "zero1" ? ShardStage::kZero1
+              : cfg.dist.strategy == "zero2" ? ShardStage::kZero2
+                                             : ShardStage::kFsdp;
+    o.bucket_mb = cfg.dist.bucket_mb;
+    o.fsdp_unit = cfg.dist.fsdp_unit;
+    o.broadcast_buffers = cfg.dist.broadcast_buffers;
+    o.weight_decay = cfg.optim.weight_decay;
+    o.decay_all = cfg.optim.decay_norm_and_bias;
+    return make_sharded_strategy(std::move(model), std::move(comm), o);
+  }
   DdpOptions opts;
   opts.bucket_mb = cfg.dist.bucket_mb;
   opts.first_bucket_mb = cfg.dist.first_bucket_mb;
   opts.overlap = cfg.dist.overlap;
   opts.find_unused_parameters = cfg.dist.find_unused_parameters;
   opts.broadcast_buffers = cfg.dist.broadcast_buffers;
-  return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), opts, make_comm_hook(cfg));
+  return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), opts, make_comm_hook(cfg),
+                                       cfg.optim.decay_norm_and_bias, cfg.optim.weight_decay);
 }
 
 }  // namespace cohort

@@ -1,18 +1,24 @@
-// The one interface the training loop talks to for data parallelism. DDP implements it now; ZeRO and
-// FSDP implement it later, so the loop in train/Trainer.cpp reads the same for every strategy.
+// The one interface the training loop talks to for data parallelism: ddp (full replicas, gradients
+// all-reduced in buckets during backward), zero1, zero2 and fsdp (optimizer state, then gradients, then
+// parameters sharded across ranks). The strategy owns the optimizer, because what a rank updates (the
+// whole model or its slice) is the strategy's business, so the loop in train/Trainer.cpp reads the same
+// for every strategy.
 //
 //   auto strategy = cohort::make_strategy(cfg, model, world.comm);
+//   strategy->build_optimizer(cfg.optim);
 //   { auto sync = strategy->gradient_sync(last_micro_batch); loss.backward(); }
-//   optimizer.step(lr);
+//   strategy->step(lr, cfg.optim.clip_grad_norm);     // clip, update, clear gradients
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 
 #include "cohort/comm/Communicator.h"
 #include "cohort/config/Config.h"
+#include "cohort/optim/Optimizer.h"
 #include "cohort/parallel/ddp/CommHook.h"
 
 namespace cohort {
@@ -24,14 +30,46 @@ struct SyncBytes {
   int64_t dense = 0;
 };
 
+// Model-state bytes this rank holds: parameters (full replicas, gathered units and master shards),
+// gradients (full or sharded) and optimizer state. Measured from the tensors, not from a formula.
+struct StateBytes {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t optimizer = 0;
+  int64_t total() const { return params + grads + optimizer; }
+};
+
+// What a sharded strategy writes for one checkpoint: this rank's tensors and, identical on every rank,
+// the layout a reader needs to reassemble full parameters at any world size.
+struct ShardState {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  nlohmann::json layout;
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
+  // Builds the optimizer over what this rank updates. Call once, before the first step.
+  virtual void build_optimizer(const OptimConfig& cfg) = 0;
   // Gradients produced while the returned guard lives are synchronized across ranks only if `enabled`
   // (gradient accumulation disables it on all but the last micro-batch).
   virtual std::shared_ptr<void> gradient_sync(bool enabled) = 0;
+  // Clips gradients to `clip_norm` by their global L2 norm across ranks and shards (0: no clipping),
+  // updates the parameters and clears the gradients. Returns that norm (computed only when clipping,
+  // else -1). Collective.
+  virtual double step(double lr, double clip_norm) = 0;
   virtual SyncBytes last_sync_bytes() const = 0;
+  virtual StateBytes state_bytes() const = 0;
+
+  // Checkpoints. An unsharded strategy saves the optimizer's per-parameter state; a sharded one hands
+  // each rank's shard to checkpoint::save_sharded. Both load from full, per-parameter state
+  // ("momentum_buffer.<param>"), which is what any checkpoint reassembles to, so a run can resume under
+  // another strategy or world size.
+  virtual bool sharded() const { return false; }
+  virtual optim::NamedState optimizer_state() = 0;
+  virtual ShardState shard_state() { return {}; }
+  virtual void load_optimizer_state(const optim::NamedState& full) = 0;
   // State beyond the model and optimizer that an exact resume needs (a compression hook's residuals).
   // Collective: every rank calls it at the same point.
   virtual HookState state_dict() = 0;
@@ -41,6 +79,7 @@ class Strategy {
 // The gradient communication hook dist.compress names (none: plain averaging all-reduce).
 std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg);
 
+// Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
 std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
                                         CommunicatorPtr comm);
 

@@ -25,7 +25,7 @@
 #include "cohort/models/TestTimeAugmentation.h"
 #include "cohort/optim/Ema.h"
 #include "cohort/optim/Schedule.h"
-#include "cohort/optim/Sgd.h"
+#include "cohort/checkpoint/Sharded.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/train/Metrics.h"
 #include "cohort/train/Progress.h"
@@ -162,7 +162,8 @@ std::vector<double> gather_resources(log::ResourceMonitor& monitor, Communicator
 // with the `aws` CLI from the printed path.
 nlohmann::json upload_checkpoint(const TrainConfig& cfg, const fs::path& run_dir) {
   const fs::path ckpts = run_dir / "checkpoints";
-  const std::string tag = fs::exists(ckpts / "best.safetensors") ? "best" : "last";
+  const std::string tag =
+      fs::exists(ckpts / "best.safetensors") || fs::exists(ckpts / "best.manifest.json") ? "best" : "last";
   nlohmann::json rec = {{"checkpoint", tag}, {"ok", false}};
   const auto t0 = Clock::now();
   try {
@@ -171,9 +172,17 @@ nlohmann::json upload_checkpoint(const TrainConfig& cfg, const fs::path& run_dir
     if (!dest.key.empty() && dest.key.back() != '/') dest.key += '/';
     dest.key += run_dir.filename().string() + "/";
     rec["url"] = dest.str();
+    // Every file of the tag: the weights and state, or a sharded save's slices and manifest, with its
+    // commit marker last so a reader of the bucket never sees a marker before the slices.
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(ckpts)) {
+      const auto name = e.path().filename().string();
+      if (name.rfind(tag + ".", 0) == 0 && name != tag + ".commit") files.push_back(name);
+    }
+    std::sort(files.begin(), files.end());
+    if (fs::exists(ckpts / (tag + ".commit"))) files.push_back(tag + ".commit");
     uint64_t bytes = 0;
-    for (const std::string& file : {tag + ".safetensors", tag + ".state.safetensors"})
-      if (fs::exists(ckpts / file)) bytes += upload::upload_file(opt, dest, ckpts / file);
+    for (const auto& file : files) bytes += upload::upload_file(opt, dest, ckpts / file);
     rec["ok"] = true;
     rec["bytes"] = bytes;
     rec["seconds"] = seconds_since(t0);
@@ -214,7 +223,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   fs::path resume_dir;
   if (resuming) {
     resume_dir = checkpoint::resolve_resume_dir(cfg.train.resume);
-    resume = checkpoint::load(resume_dir, "last");
+    resume = checkpoint::load_any(resume_dir, "last");
     if (cfg.run.dir.empty()) cfg.run.dir = resume_dir.parent_path().string();
   }
   const fs::path run_dir = agree_run_dir(cfg, world);
@@ -233,9 +242,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
 
   // Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
   auto strategy = make_strategy(cfg, model, world.comm);
-  optim::Sgd optimizer(optim::split_decay(model->named_parameters(), cfg.optim.weight_decay,
-                                          cfg.optim.decay_norm_and_bias),
-                       optim::SgdOptions{cfg.optim.momentum, cfg.optim.nesterov});
+  strategy->build_optimizer(cfg.optim);
   // airbench's lookahead keeps a moving average of the weights (after the strategy made them every rank's).
   std::unique_ptr<optim::Ema> lookahead;
   if (cfg.train.lookahead) lookahead = std::make_unique<optim::Ema>(*model, 0.95);
@@ -250,7 +257,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
       else
         opt_state.emplace_back(name, t);
     }
-    optimizer.load_state_dict(opt_state);
+    strategy->load_optimizer_state(opt_state);
     strategy->load_state_dict(strategy_state);
     if (lookahead && !lookahead_state.empty()) lookahead->load_state_dict(lookahead_state);
   }
@@ -297,11 +304,16 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   }
 
   auto save = [&](const std::string& tag, int64_t epoch_of_next) {
+    checkpoint::TrainState st{step, epoch_of_next, best, world_size, config_json.dump()};
+    if (strategy->sharded()) {  // every rank writes its slice; see checkpoint/Sharded.h
+      auto shard = strategy->shard_state();
+      checkpoint::save_sharded(run_dir / "checkpoints", tag, shard.tensors, shard.layout, st, comm);
+      return;
+    }
     // Collective (a compression hook gathers every rank's residuals), so every rank takes part.
     const auto strategy_state = strategy->state_dict();
     if (!lead) return;
-    checkpoint::TrainState st{step, epoch_of_next, best, world_size, config_json.dump()};
-    auto state = optimizer.state_dict();
+    auto state = strategy->optimizer_state();
     for (const auto& [name, t] : strategy_state) state.emplace_back(kStrategyPrefix + name, t);
     if (lookahead)
       for (const auto& [name, t] : lookahead->state_dict()) state.emplace_back(kLookaheadPrefix + name, t);
@@ -311,6 +323,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   TrainResult result;
   result.run_dir = run_dir;
   MetricWindow window;
+  double window_grad_norm = -1;  // the last step's gradient norm, when clipping computes it
   double train_seconds = 0;
   int64_t images_seen = 0;
   double test_accuracy = -1;
@@ -319,6 +332,12 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   int64_t window_images = 0;
   const auto session_start = Clock::now();
   const int64_t first_step = step;
+  // Model-state bytes, sampled in the session's first step with gradients present (after backward) and
+  // with optimizer state present (after the update): the larger of each.
+  StateBytes state_bytes;
+  auto max_bytes = [](StateBytes a, StateBytes b) {
+    return StateBytes{std::max(a.params, b.params), std::max(a.grads, b.grads), std::max(a.optimizer, b.optimizer)};
+  };
 
   auto run_eval = [&](int64_t epoch) {
     if (!cfg.eval.enabled) return;
@@ -367,12 +386,14 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         auto loss = torch::nn::functional::cross_entropy(
             logits, b.labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg.loss.label_smoothing));
         (accum > 1 ? loss / static_cast<double>(accum) : loss).backward();
+        if (step == first_step) state_bytes = max_bytes(state_bytes, strategy->state_bytes());
         const double l = loss.item<double>();
         window.add(logits, b.labels, l);
         step_loss += l / static_cast<double>(accum);
       }
-      optimizer.step(schedule.lr(step));
-      optimizer.zero_grad();
+      const double grad_norm = strategy->step(schedule.lr(step), cfg.optim.clip_grad_norm);
+      if (grad_norm >= 0) window_grad_norm = grad_norm;
+      if (step == first_step) state_bytes = max_bytes(state_bytes, strategy->state_bytes());
       ++step;
       if (lookahead && step % 5 == 0) lookahead->lookahead(*model, optim::airbench_lookahead_decay(step, total_steps));
       // The run ends on the average itself (decay 1: the weights become the average).
@@ -394,7 +415,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
                          {"top5", g.top5()}, {"lr", schedule.lr(step - 1)}, {"images_per_second", ips},
                          {"step_loss_rank0", step_loss}, {"train_seconds", train_seconds},
                          {"sync_bytes", strategy->last_sync_bytes().wire},
-                         {"sync_bytes_uncompressed", strategy->last_sync_bytes().dense}, {"time", std::time(nullptr)}});
+                         {"sync_bytes_uncompressed", strategy->last_sync_bytes().dense},
+                         {"grad_norm", window_grad_norm < 0 ? nlohmann::json() : nlohmann::json(window_grad_norm)},
+                         {"time", std::time(nullptr)}});
           nlohmann::json rss = nlohmann::json::array(), cpu = nlohmann::json::array(),
                          gpu_util = nlohmann::json::array(), gpu_mem = nlohmann::json::array();
           for (int r = 0; r < world_size; ++r) {
@@ -470,6 +493,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
                          at::kDouble);
   auto all_tot = at::zeros({world_size * kTotals}, at::kDouble);
   comm.all_gather(all_tot, mine, "resource totals")->wait();
+  auto my_state = at::tensor({state_bytes.params, state_bytes.grads, state_bytes.optimizer}, at::kLong);
+  auto all_state = at::zeros({world_size * 3}, at::kLong);
+  comm.all_gather(all_state, my_state, "model-state bytes")->wait();
   // Each rank skipped the bad files it met; the run's count is their sum (a file met by two ranks counts twice).
   auto bad = at::full({1}, data.train->bad_files() + data.test->bad_files(), at::kLong);
   auto all_bad = at::zeros({world_size}, at::kLong);
@@ -494,8 +520,12 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         one["gpu_peak_memory_used_bytes"] = static_cast<int64_t>(f[5]);
         one["gpu_memory_total_bytes"] = static_cast<int64_t>(f[6]);
       }
+      const int64_t* b = all_state.data_ptr<int64_t>() + r * 3;
+      one["model_state_bytes"] = {{"params", b[0]}, {"grads", b[1]}, {"optimizer", b[2]}, {"total", b[0] + b[1] + b[2]}};
       resources.push_back(one);
     }
+    metrics.write({{"kind", "model_state"}, {"step", step}, {"strategy", strategy->name()}, {"per_rank", resources},
+                   {"time", std::time(nullptr)}});
     nlohmann::json summary = {
         {"world_size", world_size}, {"nnodes", info.nnodes}, {"launcher", info.launcher},
         {"strategy", strategy->name()}, {"backend", comm.backend_name()}, {"model", cfg.model.name},
@@ -505,6 +535,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         {"best_test_accuracy", best < 0 ? nlohmann::json() : nlohmann::json(best)}, {"peak_rss_bytes", per_rank}, {"resources", resources},
         {"gpu_monitor", monitor.gpu_available() ? "nvml" : monitor.nvml().why_unavailable()},
         {"precision", "fp32"}, {"bad_files_skipped", bad_files}, {"threads_per_worker", at::get_num_threads()},
+        {"optimizer", cfg.optim.name}, {"clip_grad_norm", cfg.optim.clip_grad_norm},
         {"compress", cfg.dist.compress}, {"sync_bytes_per_step", sync.wire},
         {"sync_bytes_per_step_uncompressed", sync.dense},
         {"compression_ratio", sync.wire > 0 ? nlohmann::json(double(sync.dense) / sync.wire) : nlohmann::json()},

@@ -6,6 +6,7 @@
 
 #include "cohort/optim/Schedule.h"
 #include "cohort/optim/Sgd.h"
+#include "cohort/util/Error.h"
 
 TEST(Sgd, MatchesTorchOptimSgd) {
   for (bool nesterov : {false, true}) {
@@ -23,6 +24,44 @@ TEST(Sgd, MatchesTorchOptimSgd) {
       EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << "nesterov " << nesterov << " step " << s;
     }
   }
+}
+
+TEST(AdamW, MatchesTorchOptimAdamW) {
+  torch::manual_seed(4);
+  auto a = torch::randn({6, 3}, torch::requires_grad());
+  auto b = a.detach().clone().requires_grad_(true);
+  cohort::optim::AdamW ours({{{"w"}, {a}, 0.05}}, {0.9, 0.98, 1e-7});
+  torch::optim::AdamW theirs({b}, torch::optim::AdamWOptions(3e-3).betas({0.9, 0.98}).eps(1e-7).weight_decay(0.05));
+  for (int s = 0; s < 6; ++s) {
+    auto g = torch::randn({6, 3});
+    a.mutable_grad() = g.clone();
+    b.mutable_grad() = g.clone();
+    ours.step(3e-3);
+    theirs.step();
+    EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << "step " << s;
+  }
+}
+
+TEST(AdamW, StateRoundTripsWithItsStepCount) {
+  auto w = torch::randn({4}, torch::requires_grad());
+  auto v = w.detach().clone().requires_grad_(true);
+  cohort::optim::AdamW opt({{{"w"}, {w}, 0.01}}, {});
+  for (int s = 0; s < 3; ++s) {
+    w.mutable_grad() = torch::full({4}, 0.5 + s);
+    opt.step(0.01);
+  }
+  const auto state = opt.state_dict();
+  ASSERT_EQ(state.size(), 3u);  // exp_avg.w, exp_avg_sq.w, step
+  cohort::optim::AdamW other({{{"w"}, {v}, 0.01}}, {});
+  v.detach().copy_(w.detach());
+  other.load_state_dict(state);
+  EXPECT_EQ(other.steps(), 3);
+  w.mutable_grad() = torch::ones({4});
+  v.mutable_grad() = torch::ones({4});
+  opt.step(0.01);
+  other.step(0.01);
+  EXPECT_TRUE(torch::equal(w, v));
+  EXPECT_THROW(other.load_state_dict({{"exp_avg.nope", torch::zeros({4})}}), cohort::CheckpointError);
 }
 
 TEST(Sgd, NoDecayOnNormAndBias) {

@@ -1,0 +1,65 @@
+// The optimizers cohort trains with, behind one interface so a strategy can own one without knowing
+// which: SGD (momentum, Nesterov) and AdamW, each with torch.optim's update rule. State is keyed by
+// parameter name ("momentum_buffer.<name>", "exp_avg.<name>"), so it saves and loads by name, and a
+// sharded strategy can hand it views of its slice of each parameter under the same names.
+//
+//   auto opt = cohort::optim::make_optimizer(cfg.optim, cohort::optim::split_decay(net->named_parameters(), 5e-4, false));
+//   loss.backward(); opt->step(lr); opt->zero_grad();
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/ordered_dict.h>
+
+#include "cohort/config/Config.h"
+
+namespace cohort::optim {
+
+struct ParamGroup {
+  std::vector<std::string> names;
+  std::vector<at::Tensor> params;
+  double weight_decay = 0;
+};
+
+using NamedState = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Batch-norm weights and all biases (every parameter of dimension <= 1) get no weight decay unless
+// `decay_all`, as the ResNet training recipes do.
+std::vector<ParamGroup> split_decay(const torch::OrderedDict<std::string, at::Tensor>& named, double weight_decay,
+                                    bool decay_all);
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;
+  // One update with learning rate `lr`; parameters without a gradient are left alone.
+  virtual void step(double lr) = 0;
+  void zero_grad();
+  // Per-parameter state as "<kind>.<param name>" tensors of the parameter's shape, plus optimizer-wide
+  // scalars under their bare name ("step"). Parameters without state yet are absent.
+  virtual NamedState state_dict() const = 0;
+  // Throws CheckpointError naming a tensor that matches no parameter or has the wrong shape.
+  virtual void load_state_dict(const NamedState& state) = 0;
+  // The per-parameter state kinds, in a fixed order ("momentum_buffer"; "exp_avg", "exp_avg_sq").
+  virtual std::vector<std::string> state_kinds() const = 0;
+  // Bytes of optimizer state held now.
+  int64_t state_bytes() const;
+
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+ protected:
+  explicit Optimizer(std::vector<ParamGroup> groups);
+  // Finds (group, index) of "<kind>.<name>" for load_state_dict; throws CheckpointError when absent.
+  std::pair<size_t, size_t> locate(const std::string& key, const std::string& kind) const;
+  void check_shape(const std::string& key, const at::Tensor& t, const at::Tensor& p) const;
+
+  std::vector<ParamGroup> groups_;
+};
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& cfg, std::vector<ParamGroup> groups);
+
+}  // namespace cohort::optim

@@ -1,0 +1,543 @@
+#include "cohort/parallel/shard/Sharded.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "cohort/models/Models.h"
+#include "cohort/util/Error.h"
+
+namespace cohort {
+namespace {
+
+// Fires after AccumulateGrad has written param.grad() (FACTS.md: the portable "gradient is accumulated"
+// callback in 1.13 and 2.x). Holds the strategy weakly: autograd may outlive it.
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  GradReadyHook(std::weak_ptr<std::function<void(size_t)>> fire, size_t index) : fire_(std::move(fire)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    if (auto f = fire_.lock()) (*f)(index_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<std::function<void(size_t)>> fire_;
+  size_t index_;
+};
+
+// Note [Freeing a unit's parameters]
+// A unit's parameters are views into one flat buffer (param.set_data), so autograd's saved tensors and
+// the module's members all point at that buffer's storage. FSDP frees the storage's memory (and
+// allocates it again) without replacing the storage object, as PyTorch's FSDP does with
+// storage.resize_(0): every view stays valid and sees the new bytes once they are gathered back.
+void release_storage(const at::Tensor& t) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  impl->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& t, size_t nbytes) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  if (impl->nbytes() == nbytes) return;
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));
+  impl->set_nbytes(nbytes);
+}
+
+int64_t bytes_of(const at::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+// Makes `tensors` equal to rank 0's, one flat broadcast per dtype.
+void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, Communicator& comm, const std::string& what) {
+  if (comm.size() == 1 || tensors.empty()) return;
+  at::NoGradGuard no_grad;
+  std::map<c10::ScalarType, std::vector<at::Tensor>> by_type;
+  for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
+  for (auto& [type, ts] : by_type) {
+    std::vector<at::Tensor> flat_parts;
+    for (const auto& t : ts) flat_parts.push_back(t.reshape(-1));
+    auto flat = at::cat(flat_parts);
+    comm.broadcast(flat, 0, what)->wait();
+    int64_t off = 0;
+    for (auto& t : ts) {
+      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+  }
+}
+
+class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
+ public:
+  ShardedImpl(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, ShardedOptions options)
+      : model_(std::move(model)), comm_(std::move(comm)), options_(options), rank_(comm_->rank()),
+        world_(comm_->size()) {
+    for (const auto& item : model_->named_parameters(true)) {
+      if (!item.value().requires_grad()) continue;
+      names_.push_back(item.key());
+      params_.push_back(item.value());
+    }
+    if (params_.empty())
+      throw Error(name() + ": the model has no parameters that require grad", "wrap the model itself");
+    for (const auto& item : model_->named_buffers(true)) {
+      buffer_names_.push_back(item.key());
+      buffers_.push_back(item.value());
+    }
+    check_replicas_match();
+    broadcast_from_rank0(params_, *comm_, name() + " initial parameters");
+    broadcast_from_rank0(buffers_, *comm_, name() + " initial buffers");
+    plan_ = shard::ShardPlan(specs(), make_units(), world_);
+    build_units();
+    if (options_.stage != ShardStage::kZero1) attach_hooks();
+    if (classifier_) classifier_->set_unit_runner(this);
+  }
+
+  ~ShardedImpl() override {
+    if (classifier_) classifier_->set_unit_runner(nullptr);
+  }
+
+  std::string name() const override {
+    switch (options_.stage) {
+      case ShardStage::kZero1: return "zero1";
+      case ShardStage::kZero2: return "zero2";
+      case ShardStage::kFsdp: return "fsdp";
+    }
+    return "sharded";
+  }
+
+  const shard::ShardPlan& plan() const override { return plan_; }
+  bool unit_gathered(size_t u) const override { return units_.at(u).state == Gather::kGathered; }
+  int64_t gathered_bytes() const override {
+    int64_t n = 0;
+    for (const auto& u : units_) n += static_cast<int64_t>(u.full.storage().nbytes());
+    return n;
+  }
+
+  std::vector<std::pair<std::string, at::Tensor>> full_parameters() override {
+    std::vector<std::pair<std::string, at::Tensor>> out(params_.size());
+    for (size_t u = 0; u < units_.size(); ++u) {
+      ensure_gathered(u);
+      for (size_t p : plan_.unit(u).params) out[p] = {names_[p], params_[p].detach().clone()};
+      if (!units_[u].persistent) free_unit(u);
+    }
+    return out;
+  }
+
+  void build_optimizer(const OptimConfig& cfg) override {
+    // The optimizer sees one tensor per piece of a parameter this rank owns, named after the parameter:
+    // a view into the master shard with a view into the gradient shard as its .grad, so it updates the
+    // shard in place with exactly DDP's per-element arithmetic.
+    optim::ParamGroup decay{{}, {}, options_.weight_decay}, no_decay{{}, {}, 0.0};
+    slots_.clear();
+    for (size_t u = 0; u < units_.size(); ++u) {
+      for (const auto& r : plan_.ranges(u, rank_)) {
+        auto piece = units_[u].master.narrow(0, r.shard_offset, r.length).detach();
+        piece.set_requires_grad(true);
+        piece.mutable_grad() = units_[u].grad_shard.narrow(0, r.shard_offset, r.length);
+        auto& g = (options_.decay_all || params_[r.param].dim() > 1) ? decay : no_decay;
+        g.names.push_back(names_[r.param]);
+        g.params.push_back(piece);
+        slots_.push_back({u, r});
+      }
+    }
+    std::vector<optim::ParamGroup> groups;
+    if (!decay.params.empty()) groups.push_back(std::move(decay));
+    if (!no_decay.params.empty()) groups.push_back(std::move(no_decay));
+    optimizer_ = optim::make_optimizer(cfg, std::move(groups));
+  }
+
+  std::shared_ptr<void> gradient_sync(bool enabled) override {
+    if (enabled) return nullptr;
+    const bool previous = sync_enabled_;
+    sync_enabled_ = false;
+    return std::shared_ptr<void>(nullptr, [this, previous](void*) { sync_enabled_ = previous; });
+  }
+
+  double step(double lr, double clip_norm) override {
+    COHORT_ASSERT(optimizer_, "build_optimizer before step");
+    at::NoGradGuard no_grad;
+    if (options_.stage == ShardStage::kZero1) reduce_full_gradients();
+    if (options_.broadcast_buffers) broadcast_from_rank0(buffers_, *comm_, name() + " buffers");
+    double norm = -1;
+    if (clip_norm > 0) {
+      // Shards are disjoint and padding is zero, so the squares summed over all ranks' shards are the
+      // full gradient's squared norm.
+      double sq = 0;
+      for (const auto& u : units_) sq += u.grad_shard.to(at::kDouble).pow(2).sum().item<double>();
+      auto t = at::full({1}, sq, at::kDouble);
+      if (world_ > 1) comm_->all_reduce(t, ReduceOp::kSum, "gradient norm")->wait();
+      norm = std::sqrt(t.item<double>());
+      const double coef = clip_norm / (norm + 1e-6);
+      if (coef < 1)
+        for (auto& u : units_) u.grad_shard.mul_(coef);
+    }
+    optimizer_->step(lr);
+    for (auto& u : units_) u.grad_shard.zero_();
+    // Updated slices go back to every rank for the units that stay whole; fsdp's others gather lazily.
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (units_[u].persistent) {
+        units_[u].state = Gather::kSharded;
+        start_gather(u);
+      }
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (units_[u].persistent) ensure_gathered(u);
+    return norm;
+  }
+
+  SyncBytes last_sync_bytes() const override { return sync_bytes_; }
+
+  StateBytes state_bytes() const override {
+    StateBytes b;
+    for (const auto& u : units_) {
+      b.params += static_cast<int64_t>(u.full.storage().nbytes()) + bytes_of(u.master);
+      b.grads += bytes_of(u.grad_shard) + bytes_of(u.flat_grad);
+    }
+    // Gradients autograd holds outside the shards right now (between a no_sync backward and the step).
+    if (options_.stage != ShardStage::kZero1)
+      for (const auto& p : params_) b.grads += bytes_of(p.grad());
+    b.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
+    return b;
+  }
+
+  bool sharded() const override { return true; }
+  optim::NamedState optimizer_state() override {
+    throw Error(name() + " keeps optimizer state in shards", "save it with shard_state() and checkpoint::save_sharded");
+  }
+
+  ShardState shard_state() override {
+    ShardState out;
+    const auto kinds = optimizer_->state_kinds();
+    std::map<std::string, at::Tensor> state;
+    for (auto& [k, t] : optimizer_->state_dict()) state[k] = t;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const auto tag = ".u" + std::to_string(u);
+      out.tensors.emplace_back("param" + tag, units_[u].master);
+      if (state.empty()) continue;
+      for (const auto& kind : kinds) {
+        auto t = at::zeros({plan_.unit(u).shard}, at::kFloat);
+        for (const auto& s : slots_)
+          if (s.unit == u) {
+            auto it = state.find(kind + "." + names_[s.range.param]);
+            if (it != state.end()) t.narrow(0, s.range.shard_offset, s.range.length).copy_(it->second.reshape(-1));
+          }
+        out.tensors.emplace_back(kind + tag, t);
+      }
+    }
+    if (state.count("step")) out.tensors.emplace_back("step", state["step"]);
+    if (rank_ == 0)
+      for (size_t i = 0; i < buffers_.size(); ++i) out.tensors.emplace_back("buffer." + buffer_names_[i], buffers_[i]);
+    nlohmann::json units = nlohmann::json::array();
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const auto& unit = plan_.unit(u);
+      nlohmann::json ps = nlohmann::json::array();
+      for (size_t k = 0; k < unit.params.size(); ++k)
+        ps.push_back({{"name", names_[unit.params[k]]}, {"shape", plan_.params()[unit.params[k]].shape},
+                      {"offset", unit.offsets[k]}});
+      units.push_back({{"numel", unit.numel}, {"padded", unit.padded}, {"shard", unit.shard}, {"params", ps}});
+    }
+    out.layout = {{"strategy", name()}, {"world_size", world_}, {"optimizer", optimizer_->name()},
+                  {"kinds", state.empty() ? std::vector<std::string>{} : kinds},
+                  {"buffers", buffer_names_}, {"units", units}};
+    return out;
+  }
+
+  void load_optimizer_state(const optim::NamedState& full) override {
+    COHORT_ASSERT(optimizer_, "build_optimizer before load_optimizer_state");
+    std::map<std::string, at::Tensor> by_name(full.begin(), full.end());
+    optim::NamedState mine;
+    for (const auto& kind : optimizer_->state_kinds())
+      for (const auto& s : slots_) {
+        const auto key = kind + "." + names_[s.range.param];
+        auto it = by_name.find(key);
+        if (it == by_name.end()) continue;
+        if (it->second.numel() != plan_.params()[s.range.param].numel())
+          throw CheckpointError("optimizer state '" + key + "' has " + std::to_string(it->second.numel()) +
+                                    " elements but the parameter has " +
+                                    std::to_string(plan_.params()[s.range.param].numel()),
+                                "resume with the model configuration the checkpoint was saved with");
+        mine.emplace_back(key, it->second.reshape(-1).narrow(0, s.range.param_offset, s.range.length).clone());
+      }
+    if (by_name.count("step")) mine.emplace_back("step", by_name["step"]);
+    optimizer_->load_state_dict(mine);
+  }
+
+  HookState state_dict() override { return {}; }
+  void load_state_dict(const HookState&) override {}
+
+  // models::UnitRunner: fsdp's forward path through one unit (plan unit index + 1; 0 is the root).
+  at::Tensor run(size_t index, const std::function<at::Tensor()>& forward) override {
+    const size_t u = index + 1;
+    COHORT_ASSERT(u < units_.size(), "model ran unit " + std::to_string(index) + " but fsdp planned " +
+                                         std::to_string(units_.size() - 1));
+    ensure_gathered(u);
+    if (u + 1 < units_.size()) start_gather(u + 1);  // prefetch: the next unit's gather overlaps this forward
+    at::Tensor out = forward();
+    if (out.requires_grad()) {
+      out.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
+    }
+    if (!units_[u].persistent) free_unit(u);
+    return out;
+  }
+
+ private:
+  enum class Gather { kSharded, kGathering, kGathered };
+  struct UnitState {
+    at::Tensor full;        // the unit's flat parameters; params are views into it
+    size_t nbytes = 0;      // full's storage size when allocated
+    at::Tensor master;      // this rank's float32 slice, which the optimizer updates
+    at::Tensor grad_shard;  // this rank's slice of the averaged gradient
+    at::Tensor flat_grad;   // zero1: the full gradients, which params' .grad are views of
+    bool persistent = true; // stays gathered (every unit of zero1/zero2, fsdp's root)
+    Gather state = Gather::kGathered;
+    HandlePtr gather;
+    HandlePtr reduce;
+    at::Tensor reduce_src;
+    size_t pending = 0;
+    bool done = false;
+  };
+  struct Slot {
+    size_t unit;
+    shard::Range range;
+  };
+
+  std::vector<shard::ParamSpec> specs() const {
+    std::vector<shard::ParamSpec> out;
+    for (size_t i = 0; i < params_.size(); ++i) out.push_back({names_[i], params_[i].sizes().vec()});
+    return out;
+  }
+
+  std::vector<std::vector<size_t>> make_units() {
+    if (options_.stage != ShardStage::kFsdp) {
+      const auto cap = std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_mb * (1 << 20) / 4));
+      return shard::ShardPlan::bucket_units(specs(), cap);
+    }
+    classifier_ = dynamic_cast<models::Classifier*>(model_.get());
+    if (!classifier_)
+      throw ConfigError("dist.strategy=fsdp needs a cohort model (a models::Classifier) to find its units",
+                        "use zero2 for other modules");
+    const auto prefixes = classifier_->units(options_.fsdp_unit);
+    std::vector<std::vector<size_t>> units(prefixes.size() + 1);  // 0: the root
+    for (size_t i = 0; i < names_.size(); ++i) {
+      size_t u = 0;
+      for (size_t k = 0; k < prefixes.size(); ++k)
+        if (names_[i].rfind(prefixes[k], 0) == 0) {
+          u = k + 1;
+          break;
+        }
+      units[u].push_back(i);
+    }
+    return units;
+  }
+
+  void build_units() {
+    at::NoGradGuard no_grad;
+    const auto options = params_.front().options();
+    for (size_t u = 0; u < plan_.units().size(); ++u) {
+      const auto& unit = plan_.unit(u);
+      UnitState s;
+      s.full = at::zeros({unit.padded}, options);
+      s.nbytes = static_cast<size_t>(unit.padded) * s.full.element_size();
+      for (size_t k = 0; k < unit.params.size(); ++k) {
+        auto& p = params_[unit.params[k]];
+        if (p.scalar_type() != at::kFloat)
+          throw ConfigError(name() + " shards float32 parameters; '" + names_[unit.params[k]] + "' is " +
+                                std::string(c10::toString(p.scalar_type())),
+                            "keep the model in float32 (mixed precision casts at run time)");
+        auto view = s.full.narrow(0, unit.offsets[k], p.numel()).view(p.sizes());
+        view.copy_(p);
+        p.set_data(view);
+      }
+      s.master = s.full.narrow(0, rank_ * unit.shard, unit.shard).clone();
+      s.grad_shard = at::zeros({unit.shard}, options);
+      s.persistent = options_.stage != ShardStage::kFsdp || u == 0;
+      if (options_.stage == ShardStage::kZero1) {
+        s.flat_grad = at::zeros({unit.padded}, options);
+        for (size_t k = 0; k < unit.params.size(); ++k) {
+          auto& p = params_[unit.params[k]];
+          p.mutable_grad() = s.flat_grad.narrow(0, unit.offsets[k], p.numel()).view(p.sizes());
+        }
+      }
+      units_.push_back(std::move(s));
+    }
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (!units_[u].persistent) free_unit(u);
+  }
+
+  void attach_hooks() {
+    fire_ = std::make_shared<std::function<void(size_t)>>([this](size_t i) { on_gradient_ready(i); });
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+      acc->add_post_hook(std::make_unique<GradReadyHook>(fire_, i));
+      grad_accumulators_.push_back(std::move(acc));  // autograd holds accumulators weakly
+    }
+  }
+
+  // Every rank must have built the same parameters (names and shapes), or the flat layouts differ and
+  // the collectives would mix unrelated numbers; a hash of them is compared with rank 0's.
+  void check_replicas_match() {
+    if (world_ == 1) return;
+    size_t h = 1469598103934665603ull;
+    auto mix = [&h](size_t v) { h = (h ^ v) * 1099511628211ull; };
+    for (size_t i = 0; i < params_.size(); ++i) {
+      mix(std::hash<std::string>{}(names_[i]));
+      for (auto d : params_[i].sizes()) mix(static_cast<size_t>(d));
+    }
+    auto mine = at::full({1}, static_cast<int64_t>(h & 0x7fffffffffffffffull), at::kLong);
+    auto all = at::zeros({world_}, at::kLong);
+    comm_->all_gather(all, mine, name() + " model check")->wait();
+    for (int r = 1; r < world_; ++r)
+      if (all[r].item<int64_t>() != all[0].item<int64_t>())
+        throw CommError("rank " + std::to_string(rank_) + ": " + name() + ": rank " + std::to_string(r) +
+                            " built a model whose parameter names or shapes differ from rank 0's",
+                        "every rank must build the same model with the same config");
+  }
+
+  void start_gather(size_t u) {
+    auto& s = units_[u];
+    if (s.state != Gather::kSharded) return;
+    allocate_storage(s.full, s.nbytes);
+    if (world_ == 1 || s.full.numel() == 0) {
+      s.full.narrow(0, 0, s.master.numel()).copy_(s.master);
+      s.state = Gather::kGathered;
+      return;
+    }
+    s.gather = comm_->all_gather(s.full, s.master, name() + " unit " + std::to_string(u) + " parameters");
+    s.state = Gather::kGathering;
+  }
+
+  void ensure_gathered(size_t u) {
+    auto& s = units_[u];
+    start_gather(u);
+    if (s.state == Gather::kGathering) {
+      s.gather->wait();
+      s.gather.reset();
+      s.state = Gather::kGathered;
+    }
+  }
+
+  void free_unit(size_t u) {
+    auto& s = units_[u];
+    if (s.state == Gather::kGathering) s.gather->wait();
+    s.gather.reset();
+    release_storage(s.full);
+    s.state = Gather::kSharded;
+  }
+
+  void begin_backward() {
+    in_backward_ = true;
+    backward_synced_ = sync_enabled_;
+    if (backward_synced_) sync_bytes_ = {};
+    for (size_t u = 0; u < units_.size(); ++u) {
+      units_[u].pending = plan_.unit(u).params.size();
+      units_[u].done = false;
+    }
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
+  }
+
+  // Autograd reached unit u's output: its backward is next, so its parameters must be whole, and the
+  // unit before it (next in backward) starts gathering now.
+  void pre_backward(size_t u) {
+    if (!in_backward_) begin_backward();
+    ensure_gathered(u);
+    if (u > 1 && !units_[u - 1].persistent) start_gather(u - 1);
+  }
+
+  void on_gradient_ready(size_t i) {
+    if (!in_backward_) begin_backward();
+    const size_t u = plan_.unit_of(i);
+    auto& s = units_[u];
+    if (s.pending > 0 && --s.pending == 0) unit_backward_done(u);
+  }
+
+  // Every gradient of unit u is in: average and reduce-scatter them (only the slice stays), free the
+  // full gradients and, under fsdp, the parameters.
+  void unit_backward_done(size_t u) {
+    auto& s = units_[u];
+    if (s.done) return;
+    s.done = true;
+    if (backward_synced_) {
+      const auto& unit = plan_.unit(u);
+      auto flat = at::zeros({unit.padded}, s.master.options());
+      for (size_t k = 0; k < unit.params.size(); ++k) {
+        auto& p = params_[unit.params[k]];
+        if (p.grad().defined()) flat.narrow(0, unit.offsets[k], p.numel()).copy_(p.grad().reshape(-1));
+        p.mutable_grad().reset();
+      }
+      launch_reduce(u, flat);
+    }
+    if (!s.persistent) free_unit(u);
+  }
+
+  void launch_reduce(size_t u, at::Tensor flat) {
+    auto& s = units_[u];
+    // See Note [Where gradients are divided by world size]: before the sum, as ddp does.
+    flat.div_(world_);
+    sync_bytes_.dense += bytes_of(flat);
+    if (world_ == 1) {
+      s.grad_shard.copy_(flat);
+      return;
+    }
+    sync_bytes_.wire += bytes_of(flat) / world_ * (world_ - 1);
+    s.reduce_src = flat;
+    s.reduce = comm_->reduce_scatter(s.grad_shard, flat, ReduceOp::kSum,
+                                     name() + " unit " + std::to_string(u) + " gradients");
+  }
+
+  void finalize() {
+    // Units with a parameter that got no gradient never completed: reduce them now (zeros for the missing).
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (!units_[u].done) unit_backward_done(u);
+    for (auto& s : units_)
+      if (s.reduce) {
+        s.reduce->wait();
+        s.reduce.reset();
+        s.reduce_src = at::Tensor();
+      }
+    in_backward_ = false;
+  }
+
+  // zero1: gradients stay whole through backward (as ddp's would); each unit is reduce-scattered now.
+  void reduce_full_gradients() {
+    sync_bytes_ = {};
+    for (size_t u = 0; u < units_.size(); ++u) launch_reduce(u, units_[u].flat_grad.clone());
+    for (auto& s : units_) {
+      if (s.reduce) s.reduce->wait();
+      s.reduce.reset();
+      s.reduce_src = at::Tensor();
+      s.flat_grad.zero_();
+    }
+  }
+
+  std::shared_ptr<torch::nn::Module> model_;
+  models::Classifier* classifier_ = nullptr;
+  CommunicatorPtr comm_;
+  ShardedOptions options_;
+  int rank_, world_;
+  std::vector<std::string> names_, buffer_names_;
+  std::vector<at::Tensor> params_, buffers_;
+  shard::ShardPlan plan_;
+  std::vector<UnitState> units_;
+  std::vector<Slot> slots_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<std::function<void(size_t)>> fire_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
+  bool sync_enabled_ = true;
+  bool in_backward_ = false;
+  bool backward_synced_ = true;
+  SyncBytes sync_bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<ShardedStrategy> make_sharded_strategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
+                                                       const ShardedOptions& options) {
+  return std::make_unique<ShardedImpl>(std::move(model), std::move(comm), options);
+}
+
+}  // namespace cohort

@@ -1,0 +1,55 @@
+// ZeRO-1, ZeRO-2 and FSDP (ZeRO-3) behind cohort::Strategy. Parameters are flattened into units (see
+// ShardPlan); each rank keeps a float32 master copy of its slice of every unit and the optimizer state
+// for that slice only.
+//   zero1  full gradients as DDP has them; at the step each unit is reduce-scattered, the slice updated,
+//          and the parameters all-gathered.
+//   zero2  each unit's gradients are reduce-scattered during backward as soon as the unit's last
+//          gradient is ready (overlapping the rest of backward) and then dropped: only the slice stays.
+//   fsdp   as zero2, and a unit's full parameters exist only while it runs: gathered before its forward
+//          (the next unit's gather prefetched), freed after it, gathered again for its backward.
+//
+//   auto strategy = cohort::make_sharded_strategy(model, comm, {.stage = cohort::ShardStage::kFsdp});
+//   strategy->build_optimizer(cfg.optim);
+//   loss.backward();  strategy->step(lr, /*clip_norm=*/1.0);
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <torch/nn/module.h>
+
+#include "cohort/comm/Communicator.h"
+#include "cohort/parallel/Strategy.h"
+#include "cohort/parallel/shard/ShardPlan.h"
+
+namespace cohort {
+
+enum class ShardStage { kZero1, kZero2, kFsdp };
+
+struct ShardedOptions {
+  ShardStage stage = ShardStage::kZero2;
+  double bucket_mb = 25.0;           // zero1/zero2: unit size
+  std::string fsdp_unit = "block";   // fsdp: models::Classifier::units policy
+  bool broadcast_buffers = true;     // batch-norm statistics follow rank 0 at every step, as with ddp
+  double weight_decay = 0;           // for the optimizer's groups (split as optim::split_decay does)
+  bool decay_all = false;
+};
+
+// The sharded strategy's own view, for tests and benchmarks.
+class ShardedStrategy : public Strategy {
+ public:
+  virtual const shard::ShardPlan& plan() const = 0;
+  // Whether unit `u`'s full parameters are allocated now (fsdp frees them outside forward/backward).
+  virtual bool unit_gathered(size_t u) const = 0;
+  // Bytes of full-parameter storage allocated now, over all units.
+  virtual int64_t gathered_bytes() const = 0;
+  // Copies of every full parameter, by name (fsdp gathers each unit for it and frees it again).
+  // Collective.
+  virtual std::vector<std::pair<std::string, at::Tensor>> full_parameters() = 0;
+};
+
+// fsdp needs a models::Classifier (for its units); zero1 and zero2 take any module.
+std::unique_ptr<ShardedStrategy> make_sharded_strategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
+                                                       const ShardedOptions& options);
+
+}  // namespace cohort
