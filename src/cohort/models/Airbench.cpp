@@ -92,7 +92,7 @@ AirbenchNet::AirbenchNet(int64_t in_channels, int64_t num_classes, int64_t width
   head_ = register_module("head", nn::Linear(nn::LinearOptions(channels, num_classes).bias(false)));
 }
 
-at::Tensor AirbenchNet::forward(at::Tensor x) {
+at::Tensor AirbenchNet::forward_impl(at::Tensor x) {
   if (x.dim() != 4 || x.size(1) != in_channels_ || x.size(2) < kMinImageSize || x.size(3) < kMinImageSize)
     throw ConfigError("airbench built for images [B, " + std::to_string(in_channels_) + ", H, W] with H, W >= " +
                           std::to_string(kMinImageSize) + ", got " + shape_string(x),

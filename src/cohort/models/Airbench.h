@@ -59,7 +59,7 @@ class AirbenchNet : public Classifier {
   AirbenchNet(int64_t in_channels, int64_t num_classes, int64_t width_scale);
 
   // x [B, in_channels, H, W] with H, W >= 9 (32 for CIFAR-10) -> logits [B, num_classes].
-  at::Tensor forward(at::Tensor x) override;
+  at::Tensor forward_impl(at::Tensor x) override;
 
   // Sets whiten.weight from the second-moment matrix of every 2x2 patch of `images` (float [N, C, H, W],
   // already normalized; airbench uses the first 5000 training images): row k is the k-th eigenvector (largest

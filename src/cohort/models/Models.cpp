@@ -103,7 +103,7 @@ class SmallResNet : public StagedResNet {
     fc = register_module("fc", nn::Linear(in, num_classes));
     init_like_torchvision(*this);
   }
-  at::Tensor forward(at::Tensor x) override {
+  at::Tensor forward_impl(at::Tensor x) override {
     x = torch::relu(bn1(conv1(x)));
     x = run_stages(x);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
@@ -176,7 +176,7 @@ class TorchvisionResNet : public StagedResNet {
     fc = register_module("fc", nn::Linear(in, num_classes));
     init_like_torchvision(*this);
   }
-  at::Tensor forward(at::Tensor x) override {
+  at::Tensor forward_impl(at::Tensor x) override {
     x = torch::relu(bn1(conv1(x)));
     x = torch::max_pool2d(x, 3, 2, 1);
     x = run_stages(x);
@@ -196,7 +196,7 @@ class Mlp : public Classifier {
       : fc1(register_module("fc1", nn::Linear(inputs, hidden))),
         fc2(register_module("fc2", nn::Linear(hidden, hidden))),
         fc(register_module("fc", nn::Linear(hidden, num_classes))) {}
-  at::Tensor forward(at::Tensor x) override {
+  at::Tensor forward_impl(at::Tensor x) override {
     x = torch::relu(fc1(x.flatten(1)));
     x = torch::relu(fc2(x));
     return fc(x);

@@ -28,13 +28,20 @@ class UnitRunner {
   virtual ~UnitRunner() = default;
   // Runs unit `index` (its position in units()) by calling `forward`.
   virtual at::Tensor run(size_t index, const std::function<at::Tensor()>& forward) = 0;
+  // Runs the whole model's forward (so the root unit, the parameters outside every unit, can be
+  // gathered first).
+  virtual at::Tensor run_model(const std::function<at::Tensor()>& forward) = 0;
 };
 
 // LibTorch's Module has no virtual forward; every cohort model is a Classifier so the trainer can call
 // forward() on whatever the config names.
 class Classifier : public torch::nn::Module {
  public:
-  virtual at::Tensor forward(at::Tensor x) = 0;
+  at::Tensor forward(at::Tensor x) {
+    return runner_ ? runner_->run_model([&] { return forward_impl(x); }) : forward_impl(x);
+  }
+  // The model itself; forward() adds the unit runner's work around it.
+  virtual at::Tensor forward_impl(at::Tensor x) = 0;
 
   // The parameter-name prefixes of the units FSDP gathers one at a time, in forward order, under
   // `policy` ("block": residual or transformer blocks; "child": top-level stages). Parameters under no

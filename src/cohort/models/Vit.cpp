@@ -122,7 +122,7 @@ class VisionTransformer : public Classifier {
     init_like_timm();
   }
 
-  at::Tensor forward(at::Tensor x) override {
+  at::Tensor forward_impl(at::Tensor x) override {
     const auto& o = options_;
     if (x.dim() != 4 || x.size(1) != o.in_channels || x.size(2) != o.image_size || x.size(3) != o.image_size)
       throw ConfigError("ViT built for images [B, " + std::to_string(o.in_channels) + ", " +

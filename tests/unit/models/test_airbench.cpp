@@ -256,14 +256,14 @@ namespace {
 // Sees the image only through x + mirror(x), so it is mirror-invariant by construction.
 struct MirrorInvariant : models::Classifier {
   MirrorInvariant() { fc = register_module("fc", torch::nn::Linear(3 * 6 * 6, 4)); }
-  at::Tensor forward(at::Tensor x) override { return fc((x + x.flip({-1})).flatten(1)); }
+  at::Tensor forward_impl(at::Tensor x) override { return fc((x + x.flip({-1})).flatten(1)); }
   torch::nn::Linear fc{nullptr};
 };
 
 // An ordinary linear classifier: no symmetry at all.
 struct Plain : models::Classifier {
   Plain() { fc = register_module("fc", torch::nn::Linear(3 * 6 * 6, 4)); }
-  at::Tensor forward(at::Tensor x) override { return fc(x.flatten(1)); }
+  at::Tensor forward_impl(at::Tensor x) override { return fc(x.flatten(1)); }
   torch::nn::Linear fc{nullptr};
 };
 

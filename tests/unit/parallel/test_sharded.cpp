@@ -375,8 +375,11 @@ TEST(Fsdp, FreesEachUnitsFullParametersAfterItsForwardAndBackward) {
     const auto& plan = fsdp->plan();
     ASSERT_EQ(plan.units().size(), 1u + 3u);  // root + resnet8's three blocks
     const int64_t root_bytes = plan.unit(0).padded * 4;
-    auto check_only_root_allocated = [&](const std::string& when) {
-      EXPECT_EQ(fsdp->gathered_bytes(), root_bytes) << when;
+    // Blocks are whole only while they run; the root (stem and head) from the start of forward until
+    // its gradients are reduced at the end of backward.
+    auto check_allocated = [&](bool root, const std::string& when) {
+      EXPECT_EQ(fsdp->gathered_bytes(), root ? root_bytes : 0) << when;
+      EXPECT_EQ(fsdp->unit_gathered(0), root) << when;
       for (size_t u = 1; u < plan.units().size(); ++u) {
         EXPECT_FALSE(fsdp->unit_gathered(u)) << "unit " << u << " " << when;
         for (size_t p : plan.unit(u).params) {
@@ -385,17 +388,22 @@ TEST(Fsdp, FreesEachUnitsFullParametersAfterItsForwardAndBackward) {
         }
       }
     };
-    check_only_root_allocated("before the first forward");
+    check_allocated(false, "before the first forward");
     auto x = data[0].x.narrow(0, rank * 12, 12);
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), data[0].y.narrow(0, rank * 12, 12));
-    check_only_root_allocated("after forward");
+    check_allocated(true, "after forward");
     loss.backward();
-    check_only_root_allocated("after backward");
+    check_allocated(false, "after backward");
     strategy->step(0.01, 0);
-    check_only_root_allocated("after the step");
+    check_allocated(false, "after the step");
+    {
+      torch::NoGradGuard no_grad;  // evaluation frees the root too
+      model->forward(x);
+    }
+    check_allocated(false, "after an evaluation forward");
     const auto bytes = strategy->state_bytes();
-    // Masters and gradient shards are about half the model each on 2 ranks, plus the root's full copy.
-    EXPECT_LT(bytes.params, plan.total_numel() * 4 / 2 + root_bytes + 64);
+    // At rest only the master slices remain: half the model on 2 ranks, plus padding.
+    EXPECT_EQ(bytes.params, plan.shard_numel() * 4);
     EXPECT_LE(bytes.grads, plan.shard_numel() * 4);
   });
 }

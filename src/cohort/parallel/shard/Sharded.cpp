@@ -270,7 +270,18 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   HookState state_dict() override { return {}; }
   void load_state_dict(const HookState&) override {}
 
-  // models::UnitRunner: fsdp's forward path through one unit (plan unit index + 1; 0 is the root).
+  // models::UnitRunner: fsdp's forward path. The root unit (parameters outside every unit: the stem, the
+  // head) is gathered when the model's forward starts and, in training, stays gathered until its
+  // gradients are reduced at the end of backward, as FSDP2 keeps its root; the other units are gathered
+  // around their own forward and backward.
+  at::Tensor run_model(const std::function<at::Tensor()>& forward) override {
+    ensure_gathered(0);
+    if (units_.size() > 1) start_gather(1);
+    at::Tensor out = forward();
+    if (!out.requires_grad() && !units_[0].persistent) free_unit(0);
+    return out;
+  }
+
   at::Tensor run(size_t index, const std::function<at::Tensor()>& forward) override {
     const size_t u = index + 1;
     COHORT_ASSERT(u < units_.size(), "model ran unit " + std::to_string(index) + " but fsdp planned " +
@@ -355,7 +366,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
       }
       s.master = s.full.narrow(0, rank_ * unit.shard, unit.shard).clone();
       s.grad_shard = at::zeros({unit.shard}, options);
-      s.persistent = options_.stage != ShardStage::kFsdp || u == 0;
+      s.persistent = options_.stage != ShardStage::kFsdp;
       if (options_.stage == ShardStage::kZero1) {
         s.flat_grad = at::zeros({unit.padded}, options);
         for (size_t k = 0; k < unit.params.size(); ++k) {
@@ -445,7 +456,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   void pre_backward(size_t u) {
     if (!in_backward_) begin_backward();
     ensure_gathered(u);
-    if (u > 1 && !units_[u - 1].persistent) start_gather(u - 1);
+    if (u > 1) start_gather(u - 1);
   }
 
   void on_gradient_ready(size_t i) {
@@ -476,6 +487,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
 
   void launch_reduce(size_t u, at::Tensor flat) {
     auto& s = units_[u];
+    if (flat.numel() == 0) return;  // a unit without parameters (a parameter-free block)
     // See Note [Where gradients are divided by world size]: before the sum, as ddp does.
     flat.div_(world_);
     sync_bytes_.dense += bytes_of(flat);
