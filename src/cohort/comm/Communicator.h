@@ -53,6 +53,7 @@ class Communicator {
   // output holds size() chunks of input's numel, rank r's input lands in chunk r.
   virtual HandlePtr all_gather(const at::Tensor& output, const at::Tensor& input, const std::string& what) = 0;
   // input holds size() chunks of output's numel; rank r receives the reduction of every rank's chunk r.
+  // output may be input's own chunk r (in place), as NCCL allows.
   virtual HandlePtr reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
                                    const std::string& what) = 0;
   virtual HandlePtr barrier(const std::string& what) = 0;

@@ -73,6 +73,36 @@ void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, Communicator& 
   }
 }
 
+std::vector<shard::ParamSpec> trainable_specs(torch::nn::Module& model) {
+  std::vector<shard::ParamSpec> out;
+  for (const auto& item : model.named_parameters(true))
+    if (item.value().requires_grad()) out.push_back({item.key(), item.value().sizes().vec()});
+  return out;
+}
+
+// ZeRO's units are gradient buckets; FSDP's are the model's blocks (unit 0: the root, every parameter
+// under no block's prefix).
+std::vector<std::vector<size_t>> plan_units(torch::nn::Module& model, const std::vector<shard::ParamSpec>& specs,
+                                            const ShardedOptions& options) {
+  if (options.stage != ShardStage::kFsdp) {
+    const auto cap = std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * (1 << 20) / 4));
+    return shard::ShardPlan::bucket_units(specs, cap);
+  }
+  auto* classifier = dynamic_cast<models::Classifier*>(&model);
+  const auto prefixes = classifier ? classifier->units(options.fsdp_unit) : std::vector<std::string>{};
+  std::vector<std::vector<size_t>> units(prefixes.size() + 1);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    size_t u = 0;
+    for (size_t k = 0; k < prefixes.size(); ++k)
+      if (specs[i].name.rfind(prefixes[k], 0) == 0) {
+        u = k + 1;
+        break;
+      }
+    units[u].push_back(i);
+  }
+  return units;
+}
+
 class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
  public:
   ShardedImpl(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, ShardedOptions options)
@@ -178,7 +208,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
         for (auto& u : units_) u.grad_shard.mul_(coef);
     }
     optimizer_->step(lr);
-    for (auto& u : units_) u.grad_shard.zero_();
+    for (auto& u : units_) (u.flat_grad.defined() ? u.flat_grad : u.grad_shard).zero_();
     // Updated slices go back to every rank for the units that stay whole; fsdp's others gather lazily.
     for (size_t u = 0; u < units_.size(); ++u)
       if (units_[u].persistent) {
@@ -196,7 +226,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     StateBytes b;
     for (const auto& u : units_) {
       b.params += static_cast<int64_t>(u.full.storage().nbytes()) + bytes_of(u.master);
-      b.grads += bytes_of(u.grad_shard) + bytes_of(u.flat_grad);
+      b.grads += u.flat_grad.defined() ? bytes_of(u.flat_grad) : bytes_of(u.grad_shard);  // zero1: a view
     }
     // Gradients autograd holds outside the shards right now (between a no_sync backward and the step).
     if (options_.stage != ShardStage::kZero1)
@@ -324,26 +354,13 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   }
 
   std::vector<std::vector<size_t>> make_units() {
-    if (options_.stage != ShardStage::kFsdp) {
-      const auto cap = std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_mb * (1 << 20) / 4));
-      return shard::ShardPlan::bucket_units(specs(), cap);
+    if (options_.stage == ShardStage::kFsdp) {
+      classifier_ = dynamic_cast<models::Classifier*>(model_.get());
+      if (!classifier_)
+        throw ConfigError("dist.strategy=fsdp needs a cohort model (a models::Classifier) to find its units",
+                          "use zero2 for other modules");
     }
-    classifier_ = dynamic_cast<models::Classifier*>(model_.get());
-    if (!classifier_)
-      throw ConfigError("dist.strategy=fsdp needs a cohort model (a models::Classifier) to find its units",
-                        "use zero2 for other modules");
-    const auto prefixes = classifier_->units(options_.fsdp_unit);
-    std::vector<std::vector<size_t>> units(prefixes.size() + 1);  // 0: the root
-    for (size_t i = 0; i < names_.size(); ++i) {
-      size_t u = 0;
-      for (size_t k = 0; k < prefixes.size(); ++k)
-        if (names_[i].rfind(prefixes[k], 0) == 0) {
-          u = k + 1;
-          break;
-        }
-      units[u].push_back(i);
-    }
-    return units;
+    return plan_units(*model_, specs(), options_);
   }
 
   void build_units() {
@@ -369,6 +386,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
       s.persistent = options_.stage != ShardStage::kFsdp;
       if (options_.stage == ShardStage::kZero1) {
         s.flat_grad = at::zeros({unit.padded}, options);
+        s.grad_shard = s.flat_grad.narrow(0, rank_ * unit.shard, unit.shard);
         for (size_t k = 0; k < unit.params.size(); ++k) {
           auto& p = params_[unit.params[k]];
           p.mutable_grad() = s.flat_grad.narrow(0, unit.offsets[k], p.numel()).view(p.sizes());
@@ -514,15 +532,15 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     in_backward_ = false;
   }
 
-  // zero1: gradients stay whole through backward (as ddp's would); each unit is reduce-scattered now.
+  // zero1: gradients stay whole through backward (as ddp's would); each unit is reduce-scattered now, in
+  // place: the slice lands in this rank's chunk of the full gradient, which grad_shard views.
   void reduce_full_gradients() {
     sync_bytes_ = {};
-    for (size_t u = 0; u < units_.size(); ++u) launch_reduce(u, units_[u].flat_grad.clone());
+    for (size_t u = 0; u < units_.size(); ++u) launch_reduce(u, units_[u].flat_grad);
     for (auto& s : units_) {
       if (s.reduce) s.reduce->wait();
       s.reduce.reset();
       s.reduce_src = at::Tensor();
-      s.flat_grad.zero_();
     }
   }
 
@@ -546,6 +564,11 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
 };
 
 }  // namespace
+
+shard::ShardPlan plan_shards(torch::nn::Module& model, const ShardedOptions& options, int world) {
+  const auto specs = trainable_specs(model);
+  return shard::ShardPlan(specs, plan_units(model, specs, options), world);
+}
 
 std::unique_ptr<ShardedStrategy> make_sharded_strategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
                                                        const ShardedOptions& options) {

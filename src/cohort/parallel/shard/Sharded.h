@@ -48,6 +48,10 @@ class ShardedStrategy : public Strategy {
   virtual std::vector<std::pair<std::string, at::Tensor>> full_parameters() = 0;
 };
 
+// The plan the strategy would build for `model` at `world` ranks, without any communication (for
+// benchmarks that count bytes at world sizes this machine cannot run). Sets a Classifier's unit policy.
+shard::ShardPlan plan_shards(torch::nn::Module& model, const ShardedOptions& options, int world);
+
 // fsdp needs a models::Classifier (for its units); zero1 and zero2 take any module.
 std::unique_ptr<ShardedStrategy> make_sharded_strategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
                                                        const ShardedOptions& options);
