@@ -29,6 +29,8 @@ bench: build
 	/usr/bin/python3 bench/slow_network.py --cohort ./$(BUILD)/cohort --out bench/results/slow_network.json
 	/usr/bin/python3 bench/input_pipeline.py --bench ./$(BUILD)/bench/input_pipeline --out bench/results/input_pipeline.json
 	/usr/bin/python3 bench/resnet50_cpu.py --cohort ./$(BUILD)/cohort --out bench/results/resnet50_cpu.json
+	./$(BUILD)/bench/sharded_memory > bench/results/sharded_memory.json
+	/usr/bin/python3 bench/sharded_step.py --cohort ./$(BUILD)/cohort --out bench/results/sharded_step.json
 
 clean:
 	rm -rf $(BUILD)
