@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -33,6 +34,24 @@ inline void run_ranks(int world, const std::function<void(int rank, Communicator
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+}  // namespace cohort::testing
+
+namespace cohort::testing {
+
+// One global batch of 8x8 single-channel images and labels in [0, 10) per step, drawn from fixed seeds.
+// The global generator is shared by rank threads, so tests draw all of it up front, serially.
+struct Batch {
+  at::Tensor x, y;
+};
+inline std::vector<Batch> random_batches(int steps, int64_t global_batch, uint64_t seed_base) {
+  std::vector<Batch> out;
+  for (int s = 0; s < steps; ++s) {
+    torch::manual_seed(seed_base + s);
+    out.push_back({torch::randn({global_batch, 1, 8, 8}), torch::randint(0, 10, {global_batch}, torch::kLong)});
+  }
+  return out;
 }
 
 }  // namespace cohort::testing

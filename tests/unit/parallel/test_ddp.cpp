@@ -36,19 +36,10 @@ TORCH_MODULE(Net);
 constexpr int64_t kGlobalBatch = 12;
 constexpr int kSteps = 12;
 
-struct Data {
-  at::Tensor x, y;
-};
+using Data = cohort::testing::Batch;
 // The global generator is shared by the rank threads, so all random data is drawn up front, serially.
 const std::vector<Data>& all_data() {
-  static const std::vector<Data> data = [] {
-    std::vector<Data> d;
-    for (int s = 0; s < kSteps; ++s) {
-      torch::manual_seed(1000 + s);
-      d.push_back({torch::randn({kGlobalBatch, 1, 8, 8}), torch::randint(0, 10, {kGlobalBatch}, torch::kLong)});
-    }
-    return d;
-  }();
+  static const std::vector<Data> data = cohort::testing::random_batches(kSteps, kGlobalBatch, 1000);
   return data;
 }
 Data make_data(int step) { return all_data()[step]; }

@@ -114,19 +114,10 @@ TEST(ShardPlan, BucketUnitsRunInReverseOrderUnderTheCap) {
 constexpr int64_t kGlobalBatch = 24;  // divides by 2, 3 and 4
 constexpr int kSteps = 20;
 
-struct Data {
-  at::Tensor x, y;
-};
-// The global generator is shared by the rank threads, so data and models are made before they start.
+using Data = cohort::testing::Batch;
+// The global generator is shared by the rank threads, so all random data is drawn up front, serially.
 const std::vector<Data>& all_data() {
-  static const std::vector<Data> data = [] {
-    std::vector<Data> d;
-    for (int s = 0; s < kSteps; ++s) {
-      torch::manual_seed(2000 + s);
-      d.push_back({torch::randn({kGlobalBatch, 1, 8, 8}), torch::randint(0, 10, {kGlobalBatch}, torch::kLong)});
-    }
-    return d;
-  }();
+  static const std::vector<Data> data = cohort::testing::random_batches(kSteps, kGlobalBatch, 2000);
   return data;
 }
 
