@@ -100,7 +100,7 @@ Bytes measure(const std::string& model_name, int64_t image, const std::string& s
         auto loss = model->forward(x.narrow(0, rank, 1)).logsumexp(1).mean();
         loss.backward();
         const auto after_backward = strategy->state_bytes();
-        strategy->step(1e-3, 0);
+        strategy->step(1e-3, {});
         const auto after_step = strategy->state_bytes();
         if (rank == 0)
           out = {std::max(after_backward.params, after_step.params), std::max(after_backward.grads, after_step.grads),

@@ -107,6 +107,19 @@ TEST(ShardedTrain, SummaryReportsPerRankModelStateBytesThatShrinkWithSharding) {
   EXPECT_LT(total["fsdp"], total["zero2"]);
 }
 
+TEST(ShardedTrain, ANonFiniteGradientStopsTheRunWithANamedStep) {
+  // fp32 has no loss scale to lower: an inf or NaN gradient is divergence. Every rank learns of it in
+  // the same step (an inf in one rank's slice reaches all through the step's all-reduce), so all stop.
+  for (const std::string strategy : {"ddp", "fsdp"}) {
+    const auto dir = fresh_dir("sharded-nan-" + strategy);
+    auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "dist.strategy=" + strategy, "optim.lr=1e30",
+                                           "train.max_steps=20", "eval.enabled=false"}));
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("the gradient holds inf or NaN"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("lower optim.lr or set optim.clip_grad_norm"), std::string::npos) << r.output;
+  }
+}
+
 TEST(ShardedTrain, CompressionWithAShardedStrategyIsAConfigError) {
   const auto dir = fresh_dir("sharded-bad-config");
   auto r = cohort_train(with(dir, {"--nproc-per-node", "1", "dist.strategy=zero2", "dist.compress=powersgd"}));

@@ -26,6 +26,16 @@ double clip_full_gradients(const std::vector<at::Tensor>& params, double clip_no
   return norm;
 }
 
+// Sum of every gradient element in float64: finite exactly when every element is (inf and NaN propagate,
+// and float32 values cannot overflow a double sum).
+double gradient_sum(const std::vector<at::Tensor>& params) {
+  at::NoGradGuard no_grad;
+  double sum = 0;
+  for (const auto& p : params)
+    if (p.grad().defined()) sum += p.grad().sum(at::kDouble).item<double>();
+  return sum;
+}
+
 class DdpStrategy : public Strategy {
  public:
   DdpStrategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, DdpOptions opts,
@@ -42,17 +52,18 @@ class DdpStrategy : public Strategy {
     if (enabled) return nullptr;
     return std::make_shared<DistributedDataParallel::NoSync>(ddp_.no_sync());
   }
-  double step(double lr, double clip_norm) override {
-    // Gradients are already averaged and identical on every rank, so each rank's norm is the global one.
-    double norm = -1;
-    if (clip_norm > 0) {
-      std::vector<at::Tensor> params;
-      for (const auto& g : optimizer_->groups()) params.insert(params.end(), g.params.begin(), g.params.end());
-      norm = clip_full_gradients(params, clip_norm);
-    }
-    optimizer_->step(lr);
+  StepResult step(double lr, const StepOptions& o) override {
+    // Gradients are already averaged and identical on every rank (an inf anywhere is an inf in the
+    // sum), so each rank's check and norm are the global ones, without communication.
+    std::vector<at::Tensor> params;
+    for (const auto& g : optimizer_->groups()) params.insert(params.end(), g.params.begin(), g.params.end());
+    StepResult r;
+    r.nonfinite = !std::isfinite(gradient_sum(params));
+    if (o.clip_norm > 0 && !r.nonfinite) r.grad_norm = clip_full_gradients(params, o.clip_norm);
+    r.skipped = r.nonfinite && o.skip_nonfinite;
+    if (!r.skipped) optimizer_->step(lr);
     optimizer_->zero_grad();
-    return norm;
+    return r;
   }
   SyncBytes last_sync_bytes() const override {
     const auto& t = ddp_.reducer().last_trace();

@@ -7,7 +7,7 @@
 //   auto strategy = cohort::make_strategy(cfg, model, world.comm);
 //   strategy->build_optimizer(cfg.optim);
 //   { auto sync = strategy->gradient_sync(last_micro_batch); loss.backward(); }
-//   strategy->step(lr, cfg.optim.clip_grad_norm);     // clip, update, clear gradients
+//   strategy->step(lr, {.clip_norm = cfg.optim.clip_grad_norm});   // clip, update, clear gradients
 #pragma once
 
 #include <memory>
@@ -46,6 +46,17 @@ struct ShardState {
   nlohmann::json layout;
 };
 
+struct StepOptions {
+  double clip_norm = 0;         // clip to this global L2 norm (0: no clipping)
+  bool skip_nonfinite = false;  // a non-finite gradient on any rank skips the update everywhere (fp16 loss scaling)
+};
+
+struct StepResult {
+  double grad_norm = -1;   // the global norm before clipping, when clipping computed it
+  bool nonfinite = false;  // some gradient element on some rank was inf or NaN (every rank gets the same answer)
+  bool skipped = false;    // the update was skipped because of it
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -55,10 +66,9 @@ class Strategy {
   // Gradients produced while the returned guard lives are synchronized across ranks only if `enabled`
   // (gradient accumulation disables it on all but the last micro-batch).
   virtual std::shared_ptr<void> gradient_sync(bool enabled) = 0;
-  // Clips gradients to `clip_norm` by their global L2 norm across ranks and shards (0: no clipping),
-  // updates the parameters and clears the gradients. Returns that norm (computed only when clipping,
-  // else -1). Collective.
-  virtual double step(double lr, double clip_norm) = 0;
+  // Checks the gradients for inf/NaN across all ranks and shards, clips them by their global L2 norm,
+  // updates the parameters (unless skipped) and clears the gradients. Collective.
+  virtual StepResult step(double lr, const StepOptions& options) = 0;
   virtual SyncBytes last_sync_bytes() const = 0;
   virtual StateBytes state_bytes() const = 0;
 

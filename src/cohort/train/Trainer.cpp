@@ -391,8 +391,15 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         window.add(logits, b.labels, l);
         step_loss += l / static_cast<double>(accum);
       }
-      const double grad_norm = strategy->step(schedule.lr(step), cfg.optim.clip_grad_norm);
-      if (grad_norm >= 0) window_grad_norm = grad_norm;
+      const auto stepped = strategy->step(schedule.lr(step), {cfg.optim.clip_grad_norm, /*skip_nonfinite=*/false});
+      // In fp32 a non-finite gradient is divergence, not an overflow to skip: stop with the last good
+      // checkpoint kept rather than train on NaN weights. Every rank sees the same answer.
+      if (stepped.nonfinite)
+        throw Error("step " + std::to_string(step + 1) + ": the gradient holds inf or NaN (loss of this rank's last batch: " +
+                        std::to_string(step_loss) + "); the weights were not updated",
+                    "lower optim.lr or set optim.clip_grad_norm, and check the data; resume from the last checkpoint with "
+                    "--resume " + run_dir.string());
+      if (stepped.grad_norm >= 0) window_grad_norm = stepped.grad_norm;
       if (step == first_step) state_bytes = max_bytes(state_bytes, strategy->state_bytes());
       ++step;
       if (lookahead && step % 5 == 0) lookahead->lookahead(*model, optim::airbench_lookahead_decay(step, total_steps));

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <limits>
 #include <set>
 
 #include <torch/torch.h>
@@ -190,7 +191,7 @@ RunResult train(const RunSpec& spec) {
         loss_sum += loss.item<double>() / spec.accum;
       }
       out.losses[rank].push_back(loss_sum);
-      out.norms[rank].push_back(strategy->step(cfg.optim.lr, spec.clip));
+      out.norms[rank].push_back(strategy->step(cfg.optim.lr, {spec.clip, false}).grad_norm);
     }
     if (auto* sharded = dynamic_cast<cohort::ShardedStrategy*>(strategy.get())) {
       out.params[rank] = sharded->full_parameters();
@@ -344,6 +345,60 @@ TEST(ShardedParity, GradientAccumulationMatchesDdp) {
   }
 }
 
+TEST(ShardedParity, AnInfInOneRanksSliceSkipsTheStepOnEveryRank) {
+  // One element of one parameter's gradient becomes inf on rank 1 only, before reduce-scatter: after it
+  // only that element's owner holds an inf, and every rank must still skip (and say so).
+  for (const std::string strategy : {"ddp", "zero1", "zero2", "fsdp"}) {
+    RunSpec spec;
+    spec.strategy = strategy;
+    spec.world = 3;
+    const auto cfg = config_for(spec);
+    std::vector<std::shared_ptr<cohort::models::Classifier>> models;
+    for (int r = 0; r < 3; ++r) {
+      torch::manual_seed(8);
+      models.push_back(cohort::models::build(cfg.model, 1, 8));
+    }
+    const auto& data = all_data();
+    run_ranks(3, [&](int rank, CommunicatorPtr comm) {
+      auto model = models[rank];
+      auto strategy_ptr = cohort::make_strategy(cfg, model, comm);
+      strategy_ptr->build_optimizer(cfg.optim);
+      auto params_now = [&] {
+        if (auto* s = dynamic_cast<cohort::ShardedStrategy*>(strategy_ptr.get())) return s->full_parameters();
+        std::vector<std::pair<std::string, at::Tensor>> out;
+        for (const auto& p : model->named_parameters()) out.emplace_back(p.key(), p.value().detach().clone());
+        return out;
+      };
+      auto train_step = [&](int s, bool inject) {
+        auto w = model->named_parameters()["layer2.0.conv1.weight"];
+        unsigned hook = 0;
+        if (inject && rank == 1)
+          hook = w.register_hook([](at::Tensor g) {
+            g = g.clone();
+            g.view(-1)[7] = std::numeric_limits<float>::infinity();
+            return g;
+          });
+        auto loss = torch::nn::functional::cross_entropy(model->forward(data[s].x.narrow(0, rank * 8, 8)),
+                                                         data[s].y.narrow(0, rank * 8, 8));
+        loss.backward();
+        if (inject && rank == 1) w.remove_hook(hook);
+        return strategy_ptr->step(0.05, {0.0, /*skip_nonfinite=*/true});
+      };
+      auto r = train_step(0, false);
+      EXPECT_FALSE(r.nonfinite) << strategy;
+      const auto before = params_now();
+      r = train_step(1, true);
+      EXPECT_TRUE(r.nonfinite) << strategy << " rank " << rank;
+      EXPECT_TRUE(r.skipped) << strategy << " rank " << rank;
+      const auto after = params_now();
+      EXPECT_EQ(max_param_diff(before, after), 0.0) << strategy << ": a skipped step changed parameters";
+      r = train_step(2, false);  // the next step is normal again: nothing non-finite was left behind
+      EXPECT_FALSE(r.nonfinite) << strategy;
+      EXPECT_GT(max_param_diff(after, params_now()), 0.0) << strategy;
+    });
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // FSDP memory
 
@@ -385,7 +440,7 @@ TEST(Fsdp, FreesEachUnitsFullParametersAfterItsForwardAndBackward) {
     check_allocated(true, "after forward");
     loss.backward();
     check_allocated(false, "after backward");
-    strategy->step(0.01, 0);
+    strategy->step(0.01, {});
     check_allocated(false, "after the step");
     {
       torch::NoGradGuard no_grad;  // evaluation frees the root too

@@ -189,26 +189,33 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     return std::shared_ptr<void>(nullptr, [this, previous](void*) { sync_enabled_ = previous; });
   }
 
-  double step(double lr, double clip_norm) override {
+  StepResult step(double lr, const StepOptions& o) override {
     COHORT_ASSERT(optimizer_, "build_optimizer before step");
     at::NoGradGuard no_grad;
     if (options_.stage == ShardStage::kZero1) reduce_full_gradients();
     if (options_.broadcast_buffers) broadcast_from_rank0(buffers_, *comm_, name() + " buffers");
-    double norm = -1;
-    if (clip_norm > 0) {
-      // Shards are disjoint and padding is zero, so the squares summed over all ranks' shards are the
-      // full gradient's squared norm.
-      double sq = 0;
-      for (const auto& u : units_) sq += u.grad_shard.to(at::kDouble).pow(2).sum().item<double>();
-      auto t = at::full({1}, sq, at::kDouble);
-      if (world_ > 1) comm_->all_reduce(t, ReduceOp::kSum, "gradient norm")->wait();
-      norm = std::sqrt(t.item<double>());
-      const double coef = clip_norm / (norm + 1e-6);
+    // Each rank sees only its slices, so an inf in one rank's slice must reach every rank: one
+    // all-reduce carries both the sum (finite exactly when every element is) and the squared norm.
+    // Shards are disjoint and padding is zero, so the squares summed over ranks are the full norm's.
+    double sum = 0, sq = 0;
+    for (const auto& u : units_) {
+      sum += u.grad_shard.sum(at::kDouble).item<double>();
+      if (o.clip_norm > 0) sq += u.grad_shard.to(at::kDouble).pow(2).sum().item<double>();
+    }
+    auto t = at::tensor({std::isfinite(sum) ? 0.0 : 1.0, sq}, at::kDouble);
+    if (world_ > 1) comm_->all_reduce(t, ReduceOp::kSum, "gradient check and norm")->wait();
+    StepResult r;
+    r.nonfinite = t[0].item<double>() > 0;
+    if (o.clip_norm > 0 && !r.nonfinite) {
+      r.grad_norm = std::sqrt(t[1].item<double>());
+      const double coef = o.clip_norm / (r.grad_norm + 1e-6);
       if (coef < 1)
         for (auto& u : units_) u.grad_shard.mul_(coef);
     }
-    optimizer_->step(lr);
+    r.skipped = r.nonfinite && o.skip_nonfinite;
+    if (!r.skipped) optimizer_->step(lr);
     for (auto& u : units_) (u.flat_grad.defined() ? u.flat_grad : u.grad_shard).zero_();
+    if (r.skipped) return r;  // the slices did not change, so the gathered parameters are current
     // Updated slices go back to every rank for the units that stay whole; fsdp's others gather lazily.
     for (size_t u = 0; u < units_.size(); ++u)
       if (units_[u].persistent) {
@@ -217,7 +224,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
       }
     for (size_t u = 0; u < units_.size(); ++u)
       if (units_[u].persistent) ensure_gathered(u);
-    return norm;
+    return r;
   }
 
   SyncBytes last_sync_bytes() const override { return sync_bytes_; }
