@@ -184,8 +184,10 @@ int main(int argc, char** argv) {
   TrainArgs eval_args;
   eval_args.nproc_per_node = 1;
   auto* evaluator = app.add_subcommand("eval", "top-1 and top-5 of a checkpoint on the validation set, across ranks");
-  evaluator->add_option("--checkpoint", eval_args.checkpoint, "model weights (.safetensors), e.g. RUN/checkpoints/best.safetensors")
-      ->required()->check(CLI::ExistingFile);
+  evaluator->add_option("--checkpoint", eval_args.checkpoint,
+                        "model weights (.safetensors, e.g. RUN/checkpoints/best.safetensors), or a run directory "
+                        "(its best checkpoint, else last; sharded ones are reassembled)")
+      ->required()->check(CLI::ExistingPath);
   evaluator->add_option("--config", eval_args.config_file, "TOML config file (the model and data of the checkpoint)")
       ->check(CLI::ExistingFile);
   evaluator->add_option("--nproc-per-node", eval_args.nproc_per_node, "worker processes on this machine")

@@ -69,6 +69,11 @@ TEST(ShardedTrain, FsdpResumesBitwiseAndReshardsFrom2To3Workers) {
   // torchvision names, buffers included: the export is an ordinary weights file.
   EXPECT_TRUE(names.count("layer1.0.conv1.weight") && names.count("fc.bias") && names.count("bn1.running_mean"));
   EXPECT_EQ(wb.metadata.at("step"), std::to_string(2 * k));
+  // `cohort eval` takes the run directory itself and reassembles the sharded checkpoint.
+  r = run_cohort({"eval", "--checkpoint", part.string(), "model.name=resnet8", "model.width=4", "data.test_limit=500",
+                  "--out", (part / "eval.json").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_json(part / "eval.json")["images"], 500);
 
   // Another world size: 3 workers pick up the 2-worker shards; the slices are rewritten for 3.
   r = cohort_train({"--nproc-per-node", "3", "--resume", resharded.string(), "train.max_steps=" + std::to_string(k + 4)});

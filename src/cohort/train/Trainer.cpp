@@ -574,7 +574,14 @@ EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const 
   World world = rendezvous(info, cfg.dist.backend, timeout);
   auto data = data::open_datasets(cfg, info.rank, info.local_world_size, /*need_train=*/false);
   auto model = models::build(cfg.model, data.test->channels(), data.test->image_size());
-  checkpoint::load_weights(*model, checkpoint::load_safetensors(checkpoint).tensors, checkpoint.string());
+  if (fs::is_directory(checkpoint)) {
+    const auto dir = checkpoint::resolve_resume_dir(checkpoint);
+    const bool best = fs::exists(dir / "best.safetensors") || fs::exists(dir / "best.manifest.json");
+    checkpoint::load_weights(*model, checkpoint::load_any(dir, best ? "best" : "last").model,
+                             (dir / (best ? "best" : "last")).string());
+  } else {
+    checkpoint::load_weights(*model, checkpoint::load_safetensors(checkpoint).tensors, checkpoint.string());
+  }
   data::DistributedSampler sampler(data.test->size(), info.world_size, info.rank, false, cfg.train.seed, false);
   const int64_t prefetch = cfg.data.name == "imagefolder" ? cfg.data.prefetch : 0;
   const auto r = evaluate(*model, *data.test, sampler, cfg.eval.batch_size, prefetch, cfg.eval.tta, *world.comm);
