@@ -123,3 +123,24 @@ TEST_F(Upload, EveryTimeUploadsEachImprovementAndEndsWithTheFinalBest) {
 }
 
 }  // namespace
+
+// A sharded save (fsdp) uploads every file of the tag: both ranks' shards, the manifest and the commit
+// marker, so the bucket holds a checkpoint `cohort export` can reassemble.
+TEST_F(Upload, ShardedBestUploadsEveryShardManifestAndCommitMarker) {
+  const auto dir = fresh_dir("upload-sharded");
+  const auto r = train_and_upload(dir, "sharded", {"train.epochs=1", "dist.strategy=fsdp", "--s3-endpoint", moto_->endpoint()},
+                                  moto_->secret_key());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto up = read_json(dir / "summary.json").at("upload");
+  EXPECT_EQ(up.at("ok"), true) << up.dump();
+  uint64_t local_bytes = 0;
+  for (const std::string file : {"best.shard-00000-of-00002.safetensors", "best.shard-00001-of-00002.safetensors",
+                                 "best.manifest.json", "best.commit"}) {
+    const auto got = moto_->get_object("sharded/" + dir.filename().string() + "/" + file);
+    ASSERT_TRUE(got.ok) << file << ": " << got.error;
+    const std::string local = read_file(dir / "checkpoints" / file);
+    EXPECT_TRUE(got.out == local) << file;
+    local_bytes += local.size();
+  }
+  EXPECT_EQ(up.at("bytes").get<uint64_t>(), local_bytes);
+}

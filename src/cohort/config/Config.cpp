@@ -194,6 +194,9 @@ const std::vector<Field>& fields() {
       field("train.lookahead", &T::train, &TrainLoopConfig::lookahead,
             "airbench's lookahead: every 5 steps pull the weights to their moving average (decay 0.95^5 x "
             "progress^3), and end on the average"),
+      field("train.whiten_bias_epochs", &T::train, &TrainLoopConfig::whiten_bias_epochs,
+            "airbench: train the whitening layer's bias for this many epochs, then freeze it (0: never freeze)", {},
+            non_negative<int64_t>()),
       field("train.grad_accum_steps", &T::train, &TrainLoopConfig::grad_accum_steps,
             "micro-batches per optimizer step; gradients sync only on the last one", {},
             positive<int64_t>()),
@@ -224,6 +227,9 @@ const std::vector<Field>& fields() {
       field("optim.clip_grad_norm", &T::optim, &OptimConfig::clip_grad_norm,
             "clip gradients to this global L2 norm, computed across all shards (0: no clipping)", {},
             non_negative<double>()),
+      field("optim.norm_lr_scale", &T::optim, &OptimConfig::norm_lr_scale,
+            "learning rate x this (and weight decay / this) for parameters named *norm* (airbench: 64)", {},
+            positive<double>()),
       field("sched.name", &T::sched, &SchedConfig::name, "learning-rate schedule",
             {"onecycle", "cosine", "step", "constant"}),
       field("sched.warmup_epochs", &T::sched, &SchedConfig::warmup_epochs,
@@ -382,13 +388,19 @@ void apply_override(TrainConfig& cfg, const std::string& assignment) {
 }
 
 void validate(const TrainConfig& cfg) {
+  if (cfg.train.whiten_bias_epochs > 0 && cfg.model.name != "airbench")
+    throw ConfigError("train.whiten_bias_epochs applies to model.name=airbench (its whitening layer), not " +
+                          cfg.model.name,
+                      "remove train.whiten_bias_epochs, or set model.name=airbench");
   if (cfg.dist.strategy != "ddp" && cfg.dist.compress != "none")
     throw ConfigError("dist.compress=" + cfg.dist.compress + " works with dist.strategy=ddp only, not " +
                           cfg.dist.strategy,
                       "set dist.compress=none, or dist.strategy=ddp");
-  if (cfg.dist.strategy == "fsdp" && cfg.train.lookahead)
-    throw ConfigError("train.lookahead needs every rank to hold the full weights; dist.strategy=fsdp shards them",
-                      "use dist.strategy=ddp, zero1 or zero2 with train.lookahead");
+  // The lookahead average writes the weights directly; sharded strategies update their master slices
+  // and would overwrite it at the next step.
+  if (cfg.dist.strategy != "ddp" && cfg.train.lookahead)
+    throw ConfigError("train.lookahead works with dist.strategy=ddp only, not " + cfg.dist.strategy,
+                      "use dist.strategy=ddp with train.lookahead (airbench's model is small enough to replicate)");
   if (cfg.dist.first_bucket_mb > cfg.dist.bucket_mb)
     throw ConfigError("config key 'dist.first_bucket_mb' (" + std::to_string(cfg.dist.first_bucket_mb) +
                           ") is larger than dist.bucket_mb (" + std::to_string(cfg.dist.bucket_mb) + ")",
@@ -439,6 +451,26 @@ nlohmann::json to_json(const TrainConfig& cfg) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& f : fields()) j[f.info.key] = f.get(cfg);
   return j;
+}
+
+const std::vector<std::string>& machine_local_keys() {
+  // Where things live and how many threads a machine has: a job may set them per machine.
+  static const std::vector<std::string> keys = {"run.dir",      "train.resume", "data.root",    "train.threads",
+                                                "data.workers", "data.prefetch", "log.progress", "log.monitor_s"};
+  return keys;
+}
+
+std::vector<std::string> differing_keys(const nlohmann::json& a, const nlohmann::json& b) {
+  const auto& local = machine_local_keys();
+  std::vector<std::string> out;
+  auto consider = [&](const std::string& k) {
+    if (std::find(local.begin(), local.end(), k) != local.end()) return;
+    if (std::find(out.begin(), out.end(), k) != out.end()) return;
+    if (!a.contains(k) || !b.contains(k) || a.at(k) != b.at(k)) out.push_back(k);
+  };
+  for (const auto& [k, v] : a.items()) consider(k);
+  for (const auto& [k, v] : b.items()) consider(k);
+  return out;
 }
 
 TrainConfig from_json(const nlohmann::json& j) {

@@ -47,6 +47,7 @@ struct TrainLoopConfig {
   int64_t threads = 0;
   bool retain_memory = true;
   bool lookahead = false;
+  int64_t whiten_bias_epochs = 0;
   std::string resume;
 };
 
@@ -63,6 +64,7 @@ struct OptimConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double clip_grad_norm = 0.0;
+  double norm_lr_scale = 1.0;
 };
 
 struct SchedConfig {
@@ -171,6 +173,10 @@ void validate(const TrainConfig& cfg);
 
 // The resolved configuration as {"model.name": ..., ...}, for summaries and reproducibility.
 nlohmann::json to_json(const TrainConfig& cfg);
+// Keys whose values differ between two to_json() configs, except those that may differ from machine to
+// machine (machine_local_keys()). Every rank of a job compares its config with rank 0's at start.
+std::vector<std::string> differing_keys(const nlohmann::json& a, const nlohmann::json& b);
+const std::vector<std::string>& machine_local_keys();
 // Round-trips a JSON object from to_json back into a config (resume uses it).
 TrainConfig from_json(const nlohmann::json& j);
 

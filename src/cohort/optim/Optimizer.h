@@ -23,12 +23,25 @@ struct ParamGroup {
   std::vector<std::string> names;
   std::vector<at::Tensor> params;
   double weight_decay = 0;
+  double lr_scale = 1.0;  // this group's learning rate is the schedule's times this
 };
 
 using NamedState = std::vector<std::pair<std::string, at::Tensor>>;
 
-// Batch-norm weights and all biases (every parameter of dimension <= 1) get no weight decay unless
-// `decay_all`, as the ResNet training recipes do.
+// How parameters are grouped. Batch-norm weights and all biases (every parameter of dimension <= 1) get
+// no weight decay unless `decay_all`, as the ResNet training recipes do. With norm_lr_scale != 1, every
+// parameter whose name contains "norm" forms a third group with learning rate x norm_lr_scale and weight
+// decay / norm_lr_scale, so its decay per step stays the others' (airbench's 64x BatchNorm-bias rate).
+struct GroupRule {
+  double weight_decay = 0;
+  bool decay_all = false;
+  double norm_lr_scale = 1.0;
+};
+// The (possibly empty) groups of `rule`, and which of them a parameter of this name and rank joins.
+std::vector<ParamGroup> make_groups(const GroupRule& rule);
+size_t group_index(const std::string& name, int64_t dim, const GroupRule& rule);
+// make_groups + group_index over `named` (parameters that require grad), empty groups dropped.
+std::vector<ParamGroup> split_groups(const torch::OrderedDict<std::string, at::Tensor>& named, const GroupRule& rule);
 std::vector<ParamGroup> split_decay(const torch::OrderedDict<std::string, at::Tensor>& named, double weight_decay,
                                     bool decay_all);
 
@@ -39,6 +52,9 @@ class Optimizer {
   // One update with learning rate `lr`; parameters without a gradient are left alone.
   virtual void step(double lr) = 0;
   void zero_grad();
+  // The parameter (by name) is no longer updated and its state no longer advances, as if it stopped
+  // requiring grad in PyTorch (airbench freezes its whitening bias after 3 epochs).
+  void freeze(const std::string& name);
   // Per-parameter state as "<kind>.<param name>" tensors of the parameter's shape, plus optimizer-wide
   // scalars under their bare name ("step"). Parameters without state yet are absent.
   virtual NamedState state_dict() const = 0;
@@ -56,8 +72,10 @@ class Optimizer {
   // Finds (group, index) of "<kind>.<name>" for load_state_dict; throws CheckpointError when absent.
   std::pair<size_t, size_t> locate(const std::string& key, const std::string& kind) const;
   void check_shape(const std::string& key, const at::Tensor& t, const at::Tensor& p) const;
+  bool frozen(size_t group, size_t index) const { return frozen_[group][index]; }
 
   std::vector<ParamGroup> groups_;
+  std::vector<std::vector<bool>> frozen_;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& cfg, std::vector<ParamGroup> groups);

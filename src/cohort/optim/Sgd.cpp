@@ -9,22 +9,48 @@
 
 namespace cohort::optim {
 
-std::vector<ParamGroup> split_decay(const torch::OrderedDict<std::string, at::Tensor>& named, double weight_decay,
-                                    bool decay_all) {
-  ParamGroup decay{{}, {}, weight_decay}, no_decay{{}, {}, 0.0};
+std::vector<ParamGroup> make_groups(const GroupRule& rule) {
+  std::vector<ParamGroup> g(3);
+  g[0].weight_decay = rule.weight_decay;
+  g[2].lr_scale = rule.norm_lr_scale;
+  g[2].weight_decay = rule.weight_decay / rule.norm_lr_scale;
+  return g;
+}
+
+size_t group_index(const std::string& name, int64_t dim, const GroupRule& rule) {
+  const bool decay = rule.decay_all || dim > 1;
+  if (rule.norm_lr_scale != 1.0 && name.find("norm") != std::string::npos) return decay ? 2 : 1;
+  return decay ? 0 : 1;
+}
+
+std::vector<ParamGroup> split_groups(const torch::OrderedDict<std::string, at::Tensor>& named, const GroupRule& rule) {
+  auto groups = make_groups(rule);
   for (const auto& item : named) {
     if (!item.value().requires_grad()) continue;
-    auto& g = (decay_all || item.value().dim() > 1) ? decay : no_decay;
+    auto& g = groups[group_index(item.key(), item.value().dim(), rule)];
     g.names.push_back(item.key());
     g.params.push_back(item.value());
   }
   std::vector<ParamGroup> out;
-  if (!decay.params.empty()) out.push_back(std::move(decay));
-  if (!no_decay.params.empty()) out.push_back(std::move(no_decay));
+  for (auto& g : groups)
+    if (!g.params.empty()) out.push_back(std::move(g));
   return out;
 }
 
-Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {}
+std::vector<ParamGroup> split_decay(const torch::OrderedDict<std::string, at::Tensor>& named, double weight_decay,
+                                    bool decay_all) {
+  return split_groups(named, GroupRule{weight_decay, decay_all, 1.0});
+}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  for (const auto& g : groups_) frozen_.emplace_back(g.params.size(), false);
+}
+
+void Optimizer::freeze(const std::string& name) {
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t i = 0; i < groups_[gi].names.size(); ++i)
+      if (groups_[gi].names[i] == name) frozen_[gi][i] = true;
+}
 
 void Optimizer::zero_grad() {
   for (auto& g : groups_)
@@ -71,9 +97,10 @@ void Sgd::step(double lr) {
   at::NoGradGuard no_grad;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& g = groups_[gi];
+    const double glr = lr * g.lr_scale;
     for (size_t i = 0; i < g.params.size(); ++i) {
       auto& p = g.params[i];
-      if (!p.grad().defined()) continue;
+      if (!p.grad().defined() || frozen(gi, i)) continue;
       at::Tensor d = p.grad();
       if (g.weight_decay != 0) d = d.add(p, g.weight_decay);
       if (options_.momentum != 0) {
@@ -84,7 +111,7 @@ void Sgd::step(double lr) {
           buf.mul_(options_.momentum).add_(d);
         d = options_.nesterov ? d.add(buf, options_.momentum) : buf;
       }
-      p.add_(d, -lr);
+      p.add_(d, -glr);
     }
   }
 }
@@ -119,14 +146,15 @@ void AdamW::step(double lr) {
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bias1 = 1 - std::pow(b1, static_cast<double>(step_));
   const double bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step_)));
-  const double step_size = lr / bias1;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& g = groups_[gi];
+    const double glr = lr * g.lr_scale;
+    const double step_size = glr / bias1;
     for (size_t i = 0; i < g.params.size(); ++i) {
       auto& p = g.params[i];
-      if (!p.grad().defined()) continue;
+      if (!p.grad().defined() || frozen(gi, i)) continue;
       const at::Tensor& grad = p.grad();
-      if (g.weight_decay != 0) p.mul_(1 - lr * g.weight_decay);
+      if (g.weight_decay != 0) p.mul_(1 - glr * g.weight_decay);
       auto& m = exp_avg_[gi][i];
       auto& v = exp_avg_sq_[gi][i];
       if (!m.defined()) {

@@ -39,15 +39,15 @@ double gradient_sum(const std::vector<at::Tensor>& params) {
 class DdpStrategy : public Strategy {
  public:
   DdpStrategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, DdpOptions opts,
-              std::shared_ptr<CommHook> hook, bool decay_all, double weight_decay)
-      : model_(model), ddp_(std::move(model), std::move(comm), opts), decay_all_(decay_all),
-        weight_decay_(weight_decay) {
+              std::shared_ptr<CommHook> hook)
+      : model_(model), ddp_(std::move(model), std::move(comm), opts) {
     ddp_.set_comm_hook(std::move(hook));
   }
   std::string name() const override { return "ddp"; }
   void build_optimizer(const OptimConfig& cfg) override {
-    optimizer_ = optim::make_optimizer(cfg, optim::split_decay(model_->named_parameters(), weight_decay_, decay_all_));
+    optimizer_ = optim::make_optimizer(cfg, optim::split_groups(model_->named_parameters(), group_rule(cfg)));
   }
+  void freeze(const std::string& name) override { optimizer_->freeze(name); }
   std::shared_ptr<void> gradient_sync(bool enabled) override {
     if (enabled) return nullptr;
     return std::make_shared<DistributedDataParallel::NoSync>(ddp_.no_sync());
@@ -91,12 +91,14 @@ class DdpStrategy : public Strategy {
  private:
   std::shared_ptr<torch::nn::Module> model_;
   DistributedDataParallel ddp_;
-  bool decay_all_;
-  double weight_decay_;
   std::unique_ptr<optim::Optimizer> optimizer_;
 };
 
 }  // namespace
+
+optim::GroupRule group_rule(const OptimConfig& cfg) {
+  return {cfg.weight_decay, cfg.decay_norm_and_bias, cfg.norm_lr_scale};
+}
 
 std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg) {
   const auto& c = cfg.dist.compress;
@@ -125,8 +127,6 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<
     o.bucket_mb = cfg.dist.bucket_mb;
     o.fsdp_unit = cfg.dist.fsdp_unit;
     o.broadcast_buffers = cfg.dist.broadcast_buffers;
-    o.weight_decay = cfg.optim.weight_decay;
-    o.decay_all = cfg.optim.decay_norm_and_bias;
     return make_sharded_strategy(std::move(model), std::move(comm), o);
   }
   DdpOptions opts;
@@ -135,8 +135,7 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<
   opts.overlap = cfg.dist.overlap;
   opts.find_unused_parameters = cfg.dist.find_unused_parameters;
   opts.broadcast_buffers = cfg.dist.broadcast_buffers;
-  return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), opts, make_comm_hook(cfg),
-                                       cfg.optim.decay_norm_and_bias, cfg.optim.weight_decay);
+  return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), opts, make_comm_hook(cfg));
 }
 
 }  // namespace cohort

@@ -69,6 +69,8 @@ class Strategy {
   // Checks the gradients for inf/NaN across all ranks and shards, clips them by their global L2 norm,
   // updates the parameters (unless skipped) and clears the gradients. Collective.
   virtual StepResult step(double lr, const StepOptions& options) = 0;
+  // Stops updating the named parameter (see optim::Optimizer::freeze). Every rank calls it alike.
+  virtual void freeze(const std::string& param_name) = 0;
   virtual SyncBytes last_sync_bytes() const = 0;
   virtual StateBytes state_bytes() const = 0;
 
@@ -85,6 +87,9 @@ class Strategy {
   virtual HookState state_dict() = 0;
   virtual void load_state_dict(const HookState& state) = 0;
 };
+
+// How the optimizer's parameter groups are formed from optim.* (weight decay, norm_lr_scale).
+optim::GroupRule group_rule(const OptimConfig& cfg);
 
 // The gradient communication hook dist.compress names (none: plain averaging all-reduce).
 std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg);

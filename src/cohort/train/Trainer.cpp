@@ -58,6 +58,38 @@ std::string timestamp() {
 }
 
 // Every rank must agree on the run directory; rank 0 picks it and shares it through the store.
+// Note [Every rank trains the same config]
+// Each machine parses its own command line, so a typo on one of them would otherwise train a job whose
+// ranks disagree (a different batch size, model width or learning rate) and fail later in a confusing
+// way, or not fail at all. Every rank posts its config to the store; rank 0 compares each with its own
+// and posts a verdict that every rank reads, so all of them stop with the same message naming the keys.
+void check_same_config(const nlohmann::json& mine, World& world) {
+  const int rank = world.info.rank, n = world.info.world_size;
+  if (n == 1) return;
+  auto bytes = [](const std::string& t) { return std::vector<uint8_t>(t.begin(), t.end()); };
+  if (rank != 0) world.store->set("cohort/config/" + std::to_string(rank), bytes(mine.dump()));
+  if (rank == 0) {
+    std::string verdict;
+    for (int r = 1; r < n && verdict.empty(); ++r) {
+      const auto got = world.store->get("cohort/config/" + std::to_string(r));
+      const auto theirs = nlohmann::json::parse(std::string(got.begin(), got.end()));
+      const auto keys = config::differing_keys(mine, theirs);
+      if (keys.empty()) continue;
+      verdict = "rank " + std::to_string(r) + " was started with a different config than rank 0:";
+      for (const auto& k : keys)
+        verdict += " " + k + " = " + (theirs.contains(k) ? theirs[k].dump() : "(absent)") + " on rank " +
+                   std::to_string(r) + " but " + (mine.contains(k) ? mine[k].dump() : "(absent)") + " on rank 0;";
+      verdict.pop_back();
+    }
+    world.store->set("cohort/config_verdict", bytes(verdict));
+  }
+  const auto v = world.store->get("cohort/config_verdict");
+  if (!v.empty())
+    throw ConfigError(std::string(v.begin(), v.end()),
+                      "start every machine with the same config file and overrides (only machine-local keys such as "
+                      "data.root, run.dir and train.threads may differ)");
+}
+
 fs::path agree_run_dir(const TrainConfig& cfg, World& world) {
   if (world.info.rank == 0) {
     fs::path dir = cfg.run.dir.empty() ? fs::path("runs") / timestamp() : fs::path(cfg.run.dir);
@@ -226,6 +258,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     resume = checkpoint::load_any(resume_dir, "last");
     if (cfg.run.dir.empty()) cfg.run.dir = resume_dir.parent_path().string();
   }
+  check_same_config(config::to_json(cfg), world);
   const fs::path run_dir = agree_run_dir(cfg, world);
   log::ResourceMonitor monitor(cfg.log.monitor_s, run_dir / ("resources.rank" + std::to_string(rank) + ".jsonl"),
                                info.local_rank);
@@ -368,6 +401,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
 
   model->train();
   for (int64_t epoch = step / steps_per_epoch; epoch < cfg.train.epochs && step < stop_step; ++epoch) {
+    // airbench trains its whitening bias for the first epochs only; a resumed run re-freezes it here too.
+    if (cfg.train.whiten_bias_epochs > 0 && epoch >= cfg.train.whiten_bias_epochs) strategy->freeze("whiten.bias");
     const auto order = sampler.indices(epoch);
     const data::AugmentOptions aug{cfg.data.augment, cfg.data.crop_padding, true, cfg.train.seed, epoch,
                                    cfg.data.flip == "alternating"};

@@ -111,6 +111,34 @@ TEST(Config, CompressionKeysParseAndBadValuesNameTheKey) {
   EXPECT_NE(m.find("powersgd.rank"), std::string::npos) << m;
 }
 
+TEST(Config, ShardingAndOptimizerKeysParseAndConflictsAreNamed) {
+  const auto c = cfg::load(std::nullopt, {"dist.strategy=fsdp", "dist.fsdp_unit=child", "optim.name=adamw",
+                                          "optim.beta2=0.95", "optim.clip_grad_norm=1.5"});
+  EXPECT_EQ(c.dist.strategy, "fsdp");
+  EXPECT_EQ(c.dist.fsdp_unit, "child");
+  EXPECT_EQ(c.optim.name, "adamw");
+  EXPECT_DOUBLE_EQ(c.optim.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(c.optim.clip_grad_norm, 1.5);
+  EXPECT_EQ(cfg::load(std::nullopt, {}).dist.strategy, "ddp");
+  auto m = error_of([] { cfg::load(std::nullopt, {"dist.strategy=zero3"}); });
+  EXPECT_NE(m.find("dist.strategy"), std::string::npos) << m;
+  EXPECT_NE(m.find("fsdp"), std::string::npos) << m;  // lists the choices
+  m = error_of([] { cfg::load(std::nullopt, {"dist.strategy=zero2", "dist.compress=fp16"}); });
+  EXPECT_NE(m.find("works with dist.strategy=ddp only"), std::string::npos) << m;
+  m = error_of([] { cfg::load(std::nullopt, {"dist.strategy=zero1", "train.lookahead=true"}); });
+  EXPECT_NE(m.find("train.lookahead works with dist.strategy=ddp only"), std::string::npos) << m;
+  m = error_of([] { cfg::load(std::nullopt, {"optim.name=lamb"}); });
+  EXPECT_NE(m.find("optim.name"), std::string::npos) << m;
+}
+
+TEST(Config, DifferingKeysIgnoreMachineLocalOnes) {
+  const auto a = cfg::to_json(cfg::load(std::nullopt, {"data.root=/a", "train.threads=2"}));
+  const auto b = cfg::to_json(cfg::load(std::nullopt, {"data.root=/b", "train.threads=4", "data.batch_size=64",
+                                                       "optim.lr=0.1"}));
+  EXPECT_EQ(cfg::differing_keys(a, b), (std::vector<std::string>{"data.batch_size", "optim.lr"}));
+  EXPECT_TRUE(cfg::differing_keys(a, a).empty());
+}
+
 // Every ready config under configs/ loads: keys exist, values have their types, cross-key checks pass.
 TEST(Config, EveryShippedConfigLoads) {
   int files = 0;

@@ -64,6 +64,58 @@ TEST(AdamW, StateRoundTripsWithItsStepCount) {
   EXPECT_THROW(other.load_state_dict({{"exp_avg.nope", torch::zeros({4})}}), cohort::CheckpointError);
 }
 
+TEST(Sgd, GroupLrScaleMatchesATorchParamGroupWithThatLr) {
+  torch::manual_seed(6);
+  auto a = torch::randn({4}, torch::requires_grad());
+  auto b = a.detach().clone().requires_grad_(true);
+  cohort::optim::ParamGroup g{{"norm.bias"}, {a}, 0.01 / 64};
+  g.lr_scale = 64;
+  cohort::optim::Sgd ours({g}, {0.85, true});
+  torch::optim::SGD theirs({b}, torch::optim::SGDOptions(0.05 * 64).momentum(0.85).nesterov(true).weight_decay(0.01 / 64));
+  for (int s = 0; s < 4; ++s) {
+    auto grad = torch::randn({4});
+    a.mutable_grad() = grad.clone();
+    b.mutable_grad() = grad.clone();
+    ours.step(0.05);
+    theirs.step();
+    EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << "step " << s;
+  }
+}
+
+TEST(Sgd, NormGroupGetsScaledLrAndTheSameDecayPerStep) {
+  torch::OrderedDict<std::string, at::Tensor> named;
+  named.insert("layers.0.conv1.weight", torch::zeros({2, 2, 3, 3}, torch::requires_grad()));
+  named.insert("layers.0.norm1.bias", torch::zeros({2}, torch::requires_grad()));
+  named.insert("head.weight", torch::zeros({10, 2}, torch::requires_grad()));
+  const auto groups = cohort::optim::split_groups(named, {0.002, /*decay_all=*/true, /*norm_lr_scale=*/64});
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].names, (std::vector<std::string>{"layers.0.conv1.weight", "head.weight"}));
+  EXPECT_EQ(groups[1].names, std::vector<std::string>{"layers.0.norm1.bias"});
+  EXPECT_DOUBLE_EQ(groups[1].lr_scale, 64);
+  EXPECT_DOUBLE_EQ(groups[1].lr_scale * groups[1].weight_decay, groups[0].lr_scale * groups[0].weight_decay);
+  // Without the scale, "norm" names are ordinary no-decay parameters.
+  const auto plain = cohort::optim::split_groups(named, {0.002, false, 1.0});
+  ASSERT_EQ(plain.size(), 2u);
+  EXPECT_EQ(plain[1].names, std::vector<std::string>{"layers.0.norm1.bias"});
+  EXPECT_DOUBLE_EQ(plain[1].weight_decay, 0.0);
+}
+
+TEST(Sgd, AFrozenParameterNeitherMovesNorAdvancesItsMomentum) {
+  auto w = torch::ones({3}, torch::requires_grad());
+  auto b = torch::ones({3}, torch::requires_grad());
+  cohort::optim::Sgd opt({{{"w", "whiten.bias"}, {w, b}, 0.1}}, {0.9, true});
+  w.mutable_grad() = torch::ones({3});
+  b.mutable_grad() = torch::ones({3});
+  opt.step(0.1);
+  const auto momentum_before = opt.state_dict()[1].second.clone();
+  opt.freeze("whiten.bias");
+  const auto b_before = b.detach().clone(), w_before = w.detach().clone();
+  opt.step(0.1);
+  EXPECT_TRUE(torch::equal(b, b_before));
+  EXPECT_TRUE(torch::equal(opt.state_dict()[1].second, momentum_before));
+  EXPECT_FALSE(torch::equal(w, w_before));
+}
+
 TEST(Sgd, NoDecayOnNormAndBias) {
   auto lin = torch::nn::Linear(3, 2);
   auto bn = torch::nn::BatchNorm1d(2);

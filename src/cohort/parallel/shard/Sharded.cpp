@@ -149,6 +149,12 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     return n;
   }
 
+  void set_tracing(bool on) override {
+    tracing_ = on;
+    events_.clear();
+  }
+  std::vector<std::string> trace() const override { return events_; }
+
   std::vector<std::pair<std::string, at::Tensor>> full_parameters() override {
     std::vector<std::pair<std::string, at::Tensor>> out(params_.size());
     for (size_t u = 0; u < units_.size(); ++u) {
@@ -163,24 +169,27 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     // The optimizer sees one tensor per piece of a parameter this rank owns, named after the parameter:
     // a view into the master shard with a view into the gradient shard as its .grad, so it updates the
     // shard in place with exactly DDP's per-element arithmetic.
-    optim::ParamGroup decay{{}, {}, options_.weight_decay}, no_decay{{}, {}, 0.0};
+    const auto rule = group_rule(cfg);
+    auto all = optim::make_groups(rule);
     slots_.clear();
     for (size_t u = 0; u < units_.size(); ++u) {
       for (const auto& r : plan_.ranges(u, rank_)) {
         auto piece = units_[u].master.narrow(0, r.shard_offset, r.length).detach();
         piece.set_requires_grad(true);
         piece.mutable_grad() = units_[u].grad_shard.narrow(0, r.shard_offset, r.length);
-        auto& g = (options_.decay_all || params_[r.param].dim() > 1) ? decay : no_decay;
+        auto& g = all[optim::group_index(names_[r.param], params_[r.param].dim(), rule)];
         g.names.push_back(names_[r.param]);
         g.params.push_back(piece);
         slots_.push_back({u, r});
       }
     }
     std::vector<optim::ParamGroup> groups;
-    if (!decay.params.empty()) groups.push_back(std::move(decay));
-    if (!no_decay.params.empty()) groups.push_back(std::move(no_decay));
+    for (auto& g : all)
+      if (!g.params.empty()) groups.push_back(std::move(g));
     optimizer_ = optim::make_optimizer(cfg, std::move(groups));
   }
+
+  void freeze(const std::string& name) override { optimizer_->freeze(name); }
 
   std::shared_ptr<void> gradient_sync(bool enabled) override {
     if (enabled) return nullptr;
@@ -325,6 +334,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
                                          std::to_string(units_.size() - 1));
     ensure_gathered(u);
     if (u + 1 < units_.size()) start_gather(u + 1);  // prefetch: the next unit's gather overlaps this forward
+    note("forward", u);
     at::Tensor out = forward();
     if (out.requires_grad()) {
       out.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
@@ -445,12 +455,14 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     }
     s.gather = comm_->all_gather(s.full, s.master, name() + " unit " + std::to_string(u) + " parameters");
     s.state = Gather::kGathering;
+    note("gather", u);
   }
 
   void ensure_gathered(size_t u) {
     auto& s = units_[u];
     start_gather(u);
     if (s.state == Gather::kGathering) {
+      note("wait", u);
       s.gather->wait();
       s.gather.reset();
       s.state = Gather::kGathered;
@@ -463,6 +475,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     s.gather.reset();
     release_storage(s.full);
     s.state = Gather::kSharded;
+    note("free", u);
   }
 
   void begin_backward() {
@@ -480,6 +493,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   // unit before it (next in backward) starts gathering now.
   void pre_backward(size_t u) {
     if (!in_backward_) begin_backward();
+    note("backward", u);
     ensure_gathered(u);
     if (u > 1) start_gather(u - 1);
   }
@@ -521,6 +535,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
       return;
     }
     sync_bytes_.wire += bytes_of(flat) / world_ * (world_ - 1);
+    note("reduce", u);
     s.reduce_src = flat;
     s.reduce = comm_->reduce_scatter(s.grad_shard, flat, ReduceOp::kSum,
                                      name() + " unit " + std::to_string(u) + " gradients");
@@ -564,6 +579,12 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<std::function<void(size_t)>> fire_;
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
+  void note(const char* what, size_t u) {
+    if (tracing_) events_.push_back(std::string(what) + " " + std::to_string(u));
+  }
+
+  bool tracing_ = false;
+  std::vector<std::string> events_;
   bool sync_enabled_ = true;
   bool in_backward_ = false;
   bool backward_synced_ = true;

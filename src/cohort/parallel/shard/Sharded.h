@@ -31,8 +31,6 @@ struct ShardedOptions {
   double bucket_mb = 25.0;           // zero1/zero2: unit size
   std::string fsdp_unit = "block";   // fsdp: models::Classifier::units policy
   bool broadcast_buffers = true;     // batch-norm statistics follow rank 0 at every step, as with ddp
-  double weight_decay = 0;           // for the optimizer's groups (split as optim::split_decay does)
-  bool decay_all = false;
 };
 
 // The sharded strategy's own view, for tests and benchmarks.
@@ -43,6 +41,10 @@ class ShardedStrategy : public Strategy {
   virtual bool unit_gathered(size_t u) const = 0;
   // Bytes of full-parameter storage allocated now, over all units.
   virtual int64_t gathered_bytes() const = 0;
+  // When on, records what happens to units, in order ("gather 2", "wait 2", "forward 2", "free 2",
+  // "backward 2", "reduce 2"), so tests can see that a gather was launched ahead of its use.
+  virtual void set_tracing(bool on) = 0;
+  virtual std::vector<std::string> trace() const = 0;
   // Copies of every full parameter, by name (fsdp gathers each unit for it and frees it again).
   // Collective.
   virtual std::vector<std::pair<std::string, at::Tensor>> full_parameters() = 0;
