@@ -468,15 +468,25 @@ TEST(ShardedParity, AnInfInOneRanksSliceSkipsTheStepOnEveryRank) {
 // ---------------------------------------------------------------------------------------------------
 // FSDP memory
 
-TEST(Fsdp, FreesEachUnitsFullParametersAfterItsForwardAndBackward) {
-  RunSpec fsdp_spec;
-  fsdp_spec.strategy = "fsdp";
-  const auto cfg = config_for(fsdp_spec);
+TrainConfig fsdp_config() {
+  RunSpec spec;
+  spec.strategy = "fsdp";
+  return config_for(spec);
+}
+
+// `world` identical models (made before the rank threads start: the generator is global).
+std::vector<std::shared_ptr<cohort::models::Classifier>> same_models(const TrainConfig& cfg, int world, uint64_t seed) {
   std::vector<std::shared_ptr<cohort::models::Classifier>> models;
-  for (int r = 0; r < 2; ++r) {
-    torch::manual_seed(5);
+  for (int r = 0; r < world; ++r) {
+    torch::manual_seed(seed);
     models.push_back(cohort::models::build(cfg.model, 1, 8));
   }
+  return models;
+}
+
+TEST(Fsdp, FreesEachUnitsFullParametersAfterItsForwardAndBackward) {
+  const auto cfg = fsdp_config();
+  const auto models = same_models(cfg, 2, 5);
   const auto& data = all_data();
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
     auto model = models[rank];
@@ -521,14 +531,8 @@ TEST(Fsdp, FreesEachUnitsFullParametersAfterItsForwardAndBackward) {
 }
 
 TEST(Fsdp, PrefetchesTheNextUnitsGatherInForwardAndInBackward) {
-  RunSpec fsdp_spec;
-  fsdp_spec.strategy = "fsdp";
-  const auto cfg = config_for(fsdp_spec);
-  std::vector<std::shared_ptr<cohort::models::Classifier>> models;
-  for (int r = 0; r < 2; ++r) {
-    torch::manual_seed(5);
-    models.push_back(cohort::models::build(cfg.model, 1, 8));
-  }
+  const auto cfg = fsdp_config();
+  const auto models = same_models(cfg, 2, 5);
   std::vector<std::vector<std::string>> traces(2);
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
     auto strategy = cohort::make_strategy(cfg, models[rank], comm);
