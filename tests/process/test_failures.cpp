@@ -42,6 +42,42 @@ TEST(Failures, KillNineOneOfThreeWorkersStopsEverythingWithin15s) {
   for (pid_t w : workers) EXPECT_FALSE(process_exists(w)) << "worker " << w << " outlived the launcher";
 }
 
+// A straggler: one of three workers stops answering (SIGSTOP) without dying. The others must not wait
+// forever: they fail within dist.timeout_s plus a margin, naming the collective and the rank that never
+// issued it, and the launcher leaves no process behind (the stopped one included).
+TEST(Failures, AStoppedWorkerIsNamedWithinTheTimeout) {
+  const auto dir = fresh_dir("sigstop");
+  const int timeout_s = 8;
+  Proc launcher(cohort_argv(quick_args(dir, {"--nproc-per-node", "3", "data.train_limit=0", "train.epochs=5",
+                                             "dist.timeout_s=" + std::to_string(timeout_s)})));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (launcher.output_so_far().find(" step 3/") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_NE(launcher.output_so_far().find(" step 3/"), std::string::npos) << launcher.output_so_far();
+  const auto workers = children_of(launcher.pid());
+  ASSERT_EQ(workers.size(), 3u);
+  pid_t victim = -1;
+  for (pid_t w : workers) {
+    std::ifstream env_file("/proc/" + std::to_string(w) + "/environ", std::ios::binary);
+    std::string var;
+    while (std::getline(env_file, var, '\0'))
+      if (var == "RANK=2") victim = w;
+  }
+  ASSERT_GT(victim, 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  const auto r = launcher.wait(timeout_s + 30.0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_LT(took, timeout_s + 20.0) << r.output;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("timed out after " + std::to_string(timeout_s) + " s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank(s) 2 stopped answering"), std::string::npos) << r.output;
+  for (pid_t w : workers) EXPECT_FALSE(process_exists(w)) << "worker " << w << " outlived the launcher";
+}
+
 TEST(Failures, WorkerExceptionIsReportedByLauncher) {
   const auto dir = fresh_dir("badroot");
   const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "data.root=" + dir.string()}), 60);

@@ -1,6 +1,10 @@
 #include "cohort/comm/GlooCommunicator.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <future>
+#include <thread>
 #include <sstream>
 
 #include "cohort/util/Error.h"
@@ -45,6 +49,8 @@ struct Context {
   int rank;
   int size;
   std::chrono::milliseconds timeout;
+  // After a timeout: which ranks never issued this collective (see Note [Naming the ranks that did not arrive]).
+  std::function<std::string(uint64_t seq)> stragglers;
 
   std::string describe() const {
     std::ostringstream os;
@@ -70,7 +76,9 @@ class GlooHandle : public Handle {
       std::ostringstream os;
       os << ctx_.describe() << (timed_out ? " timed out after " : " failed (timeout ")
          << ctx_.timeout.count() / 1000.0 << " s" << (timed_out ? "" : ")") << ": ranks "
-         << other_ranks(ctx_.rank, ctx_.size) << " did not complete it. Gloo said: " << first_line(msg);
+         << other_ranks(ctx_.rank, ctx_.size) << " did not complete it";
+      if (timed_out && ctx_.stragglers) os << "; " << ctx_.stragglers(ctx_.seq);
+      os << ". Gloo said: " << first_line(msg);
       throw CommError(os.str(), timed_out ? "a peer rank died, stalled or called a different collective; "
                                             "check the other ranks' errors, or raise dist.timeout_s"
                                           : "a peer rank exited or its connection broke; check its error");
@@ -95,9 +103,20 @@ class GlooHandle : public Handle {
 
 class GlooCommunicatorImpl : public Communicator {
  public:
-  GlooCommunicatorImpl(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size,
-                       std::chrono::milliseconds timeout)
-      : pg_(std::move(pg)), rank_(rank), size_(size), timeout_(timeout) {}
+  GlooCommunicatorImpl(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, c10::intrusive_ptr<c10d::Store> store, int rank,
+                       int size, std::chrono::milliseconds timeout)
+      : pg_(std::move(pg)), store_(std::move(store)), rank_(rank), size_(size), timeout_(timeout) {
+    if (size_ > 1) heartbeat_ = std::thread([this] { beat(); });
+  }
+
+  ~GlooCommunicatorImpl() override {
+    {
+      std::lock_guard<std::mutex> lock(beat_mutex_);
+      stopping_ = true;
+    }
+    beat_cv_.notify_all();
+    if (heartbeat_.joinable()) heartbeat_.join();
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -201,15 +220,88 @@ class GlooCommunicatorImpl : public Communicator {
   }
 
  private:
+  // Note [Naming the ranks that did not arrive]
+  // Gloo's timeout says only that the collective did not complete, not who is missing. Two records in
+  // the store tell more. Each rank writes the sequence number of the last collective it issued (one small
+  // write per collective): ranks below this collective's number never reached it (hung elsewhere, or
+  // calling something else). And a heartbeat thread per rank bumps a counter every second: a rank whose
+  // counter stands still while we watch has stopped answering altogether (SIGSTOP, a frozen machine),
+  // even if it had issued the collective. The query runs on its own thread with a bound, because the
+  // store lives on rank 0, which may itself be the rank that stopped.
   Context context(const char* kind, const std::string& what) {
-    return Context{kind, what, ++seq_, rank_, size_, timeout_};
+    const uint64_t seq = ++seq_;
+    if (size_ > 1) put(store_, "cohort/issued/" + std::to_string(rank_), seq);
+    auto store = store_;
+    const int size = size_, rank = rank_;
+    return Context{kind, what, seq, rank_, size_, timeout_, [store, size, rank](uint64_t at) {
+                     return diagnose(store, size, rank, at);
+                   }};
+  }
+
+  static void put(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, uint64_t value) {
+    const auto text = std::to_string(value);
+    try {
+      store->set(key, std::vector<uint8_t>(text.begin(), text.end()));
+    } catch (const std::exception&) {
+      // The store is gone (rank 0 died): the collective itself will fail and say so.
+    }
+  }
+
+  static uint64_t read(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key) {
+    if (!store->check({key})) return 0;
+    const auto v = store->get(key);
+    return std::stoull(std::string(v.begin(), v.end()));
+  }
+
+  void beat() {
+    for (uint64_t n = 1;; ++n) {
+      put(store_, "cohort/beat/" + std::to_string(rank_), n);  // not under the lock: the store may be slow
+      std::unique_lock<std::mutex> lock(beat_mutex_);
+      if (beat_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) return;
+    }
+  }
+
+  static std::string diagnose(c10::intrusive_ptr<c10d::Store> store, int size, int self, uint64_t seq) {
+    auto result = std::make_shared<std::promise<std::string>>();
+    auto answer = result->get_future();
+    std::thread([store, size, self, seq, result] {
+      try {
+        std::vector<uint64_t> before(size), issued(size);
+        for (int r = 0; r < size; ++r) before[r] = read(store, "cohort/beat/" + std::to_string(r));
+        std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+        std::string silent, missing;
+        for (int r = 0; r < size; ++r) {
+          if (r == self) continue;
+          if (read(store, "cohort/beat/" + std::to_string(r)) == before[r])
+            silent += (silent.empty() ? "" : ",") + std::to_string(r);
+          const uint64_t last = read(store, "cohort/issued/" + std::to_string(r));
+          if (last < seq)
+            missing += (missing.empty() ? "" : ",") + std::to_string(r) + " (last issued #" + std::to_string(last) + ")";
+        }
+        std::string out;
+        if (!silent.empty()) out = "rank(s) " + silent + " stopped answering (no heartbeat for 2.5 s)";
+        if (!missing.empty()) out += (out.empty() ? "" : "; ") + std::string("rank(s) ") + missing + " never issued it";
+        if (out.empty()) out = "every rank is alive and issued it, so it stalled inside the collective";
+        result->set_value(out);
+      } catch (const std::exception& e) {
+        result->set_value(std::string("the store did not answer (") + e.what() + ")");
+      }
+    }).detach();
+    if (answer.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
+      return "the store on rank 0 did not answer within 5 s: rank 0 itself may be the one that stopped";
+    return answer.get();
   }
 
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
+  std::thread heartbeat_;
+  std::mutex beat_mutex_;
+  std::condition_variable beat_cv_;
+  bool stopping_ = false;
 };
 
 }  // namespace
@@ -239,7 +331,7 @@ CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>& 
                     "check that every rank was started and can reach this machine; raise dist.timeout_s "
                     "for slow starts");
   }
-  return std::make_shared<GlooCommunicatorImpl>(std::move(pg), rank, size, timeout);
+  return std::make_shared<GlooCommunicatorImpl>(std::move(pg), store, rank, size, timeout);
 }
 
 #else
