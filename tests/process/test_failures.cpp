@@ -15,17 +15,26 @@
 namespace fs = std::filesystem;
 using namespace cohort::testing;
 
+namespace {
+// The launcher's worker pids once training is under way (step 3 logged); empty if it never gets there.
+std::vector<pid_t> workers_once_training(Proc& launcher, size_t expected) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (launcher.output_so_far().find(" step 3/") != std::string::npos) {
+      const auto workers = children_of(launcher.pid());
+      if (workers.size() == expected) return workers;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << "training did not reach step 3 with " << expected << " workers:\n" << launcher.output_so_far();
+  return {};
+}
+}  // namespace
+
 TEST(Failures, KillNineOneOfThreeWorkersStopsEverythingWithin15s) {
   const auto dir = fresh_dir("kill9");
   Proc launcher(cohort_argv(quick_args(dir, {"--nproc-per-node", "3", "data.train_limit=0", "train.epochs=5"})));
-  // Wait until training is under way (a few steps logged).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (launcher.output_so_far().find(" step 3/") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_NE(launcher.output_so_far().find(" step 3/"), std::string::npos) << launcher.output_so_far();
-  const auto workers = children_of(launcher.pid());
+  const auto workers = workers_once_training(launcher, 3);
   ASSERT_EQ(workers.size(), 3u);
   // Read the victim's rank from its environment rather than trusting the order of /proc's list.
   std::ifstream env_file("/proc/" + std::to_string(workers[1]) + "/environ", std::ios::binary);
@@ -50,13 +59,7 @@ TEST(Failures, AStoppedWorkerIsNamedWithinTheTimeout) {
   const int timeout_s = 8;
   Proc launcher(cohort_argv(quick_args(dir, {"--nproc-per-node", "3", "data.train_limit=0", "train.epochs=5",
                                              "dist.timeout_s=" + std::to_string(timeout_s)})));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (launcher.output_so_far().find(" step 3/") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_NE(launcher.output_so_far().find(" step 3/"), std::string::npos) << launcher.output_so_far();
-  const auto workers = children_of(launcher.pid());
+  const auto workers = workers_once_training(launcher, 3);
   ASSERT_EQ(workers.size(), 3u);
   pid_t victim = -1;
   for (pid_t w : workers) {
