@@ -2,6 +2,8 @@
 // resumes and trains k: the same losses and bitwise the same weights as the uninterrupted run.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <torch/torch.h>
 
 #include "cohort/checkpoint/Safetensors.h"
@@ -80,4 +82,13 @@ TEST(Resume, MissingOrDamagedCheckpointIsNamed) {
   EXPECT_NE(r.output.find("last.state.safetensors"), std::string::npos) << r.output;
   // The weights file of the earlier save is untouched by the failed resume.
   EXPECT_NO_THROW(cohort::checkpoint::load_safetensors(dir / "checkpoints" / "last.safetensors"));
+
+  // One flipped bit in the weights, with sizes and header intact: the checksum names the file.
+  const auto weights = dir / "checkpoints" / "last.safetensors";
+  std::string bytes = read_file(weights);
+  bytes[bytes.size() - 40] ^= 0x10;
+  std::ofstream(weights, std::ios::binary | std::ios::trunc) << bytes;
+  r = cohort_train({"--nproc-per-node", "1", "--resume", dir.string()});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("last.safetensors' is damaged: its data has CRC-32C"), std::string::npos) << r.output;
 }

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "cohort/util/AtomicFile.h"
+#include "cohort/util/Crc32c.h"
 #include "cohort/util/Error.h"
 
 // The format stores little-endian bytes and we copy tensor memory as is, which is only right on a
@@ -101,10 +103,32 @@ std::string build_header(const NamedTensors& tensors, const std::map<std::string
   return text;
 }
 
+constexpr std::string_view kChecksumKey = "cohort.crc32c";
+
+std::string checksum_text(uint32_t c) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", c);
+  return buf;
+}
+
 // Streams a whole file to `sink(const void*, size_t)`. Each tensor is made CPU-contiguous only while it is
 // written, so saving a GPU model never holds a second full copy of it in host memory.
+//
+// Note [Checkpoint checksums]
+// The header's metadata carries "cohort.crc32c", the CRC-32C of the whole data section, and the reader
+// checks it: a flipped bit on disk or in a copy is an error naming the file, not weights that load and
+// train on silently wrong numbers. It costs a first pass over the tensors before the header is written.
+// Files from elsewhere (no such entry) load unchecked; Python's safetensors ignores the entry.
 template <class Sink>
-void serialize(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata, Sink&& sink) {
+void serialize(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata_in, Sink&& sink) {
+  auto metadata = metadata_in;
+  util::Crc32c crc;
+  for (const auto& [name, t] : tensors) {
+    if (t.numel() == 0) continue;
+    at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
+    crc.update(cpu.data_ptr(), cpu.numel() * cpu.element_size());
+  }
+  metadata[std::string(kChecksumKey)] = checksum_text(crc.value());
   std::vector<std::uint64_t> nbytes;
   const std::string header = build_header(tensors, metadata, nbytes);
   const std::uint64_t n = header.size();  // stored little-endian; the host is little-endian (see top)
@@ -269,6 +293,14 @@ SafetensorsFile from_safetensors_bytes(std::string_view bytes, const std::string
   if (cursor != data.size())
     corrupt(src, std::to_string(data.size() - cursor) + " data bytes after the last tensor belong to no tensor");
 
+  if (auto it = out.metadata.find(std::string(kChecksumKey)); it != out.metadata.end()) {
+    const auto actual = checksum_text(util::crc32c(data.data(), data.size()));
+    if (it->second != actual)
+      throw CheckpointError("safetensors file '" + src + "' is damaged: its data has CRC-32C " + actual +
+                                " but the file was written with " + it->second,
+                            "the bytes changed after the file was saved (disk, copy or transfer); use another "
+                            "copy or checkpoint");
+  }
   out.tensors.reserve(entries.size());
   for (const Entry& e : entries) {
     // A fresh tensor per entry: the result owns its memory and outlives `bytes`.

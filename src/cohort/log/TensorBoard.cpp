@@ -8,24 +8,11 @@
 #include <ctime>
 #include <iostream>
 
+#include "cohort/util/Crc32c.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::log {
 namespace {
-
-// The reflected Castagnoli polynomial, one table entry per byte value.
-const std::array<uint32_t, 256>& crc_table() {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  return table;
-}
 
 // Protobuf wire format: a key is (field number << 3 | wire type); 0 varint, 1 fixed64, 2 length-
 // delimited, 5 fixed32.
@@ -54,13 +41,7 @@ double now_seconds() {
 
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t n) {
-  const auto& t = crc_table();
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; ++i) c = t[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
+uint32_t crc32c(const void* data, size_t n) { return util::crc32c(data, n); }
 
 uint32_t masked_crc32c(const void* data, size_t n) {
   const uint32_t c = crc32c(data, n);

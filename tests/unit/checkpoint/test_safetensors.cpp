@@ -99,7 +99,9 @@ TEST(Safetensors, RoundTripEveryDtypeInMemory) {
     f = ck::from_safetensors_bytes(bytes, "mem");
   }
   expect_same(tensors, f.tensors);
-  EXPECT_TRUE(f.metadata.empty());
+  // Only the checksum cohort adds to every file (Note [Checkpoint checksums]).
+  ASSERT_EQ(f.metadata.size(), 1u);
+  EXPECT_EQ(f.metadata.begin()->first, "cohort.crc32c");
 }
 
 TEST_F(SafetensorsFileTest, RoundTripThroughFile) {
@@ -110,8 +112,24 @@ TEST_F(SafetensorsFileTest, RoundTripThroughFile) {
   ck::save_safetensors(path, tensors, meta);
   ck::SafetensorsFile f = ck::load_safetensors(path);
   expect_same(tensors, f.tensors);
+  EXPECT_EQ(f.metadata.erase("cohort.crc32c"), 1u);
   EXPECT_EQ(f.metadata, meta);
   EXPECT_EQ(fs::file_size(path), ck::to_safetensors_bytes(tensors, meta).size());
+}
+
+TEST_F(SafetensorsFileTest, AFlippedDataBitIsCaughtByTheChecksum) {
+  const fs::path path = dir_ / "flip.safetensors";
+  ck::save_safetensors(path, {{"w", at::arange(1000, at::kFloat)}}, {{"step", "3"}});
+  std::string bytes = std::string(std::istreambuf_iterator<char>(std::ifstream(path, std::ios::binary).rdbuf()), {});
+  bytes[bytes.size() - 100] ^= 0x04;  // inside w's data, far from the header
+  std::ofstream(path, std::ios::binary) << bytes;
+  try {
+    ck::load_safetensors(path);
+    FAIL() << "a damaged file loaded";
+  } catch (const cohort::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("is damaged: its data has CRC-32C"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
+  }
 }
 
 TEST(Safetensors, HeaderPaddedToMultipleOf8WithSpaces) {
@@ -130,14 +148,18 @@ TEST(Safetensors, HeaderPaddedToMultipleOf8WithSpaces) {
 }
 
 TEST(Safetensors, WriterMatchesHandBuiltBytes) {
-  // 54 bytes of JSON, 2 spaces of padding, then 1.0f and -2.0f as IEEE-754 little-endian.
-  const std::string header = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})" + std::string("  ");
+  // 1.0f and -2.0f as IEEE-754 little-endian. The metadata always carries the data's CRC-32C (Note
+  // [Checkpoint checksums]); 0xaa36f2c9 for these 8 bytes was computed independently, bit by bit, in Python.
   const std::string data("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8);
-  const std::string expected = std::string("\x38\x00\x00\x00\x00\x00\x00\x00", 8) + header + data;
-  EXPECT_EQ(ck::to_safetensors_bytes({{"w", at::tensor({1.0f, -2.0f})}}, {}), expected);
+  const std::string header =
+      R"({"__metadata__":{"cohort.crc32c":"aa36f2c9"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})" +
+      std::string(6, ' ');  // 98 bytes of JSON, 6 of padding
+  ASSERT_EQ(header.size() % 8, 0u);
+  EXPECT_EQ(ck::to_safetensors_bytes({{"w", at::tensor({1.0f, -2.0f})}}, {}), make_file(header, data));
 
-  const std::string with_meta = R"({"__metadata__":{"step":"7"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})" +
-                                std::string(6, ' ');  // 82 bytes of JSON, 6 of padding
+  const std::string with_meta =
+      R"({"__metadata__":{"cohort.crc32c":"aa36f2c9","step":"7"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})" +
+      std::string(3, ' ');  // 109 bytes of JSON, 3 of padding
   ASSERT_EQ(with_meta.size() % 8, 0u);
   EXPECT_EQ(ck::to_safetensors_bytes({{"w", at::tensor({1.0f, -2.0f})}}, {{"step", "7"}}), make_file(with_meta, data));
 }
