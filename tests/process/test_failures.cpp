@@ -142,6 +142,47 @@ TEST(Failures, DifferentConfigsOnTwoMachinesAreNamedAtStart) {
 // (DDP's own replica check, for library users whose ranks build different models, is tested in
 // tests/unit/parallel/test_ddp.cpp: Ddp.ReplicaMismatchNamesRankAndParameter.)
 
+// Three processes where two were given rank 1: the second to join stops at once, naming the rank; the
+// others stop within dist.timeout_s and quote the same note.
+TEST(Failures, DuplicateRanksAreNamed) {
+  const auto dir = fresh_dir("duplicate-rank");
+  const int timeout_s = 6;
+  std::vector<std::unique_ptr<Proc>> ps;
+  const int ranks[] = {0, 1, 1};
+  for (int i = 0; i < 3; ++i) {
+    auto args = quick_args(dir, {"dist.timeout_s=" + std::to_string(timeout_s)});
+    ps.push_back(std::make_unique<Proc>(
+        cohort_argv(args), std::map<std::string, std::string>{{"RANK", std::to_string(ranks[i])}, {"WORLD_SIZE", "3"},
+                                                              {"LOCAL_RANK", std::to_string(ranks[i])},
+                                                              {"LOCAL_WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
+                                                              {"MASTER_PORT", "29735"}}));
+    if (i == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // so the first rank 1 claims first
+  }
+  int named = 0;
+  for (auto& p : ps) {
+    const auto r = p->wait(timeout_s + 30.0);
+    EXPECT_FALSE(r.timed_out) << r.output;
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    named += r.output.find("two processes were given rank 1 of 3") != std::string::npos;
+  }
+  EXPECT_GE(named, 2) << "the duplicate and at least one other rank should name it";
+}
+
+// A worker whose master never comes up keeps retrying until dist.timeout_s, then names the address.
+TEST(Failures, UnreachableMasterIsNamedAfterTheTimeout) {
+  const auto dir = fresh_dir("no-master");
+  const int timeout_s = 5;
+  Proc p(cohort_argv(quick_args(dir, {"dist.timeout_s=" + std::to_string(timeout_s)})),
+         {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29737"}});
+  const auto r = p.wait(timeout_s + 30.0);
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_GE(r.seconds, timeout_s / 2.0) << "gave up without retrying: " << r.output;
+  EXPECT_LT(r.seconds, timeout_s + 20.0) << r.output;
+  EXPECT_NE(r.output.find("cannot reach the rendezvous store at 127.0.0.1:29737"), std::string::npos) << r.output;
+}
+
 TEST(Failures, BusyPortIsNamed) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

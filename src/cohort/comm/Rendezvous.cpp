@@ -110,10 +110,33 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
           "/worker/attempt_" + std::to_string(info.restart_count), world.store);
   }
   world.store->setTimeout(timeout);
+  // Two processes given the same rank would otherwise wait in Gloo's connect until the timeout and fail
+  // with a message about peers. Each rank claims its number in the store first: the second claimant
+  // stops at once, and leaves a note the others' connect error quotes when their wait runs out.
+  if (info.world_size > 1) {
+    const auto claim = "cohort/rank_claims/" + std::to_string(info.rank);
+    if (world.store->add(claim, 1) > 1) {
+      const std::string msg = "two processes were given rank " + std::to_string(info.rank) + " of " +
+                              std::to_string(info.world_size) + " (the second was node " +
+                              std::to_string(info.node_rank) + ", local rank " + std::to_string(info.local_rank) + ")";
+      world.store->set("cohort/duplicate_rank", std::vector<uint8_t>(msg.begin(), msg.end()));
+      throw CommError(who + ": " + msg, "give every machine its own --node-rank (0 .. nnodes-1), or every process "
+                                        "its own RANK / SLURM_PROCID");
+    }
+  }
   if (backend == "gloo") {
-    world.comm = GlooCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", world.store),
-                                          info.rank, info.world_size, local_address_for(info.master_addr),
-                                          timeout);
+    try {
+      world.comm = GlooCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", world.store),
+                                            info.rank, info.world_size, local_address_for(info.master_addr),
+                                            timeout);
+    } catch (const CommError& e) {
+      if (info.world_size > 1 && world.store->check({"cohort/duplicate_rank"})) {
+        const auto v = world.store->get("cohort/duplicate_rank");
+        throw CommError(std::string(e.what()) + "; the store says: " + std::string(v.begin(), v.end()),
+                        "give every machine its own --node-rank, or every process its own RANK");
+      }
+      throw;
+    }
   } else if (backend == "nccl") {
     throw CommError(who + ": dist.backend=nccl is not built into this cohort (no CUDA in this LibTorch)",
                     "use dist.backend=gloo on CPU machines");
