@@ -57,6 +57,12 @@ class Communicator {
   virtual HandlePtr reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
                                    const std::string& what) = 0;
   virtual HandlePtr barrier(const std::string& what) = 0;
+
+  // Debug mode (dist.debug=detail, or TORCH_DISTRIBUTED_DEBUG=DETAIL as in PyTorch): before every
+  // collective the ranks compare what they are about to call (kind, dtype, element count) and a
+  // mismatch throws CommError naming each rank's call, instead of hanging or mixing unrelated data.
+  // Costs one small synchronous all-gather per collective.
+  virtual void set_debug(bool on) {}
 };
 using CommunicatorPtr = std::shared_ptr<Communicator>;
 

@@ -123,7 +123,10 @@ class GlooCommunicatorImpl : public Communicator {
   std::string backend_name() const override { return "gloo"; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
+  void set_debug(bool on) override { debug_ = on; }
+
   HandlePtr all_reduce(const at::Tensor& tensor, ReduceOp op, const std::string& what) override {
+    verify(Kind::kAllReduce, tensor, what);
     if (tensor.scalar_type() == at::kBFloat16) return all_reduce_bf16(tensor, op, what);
     std::vector<at::Tensor> ts{tensor};
     c10d::AllreduceOptions opts;
@@ -133,6 +136,7 @@ class GlooCommunicatorImpl : public Communicator {
   }
 
   HandlePtr broadcast(const at::Tensor& tensor, int root, const std::string& what) override {
+    verify(Kind::kBroadcast, tensor, what);
     std::vector<at::Tensor> ts{tensor};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
@@ -141,6 +145,7 @@ class GlooCommunicatorImpl : public Communicator {
   }
 
   HandlePtr all_gather(const at::Tensor& output, const at::Tensor& input, const std::string& what) override {
+    verify(Kind::kAllGather, input, what);
     COHORT_ASSERT(output.numel() == input.numel() * size_, "all_gather output must hold size() chunks");
     std::vector<std::vector<at::Tensor>> outs(1);
     for (int r = 0; r < size_; ++r) outs[0].push_back(output.view(-1).narrow(0, r * input.numel(), input.numel()));
@@ -152,6 +157,7 @@ class GlooCommunicatorImpl : public Communicator {
 
   HandlePtr reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
                            const std::string& what) override {
+    verify(Kind::kReduceScatter, output, what);
     COHORT_ASSERT(input.numel() == output.numel() * size_, "reduce_scatter input must hold size() chunks");
     // c10d's Gloo process group in LibTorch 1.13 has no reduce_scatter (FACTS.md). An all-to-all moves
     // exactly what a ring reduce-scatter moves, (W-1)/W of the buffer per rank: rank r receives chunk r
@@ -214,12 +220,51 @@ class GlooCommunicatorImpl : public Communicator {
   }
 
   HandlePtr barrier(const std::string& what) override {
+    verify(Kind::kBarrier, at::Tensor(), what);
     c10d::BarrierOptions opts;
     opts.timeout = timeout_;
     return std::make_shared<GlooHandle>(pg_->barrier(opts), context("barrier", what));
   }
 
  private:
+  enum class Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+  static const char* kind_name(int64_t k) {
+    static const char* names[] = {"?", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"};
+    return k >= 1 && k <= 5 ? names[k] : "?";
+  }
+
+  // See Communicator::set_debug. Each rank's (kind, dtype, element count) is all-gathered through the
+  // process group directly (not through our own collectives, which would check themselves) and compared.
+  void verify(Kind kind, const at::Tensor& t, const std::string& what) {
+    if (!debug_ || size_ == 1) return;
+    const int64_t dtype = t.defined() ? static_cast<int64_t>(t.scalar_type()) : -1;
+    const int64_t numel = t.defined() ? t.numel() : 0;
+    auto mine = at::tensor({static_cast<int64_t>(kind), dtype, numel}, at::kLong);
+    auto all = at::zeros({size_, 3}, at::kLong);
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < size_; ++r) outs[0].push_back(all[r]);
+    std::vector<at::Tensor> ins{mine};
+    c10d::AllgatherOptions opts;
+    opts.timeout = timeout_;
+    GlooHandle(pg_->allgather(outs, ins, opts), context("debug check of the next collective", what)).wait();
+    auto describe = [](const int64_t* row) {
+      std::string s = std::string(kind_name(row[0]));
+      if (row[0] != static_cast<int64_t>(Kind::kBarrier))
+        s += " on " + std::to_string(row[2]) + " x " +
+             (row[1] >= 0 ? std::string(c10::toString(static_cast<c10::ScalarType>(row[1]))) : "?");
+      return s;
+    };
+    const int64_t* a = all.data_ptr<int64_t>();
+    std::string diff;
+    for (int r = 0; r < size_; ++r)
+      if (!std::equal(a + 3 * r, a + 3 * r + 3, a + 3 * rank_)) diff += "; rank " + std::to_string(r) + " called " + describe(a + 3 * r);
+    if (!diff.empty())
+      throw CommError("collective #" + std::to_string(seq_ + 1) + " differs across ranks: rank " + std::to_string(rank_) +
+                          " called " + describe(a + 3 * rank_) + " ('" + what + "')" + diff,
+                      "every rank must call the same collectives in the same order with the same shapes; "
+                      "look for rank-dependent branches around this one");
+  }
+
   // Note [Naming the ranks that did not arrive]
   // Gloo's timeout says only that the collective did not complete, not who is missing. Two records in
   // the store tell more. Each rank writes the sequence number of the last collective it issued (one small
@@ -298,6 +343,7 @@ class GlooCommunicatorImpl : public Communicator {
   int size_;
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
+  bool debug_ = false;
   std::thread heartbeat_;
   std::mutex beat_mutex_;
   std::condition_variable beat_cv_;

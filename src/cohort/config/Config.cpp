@@ -271,6 +271,10 @@ const std::vector<Field>& fields() {
             "allow parameters that get no gradient (reduced as zeros); off: an error names them"),
       field("dist.broadcast_buffers", &T::dist, &DistConfig::broadcast_buffers,
             "batch-norm buffers follow rank 0 after every synchronized step"),
+      field("dist.debug", &T::dist, &DistConfig::debug,
+            "detail: before each collective the ranks compare its kind, dtype and size and name a mismatch "
+            "(as TORCH_DISTRIBUTED_DEBUG=DETAIL, which also turns it on); off: no check",
+            {"off", "detail"}),
       field("dist.compress", &T::dist, &DistConfig::compress,
             "gradient compression hook: none, fp16 / bf16 (all-reduce in 16 bits) or powersgd",
             {"none", "fp16", "bf16", "powersgd"}),

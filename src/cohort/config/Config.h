@@ -94,6 +94,7 @@ struct DistConfig {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
   std::string compress = "none";
+  std::string debug = "off";
 };
 
 // PowerSGD's options (dist.compress=powersgd), with PyTorch's PowerSGDState defaults.

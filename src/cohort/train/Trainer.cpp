@@ -244,6 +244,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
   World world = rendezvous(info, cfg.dist.backend, timeout);
   Communicator& comm = *world.comm;
+  const char* torch_debug = std::getenv("TORCH_DISTRIBUTED_DEBUG");
+  if (cfg.dist.debug == "detail" || (torch_debug && std::string(torch_debug) == "DETAIL")) comm.set_debug(true);
   const int rank = info.rank;
   const int world_size = info.world_size;
   const bool lead = rank == 0;

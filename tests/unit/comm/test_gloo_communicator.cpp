@@ -71,3 +71,30 @@ TEST(GlooCommunicator, TimeoutNamesCollectiveAndRanks) {
   EXPECT_NE(message.find("ranks {1}"), std::string::npos) << message;
   EXPECT_LT(s, 10.0);
 }
+
+// dist.debug=detail: a rank that calls another collective, or the same one with another size, is named
+// by every rank instead of hanging or mixing unrelated data.
+TEST(GlooCommunicator, DebugModeNamesAMismatchedCollective) {
+  for (int variant = 0; variant < 2; ++variant) {
+    std::vector<std::string> errors(2);
+    cohort::testing::run_ranks(2, [&](int rank, cohort::CommunicatorPtr comm) {
+      comm->set_debug(true);
+      comm->all_reduce(at::ones({4}), cohort::ReduceOp::kSum, "matched")->wait();  // a matching one passes
+      try {
+        if (rank == 1 && variant == 0)
+          comm->all_reduce(at::ones({12}), cohort::ReduceOp::kSum, "grads")->wait();
+        else if (rank == 1)
+          comm->broadcast(at::ones({10}), 0, "weights")->wait();
+        else
+          comm->all_reduce(at::ones({10}), cohort::ReduceOp::kSum, "grads")->wait();
+      } catch (const cohort::CommError& e) {
+        errors[rank] = e.what();
+      }
+    });
+    const std::string other = variant == 0 ? "rank 1 called all_reduce on 12 x Float" : "rank 1 called broadcast on 10 x Float";
+    EXPECT_NE(errors[0].find("differs across ranks: rank 0 called all_reduce on 10 x Float ('grads')"), std::string::npos)
+        << errors[0];
+    EXPECT_NE(errors[0].find(other), std::string::npos) << errors[0];
+    EXPECT_NE(errors[1].find("rank 0 called all_reduce on 10 x Float"), std::string::npos) << errors[1];
+  }
+}
