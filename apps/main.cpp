@@ -1,5 +1,6 @@
 // `cohort`: the command-line front end. `cohort train` is both the launcher (started by a person) and
 // the worker (started by the launcher, torchrun, Slurm or mpirun, recognised by their environment).
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -27,6 +28,7 @@ struct TrainArgs {
   std::string config_file;
   std::vector<std::string> overrides;
   int nproc_per_node = 2;
+  int max_restarts = 0;
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
@@ -90,8 +92,17 @@ int run_train(const TrainArgs& args, bool eval = false) {
   const auto info = cohort::world_from_env(cohort::current_env());
   if (info.launcher == "none") {
     // A person started us: check the config once, here, then start the workers.
-    resolve_config(args);
+    const auto cfg = resolve_config(args);
     cohort::launch::LaunchOptions o;
+    o.max_restarts = args.max_restarts;
+    // Restarted workers resume from the run's checkpoints, so every attempt must use the same run dir:
+    // the launcher picks it once instead of each attempt stamping a new one.
+    if (o.max_restarts > 0 && cfg.run.dir.empty() && !eval) {
+      char stamp[32];
+      const std::time_t now = std::time(nullptr);
+      std::strftime(stamp, sizeof stamp, "runs/%Y%m%d-%H%M%S", std::localtime(&now));
+      o.extra_args.push_back(std::string("run.dir=") + stamp);
+    }
     o.nproc_per_node = args.nproc_per_node;
     o.nnodes = args.nnodes;
     o.node_rank = args.node_rank;
@@ -176,6 +187,9 @@ int main(int argc, char** argv) {
   train->add_option("--master-port", args.master_port, "port of the rendezvous store (0: a free one, single machine)")
       ->capture_default_str()->check(CLI::Range(0, 65535));
   train->add_option("--run-dir", args.run_dir, "run directory (default runs/<timestamp>); same as run.dir=");
+  train->add_option("--max-restarts", args.max_restarts,
+                    "when a worker fails, restart all workers this many times; they resume from the last checkpoint")
+      ->capture_default_str()->check(CLI::Range(0, 1000));
   train->add_option("--resume", args.resume, "run directory to resume from; same as train.resume=");
   train->add_option("overrides", args.overrides, "config overrides, key=value (see the list below)");
   train->add_option("--s3-endpoint", args.s3_endpoint, "S3-compatible endpoint for ckpt.upload; same as ckpt.s3_endpoint=");

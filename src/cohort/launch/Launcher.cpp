@@ -59,8 +59,9 @@ std::string read_error(const fs::path& file) {
   }
 }
 
-pid_t spawn(const LaunchOptions& o, Worker& w, int world_size, int port) {
+pid_t spawn(const LaunchOptions& o, Worker& w, int world_size, int port, int restart) {
   std::vector<std::string> env_kv = {
+      "COHORT_RESTART_COUNT=" + std::to_string(restart),
       "RANK=" + std::to_string(w.rank),
       "LOCAL_RANK=" + std::to_string(w.local_rank),
       "WORLD_SIZE=" + std::to_string(world_size),
@@ -174,6 +175,7 @@ int launch_with_argv(LaunchOptions options) {
   std::string arg;
   options.worker_argv.clear();
   while (std::getline(in, arg, '\0')) options.worker_argv.push_back(arg);
+  options.worker_argv.insert(options.worker_argv.end(), options.extra_args.begin(), options.extra_args.end());
   return launch(options);
 }
 
@@ -183,7 +185,6 @@ int launch(const LaunchOptions& o) {
     throw LaunchError("--node-rank " + std::to_string(o.node_rank) + " is not in [0, --nnodes " +
                           std::to_string(o.nnodes) + ")",
                       "number machines 0..nnodes-1, each with its own --node-rank");
-  const int port = o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
   const int world_size = o.nnodes * o.nproc_per_node;
 
   char tmpl[] = "/tmp/cohort-launch-XXXXXX";
@@ -198,38 +199,52 @@ int launch(const LaunchOptions& o) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
-  std::vector<Worker> workers(o.nproc_per_node);
-  for (int i = 0; i < o.nproc_per_node; ++i) {
-    auto& w = workers[i];
-    w.local_rank = i;
-    w.rank = o.node_rank * o.nproc_per_node + i;
-    w.error_file = error_dir / ("rank" + std::to_string(w.rank) + ".json");
-    w.pid = spawn(o, w, world_size, port);
-    w.running = true;
-  }
-
   int rc = 0;
-  while (any_running(workers)) {
-    if (g_interrupted) {
-      std::cerr << "cohort: interrupted; stopping " << workers.size() << " worker(s)" << std::endl;
-      stop_all(workers, o.grace_s);
-      rc = 130;
+  for (int attempt = 0;; ++attempt) {
+    // A fresh port per attempt on one machine (the last store's may linger in TIME_WAIT); across machines
+    // the agreed one, so every node's launcher meets again at the same address.
+    const int port = o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
+    std::vector<Worker> workers(o.nproc_per_node);
+    for (int i = 0; i < o.nproc_per_node; ++i) {
+      auto& w = workers[i];
+      w.local_rank = i;
+      w.rank = o.node_rank * o.nproc_per_node + i;
+      w.error_file = error_dir / ("rank" + std::to_string(w.rank) + ".json");
+      std::error_code ec;
+      fs::remove(w.error_file, ec);
+      w.pid = spawn(o, w, world_size, port, attempt);
+      w.running = true;
+    }
+    rc = 0;
+    while (any_running(workers)) {
+      if (g_interrupted) {
+        std::cerr << "cohort: interrupted; stopping " << workers.size() << " worker(s)" << std::endl;
+        stop_all(workers, o.grace_s);
+        rc = 130;
+        break;
+      }
+      const int failed = reap(workers);
+      if (failed >= 0) {
+        const auto& w = workers[failed];
+        int others = 0;
+        for (const auto& x : workers) others += x.running ? 1 : 0;
+        std::cerr << "cohort: worker rank " << w.rank << " (local rank " << w.local_rank << ", pid " << w.pid << ") "
+                  << describe_status(w.status) << "; stopping the other " << others << " local worker(s)" << std::endl;
+        const std::string err = read_error(w.error_file);
+        if (!err.empty()) std::cerr << "cohort: rank " << w.rank << "'s last error: " << err << std::endl;
+        stop_all(workers, o.grace_s);
+        rc = 1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (rc != 1 || attempt >= o.max_restarts) {
+      if (rc == 1 && o.max_restarts > 0)
+        std::cerr << "cohort: no restart left (--max-restarts " << o.max_restarts << " used up)" << std::endl;
       break;
     }
-    const int failed = reap(workers);
-    if (failed >= 0) {
-      const auto& w = workers[failed];
-      int others = 0;
-      for (const auto& x : workers) others += x.running ? 1 : 0;
-      std::cerr << "cohort: worker rank " << w.rank << " (local rank " << w.local_rank << ", pid " << w.pid << ") "
-                << describe_status(w.status) << "; stopping the other " << others << " local worker(s)" << std::endl;
-      const std::string err = read_error(w.error_file);
-      if (!err.empty()) std::cerr << "cohort: rank " << w.rank << "'s last error: " << err << std::endl;
-      stop_all(workers, o.grace_s);
-      rc = 1;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::cerr << "cohort: restarting all " << o.nproc_per_node << " local worker(s) (restart " << attempt + 1 << " of "
+              << o.max_restarts << "); they resume from the last checkpoint" << std::endl;
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

@@ -22,6 +22,12 @@ struct LaunchOptions {
   std::vector<std::string> worker_argv;
   // Seconds between SIGTERM and SIGKILL when stopping workers.
   double grace_s = 3.0;
+  // When a worker fails: stop them all and start them all again, up to this many times, with
+  // COHORT_RESTART_COUNT=k in their environment (they resume from the run's last checkpoint), as
+  // torchrun --max-restarts does. 0: a failure ends the job.
+  int max_restarts = 0;
+  // Appended to the workers' command line (the launcher fixes run.dir when restarts are on).
+  std::vector<std::string> extra_args;
 };
 
 // Starts the workers with this process's own command line (the workers recognise their role from
@@ -29,7 +35,7 @@ struct LaunchOptions {
 int launch_with_argv(LaunchOptions options);
 
 // Runs the workers to completion. Returns 0 when all succeeded, 1 when one failed (after stopping the
-// others and naming the rank, how it ended and its last error), 130 on Ctrl-C.
+// others and naming the rank, how it ended and its last error) and no restart was left, 130 on Ctrl-C.
 int launch(const LaunchOptions& options);
 
 // Writes the error a worker died of where the launcher (or torchrun) will find it: the file named by

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -250,6 +251,16 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   const int world_size = info.world_size;
   const bool lead = rank == 0;
 
+  // A restarted attempt (--max-restarts) resumes from the run's last checkpoint, if the failed attempt
+  // got as far as saving one; otherwise it starts over.
+  if (info.restart_count > 0 && cfg.train.resume.empty() && !cfg.run.dir.empty()) {
+    const auto ck = fs::path(cfg.run.dir) / "checkpoints";
+    const bool have = fs::exists(ck / "last.safetensors") || fs::exists(ck / "last.commit");
+    if (have) cfg.train.resume = cfg.run.dir;
+    if (info.rank == 0)
+      std::cout << "cohort: restart " << info.restart_count << ": "
+                << (have ? "resuming from " + ck.string() : std::string("no checkpoint yet; starting over")) << std::endl;
+  }
   // Resume: the model, optimizer, step and best accuracy come from the checkpoint; sampling and
   // augmentation are pure functions of (seed, epoch, index), so they need no saved state.
   checkpoint::Checkpoint resume;
@@ -367,6 +378,10 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   int64_t window_images = 0;
   const auto session_start = Clock::now();
   const int64_t first_step = step;
+  const char* fault_env = std::getenv("COHORT_FAULT_STEP");
+  const char* fault_rank_env = std::getenv("COHORT_FAULT_RANK");
+  const int64_t fault_step = fault_env ? std::atoll(fault_env) : 0;
+  const int fault_rank = fault_rank_env ? std::atoi(fault_rank_env) : 1;
   // Model-state bytes, sampled in the session's first step with gradients present (after backward) and
   // with optimizer state present (after the update): the larger of each.
   StateBytes state_bytes;
@@ -437,6 +452,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
                     "lower optim.lr or set optim.clip_grad_norm, and check the data; resume from the last checkpoint with "
                     "--resume " + run_dir.string());
       if (stepped.grad_norm >= 0) window_grad_norm = stepped.grad_norm;
+      // Fault injection for the restart tests: COHORT_FAULT_STEP=N kills rank COHORT_FAULT_RANK (default
+      // 1) with SIGKILL right after step N, in the first attempt only.
+      if (fault_step > 0 && info.restart_count == 0 && step + 1 == fault_step && rank == fault_rank) ::raise(SIGKILL);
       if (step == first_step) state_bytes = max_bytes(state_bytes, strategy->state_bytes());
       ++step;
       if (lookahead && step % 5 == 0) lookahead->lookahead(*model, optim::airbench_lookahead_decay(step, total_steps));
@@ -579,7 +597,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         {"best_test_accuracy", best < 0 ? nlohmann::json() : nlohmann::json(best)}, {"peak_rss_bytes", per_rank}, {"resources", resources},
         {"gpu_monitor", monitor.gpu_available() ? "nvml" : monitor.nvml().why_unavailable()},
         {"precision", "fp32"}, {"bad_files_skipped", bad_files}, {"threads_per_worker", at::get_num_threads()},
-        {"optimizer", cfg.optim.name}, {"clip_grad_norm", cfg.optim.clip_grad_norm},
+        {"optimizer", cfg.optim.name}, {"clip_grad_norm", cfg.optim.clip_grad_norm}, {"restarts", info.restart_count},
         {"compress", cfg.dist.compress}, {"sync_bytes_per_step", sync.wire},
         {"sync_bytes_per_step_uncompressed", sync.dense},
         {"compression_ratio", sync.wire > 0 ? nlohmann::json(double(sync.dense) / sync.wire) : nlohmann::json()},
