@@ -147,6 +147,20 @@ bool process_exists(pid_t pid) {
   return rp != std::string::npos && rp + 2 < s.size() && s[rp + 2] != 'Z';
 }
 
+std::map<int64_t, double> losses_by_step(const fs::path& run_dir) {
+  std::map<int64_t, double> out;
+  for (const auto& l : read_jsonl(run_dir / "metrics.jsonl"))
+    if (l["kind"] == "train") out[l["step"].get<int64_t>()] = l["loss"].get<double>();
+  return out;
+}
+
+std::vector<double> step_losses(const fs::path& run_dir, int64_t from_step) {
+  std::vector<double> out;
+  for (const auto& [step, loss] : losses_by_step(run_dir))
+    if (step > from_step) out.push_back(loss);
+  return out;
+}
+
 std::vector<std::string> quick_args(const fs::path& run_dir, std::vector<std::string> extra) {
   std::vector<std::string> a{"--run-dir", run_dir.string(), "model.name=resnet8", "model.width=4",
                              "data.train_limit=1536", "data.test_limit=500", "data.batch_size=32",

@@ -50,6 +50,11 @@ std::vector<std::string> cohort_argv(const std::vector<std::string>& args);
 
 std::filesystem::path fresh_dir(const std::string& name);
 nlohmann::json read_json(const std::filesystem::path& p);
+// Each step's training loss from a run's metrics.jsonl; a resumed or restarted run may log a step twice,
+// and the later record is the one that counts.
+std::map<int64_t, double> losses_by_step(const std::filesystem::path& run_dir);
+// The losses of the steps after `from_step`, in step order.
+std::vector<double> step_losses(const std::filesystem::path& run_dir, int64_t from_step);
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p);
 // Child pids of `pid` (from /proc), for checking that no worker outlives its launcher.
 std::vector<pid_t> children_of(pid_t pid);

@@ -17,18 +17,6 @@
 namespace fs = std::filesystem;
 using namespace cohort::testing;
 
-namespace {
-
-// The loss of each step; a restarted run logs some steps twice, and the later record is the one that counts.
-std::map<int64_t, double> losses_by_step(const fs::path& run_dir) {
-  std::map<int64_t, double> out;
-  for (const auto& l : read_jsonl(run_dir / "metrics.jsonl"))
-    if (l["kind"] == "train") out[l["step"].get<int64_t>()] = l["loss"].get<double>();
-  return out;
-}
-
-}  // namespace
-
 TEST(Restart, AKilledWorkerIsRestartedAndTheRunEndsBitwiseAsUninterrupted) {
   const std::vector<std::string> common{"--nproc-per-node", "2", "train.max_steps=24", "ckpt.every_steps=8",
                                         "eval.enabled=false", "log.progress=plain"};

@@ -13,13 +13,6 @@ namespace fs = std::filesystem;
 using namespace cohort::testing;
 
 namespace {
-std::vector<double> step_losses(const fs::path& run_dir, int64_t from_step) {
-  std::vector<double> out;
-  for (const auto& l : read_jsonl(run_dir / "metrics.jsonl"))
-    if (l["kind"] == "train" && l["step"].get<int64_t>() > from_step) out.push_back(l["loss"].get<double>());
-  return out;
-}
-
 void expect_exact_resume(const std::string& name, const std::vector<std::string>& extra_args) {
   // 1536 images / 2 ranks / batch 32 = 24 steps an epoch: the resumed half crosses an epoch boundary.
   const int k = 14;

@@ -15,13 +15,6 @@ using namespace cohort::testing;
 
 namespace {
 
-std::vector<double> step_losses(const fs::path& run_dir, int64_t from_step) {
-  std::vector<double> out;
-  for (const auto& l : read_jsonl(run_dir / "metrics.jsonl"))
-    if (l["kind"] == "train" && l["step"].get<int64_t>() > from_step) out.push_back(l["loss"].get<double>());
-  return out;
-}
-
 std::vector<std::string> with(const fs::path& dir, std::vector<std::string> extra) {
   std::vector<std::string> common{"train.epochs=2", "eval.enabled=false", "optim.name=adamw", "optim.lr=0.003",
                                   "dist.bucket_mb=0.01", "dist.first_bucket_mb=0.01"};
