@@ -33,6 +33,7 @@ struct TrainArgs {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  std::string token_file;
   std::string run_dir;
   std::string resume;
   std::string s3_endpoint;
@@ -89,6 +90,9 @@ std::string message_of(const std::exception& e) {
 // `cohort train` and `cohort eval` share the launcher: started by a person, the command starts the
 // workers (itself again, with RANK, WORLD_SIZE...); started as a worker, it does the work.
 int run_train(const TrainArgs& args, bool eval = false) {
+  // The launcher and its workers (which see the same command line) read the secret from here.
+  if (!args.token_file.empty())
+    setenv("COHORT_TOKEN_FILE", std::filesystem::absolute(args.token_file).c_str(), 1);
   const auto info = cohort::world_from_env(cohort::current_env());
   if (info.launcher == "none") {
     // A person started us: check the config once, here, then start the workers.
@@ -186,6 +190,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--master-port", args.master_port, "port of the rendezvous store (0: a free one, single machine)")
       ->capture_default_str()->check(CLI::Range(0, 65535));
+  train->add_option("--token-file", args.token_file,
+                    "file (mode 600) holding the job's shared secret for the rendezvous store; required on every "
+                    "machine of a multi-machine job unless COHORT_TOKEN is set")
+      ->check(CLI::ExistingFile);
   train->add_option("--run-dir", args.run_dir, "run directory (default runs/<timestamp>); same as run.dir=");
   train->add_option("--max-restarts", args.max_restarts,
                     "when a worker fails, restart all workers this many times; they resume from the last checkpoint")
@@ -210,6 +218,8 @@ int main(int argc, char** argv) {
   evaluator->add_option("--node-rank", eval_args.node_rank, "this machine's index")->capture_default_str();
   evaluator->add_option("--master-addr", eval_args.master_addr, "address of node 0")->capture_default_str();
   evaluator->add_option("--master-port", eval_args.master_port, "rendezvous port (0: a free one)")->capture_default_str();
+  evaluator->add_option("--token-file", eval_args.token_file, "file holding the job's shared secret, as for train")
+      ->check(CLI::ExistingFile);
   evaluator->add_option("--out", eval_args.out, "also write the result as JSON to this file");
   evaluator->add_option("overrides", eval_args.overrides, "config overrides, key=value, as for train");
 

@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "cohort/comm/AuthStore.h"
 #include "cohort/comm/GlooCommunicator.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/TorchCompat.h"
@@ -36,11 +37,21 @@ std::string interface_address(const std::string& ifname) {
   return found;
 }
 
+}  // namespace
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
-}  // namespace
+std::string rendezvous_secret(const WorldInfo& info) {
+  std::string secret = store::secret_from_env();
+  if (secret.empty() && !is_loopback(info.master_addr))
+    throw CommError("the rendezvous store would listen on " + info.master_addr +
+                        ", reachable from other machines, without a shared secret",
+                    "set COHORT_TOKEN to the same random string on every machine (`openssl rand -hex 32`), or pass "
+                    "--token-file FILE (mode 600) to cohort train on every machine");
+  return secret;
+}
 
 std::string local_address_for(const std::string& master_addr) {
   for (const char* var : {"COHORT_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
@@ -89,21 +100,27 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
   } else {
     const bool host = info.rank == 0 && !info.agent_store;
     try {
-      auto opts = compat::tcp_store_options(static_cast<uint16_t>(info.master_port), host,
-                                            static_cast<size_t>(info.world_size), timeout);
-      world.store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, opts);
+      if (info.agent_store) {
+        // torchrun's agent hosts a c10d TCPStore: we are one of its clients, with its (lack of) checks.
+        auto opts = compat::tcp_store_options(static_cast<uint16_t>(info.master_port), false,
+                                              static_cast<size_t>(info.world_size), timeout);
+        world.store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, opts);
+      } else {
+        const std::string secret = rendezvous_secret(info);
+        const auto port = static_cast<uint16_t>(info.master_port);
+        if (host)
+          world.store = store::AuthStore::host(info.master_addr, port, secret, timeout);
+        else
+          world.store = c10::make_intrusive<store::AuthStore>(info.master_addr, port, secret, timeout);
+      }
+    } catch (const CommError& e) {
+      throw CommError(who + ": " + e.what(), e.hint());
     } catch (const std::exception& e) {
       const std::string msg = e.what();
-      const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
-      if (host && msg.find("in use") != std::string::npos)
-        throw CommError(who + ": cannot host the rendezvous store: port " + std::to_string(info.master_port) +
-                            " is already in use on " + info.master_addr,
-                        "pick a free port with --master-port, or stop the program using it");
-      throw CommError(who + (host ? ": cannot host the rendezvous store at " : ": cannot reach the rendezvous store at ") +
-                          where + " within " + std::to_string(timeout.count() / 1000) + " s: " +
-                          msg.substr(0, msg.find('\n')),
-                      host ? "check --master-addr names an address of this machine"
-                           : "check that rank 0 is running and --master-addr/--master-port are right on every node");
+      throw CommError(who + ": cannot reach the rendezvous store at " + info.master_addr + ":" +
+                          std::to_string(info.master_port) + " within " + std::to_string(timeout.count() / 1000) +
+                          " s: " + msg.substr(0, msg.find('\n')),
+                      "check that torchrun's agent is running and MASTER_ADDR/MASTER_PORT are right");
     }
     if (info.agent_store)
       world.store = c10::make_intrusive<c10d::PrefixStore>(

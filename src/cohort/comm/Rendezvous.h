@@ -4,8 +4,10 @@
 //                                            std::chrono::seconds(300));
 //   world.comm->barrier("start")->wait();
 //
-// Rank 0 hosts a TCP store at master_addr:master_port (or torchrun's agent hosts it); the others
-// connect to it. A single process needs no network: it gets an in-process store.
+// Rank 0 hosts cohort's authenticated store (store::StoreServer) on master_addr:master_port, and only
+// there; the others connect to it and prove they hold the job's secret. Under torchrun with an agent
+// store, the agent's TCPStore is used instead. A single process needs no network: it gets an in-process
+// store.
 #pragma once
 
 #include <chrono>
@@ -25,6 +27,13 @@ struct World {
 };
 
 World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono::milliseconds timeout);
+
+// Whether `host` names this machine's loopback interface.
+bool is_loopback(const std::string& host);
+
+// The job's secret for the rendezvous store (COHORT_TOKEN or COHORT_TOKEN_FILE). Empty is allowed only
+// when the store listens on loopback; otherwise throws CommError saying how to set one.
+std::string rendezvous_secret(const WorldInfo& info);
 
 // The local address Gloo should bind to so that it reaches `master_addr`: loopback for a local master,
 // otherwise the address of the interface the kernel routes to it, or the interface named by

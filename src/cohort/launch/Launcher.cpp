@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cohort/comm/AuthStore.h"
+#include "cohort/comm/Rendezvous.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::launch {
@@ -59,7 +61,7 @@ std::string read_error(const fs::path& file) {
   }
 }
 
-pid_t spawn(const LaunchOptions& o, Worker& w, int world_size, int port, int restart) {
+pid_t spawn(const LaunchOptions& o, Worker& w, int world_size, int port, int restart, const std::string& secret) {
   std::vector<std::string> env_kv = {
       "COHORT_RESTART_COUNT=" + std::to_string(restart),
       "RANK=" + std::to_string(w.rank),
@@ -75,6 +77,7 @@ pid_t spawn(const LaunchOptions& o, Worker& w, int world_size, int port, int res
       "COHORT_ERROR_FILE=" + w.error_file.string(),
       "TORCHELASTIC_ERROR_FILE=" + w.error_file.string(),
   };
+  if (!secret.empty()) env_kv.push_back("COHORT_TOKEN=" + secret);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw LaunchError(std::string("cannot start a worker: fork failed: ") + std::strerror(errno));
@@ -187,6 +190,19 @@ int launch(const LaunchOptions& o) {
                       "number machines 0..nnodes-1, each with its own --node-rank");
   const int world_size = o.nnodes * o.nproc_per_node;
 
+  // Every job's store demands a secret (Note [Store handshake]). On one machine the launcher starts every
+  // worker, so it can make one up; across machines the user must give the same one to every launcher.
+  std::string generated_secret;
+  if (store::secret_from_env().empty()) {
+    if (o.nnodes == 1)
+      generated_secret = store::random_secret();
+    else if (!is_loopback(o.master_addr))
+      throw LaunchError("a multi-machine job needs a shared secret for its rendezvous store (--master-addr " +
+                            o.master_addr + " is reachable from other machines)",
+                        "pass --token-file FILE (the same file, mode 600, on every machine; `openssl rand -hex 32 > "
+                        "FILE`), or set COHORT_TOKEN on every machine");
+  }
+
   char tmpl[] = "/tmp/cohort-launch-XXXXXX";
   const char* tmp = mkdtemp(tmpl);
   if (!tmp) throw LaunchError(std::string("cannot create a temporary directory: ") + std::strerror(errno));
@@ -212,7 +228,7 @@ int launch(const LaunchOptions& o) {
       w.error_file = error_dir / ("rank" + std::to_string(w.rank) + ".json");
       std::error_code ec;
       fs::remove(w.error_file, ec);
-      w.pid = spawn(o, w, world_size, port, attempt);
+      w.pid = spawn(o, w, world_size, port, attempt, generated_secret);
       w.running = true;
     }
     rc = 0;

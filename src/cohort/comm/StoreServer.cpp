@@ -1,0 +1,388 @@
+#include "cohort/comm/StoreServer.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <thread>
+#include <unordered_map>
+
+#include "cohort/comm/StoreProtocol.h"
+#include "cohort/util/Error.h"
+
+namespace cohort::store {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A peer that connects and then sends nothing (or dribbles bytes) must not hold a slot forever.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+// More connections than a job has threads that talk to the store: what is beyond is a flood.
+constexpr size_t kMaxConnections = 4096;
+// Refusals are logged one line each up to this many, then counted only: a port scan must not flood
+// rank 0's output.
+constexpr int64_t kMaxRefusalLines = 20;
+
+std::string peer_name(const sockaddr_in& sa) {
+  char buf[INET_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(ntohs(sa.sin_port));
+}
+
+in_addr resolve_ipv4(const std::string& host) {
+  in_addr a{};
+  if (inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host.c_str(), &a) == 1) return a;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
+    throw CommError("cannot resolve the rendezvous address '" + host + "'",
+                    "pass --master-addr as an IP address or a resolvable host name");
+  a = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  freeaddrinfo(res);
+  return a;
+}
+
+struct Conn {
+  int fd = -1;
+  std::string peer;
+  bool authed = false;
+  Nonce nonce{};
+  std::string in;
+  std::string out;
+  Clock::time_point opened;
+  bool closing = false;  // close once `out` is flushed
+};
+
+struct Waiter {
+  int fd;
+  std::vector<std::string> keys;
+  Clock::time_point deadline;
+};
+
+}  // namespace
+
+struct StoreServer::Impl {
+  std::string address;
+  uint16_t port = 0;
+  std::string secret;
+  Log log;
+  int listen_fd = -1;
+  int wake_fd = -1;
+  std::atomic<int64_t> refused{0};
+  std::thread thread;
+
+  std::map<int, Conn> conns;
+  std::unordered_map<std::string, Bytes> data;
+  std::vector<Waiter> waiters;
+
+  ~Impl() {
+    if (thread.joinable()) {
+      const uint64_t one = 1;
+      (void)!write(wake_fd, &one, sizeof one);
+      thread.join();
+    }
+    for (auto& [fd, c] : conns) close(fd);
+    if (listen_fd >= 0) close(listen_fd);
+    if (wake_fd >= 0) close(wake_fd);
+  }
+
+  void refuse(Conn& c, const std::string& why, bool tell_peer) {
+    const int64_t n = ++refused;
+    if (n <= kMaxRefusalLines)
+      log("cohort: store: closed the connection from " + c.peer + ": " + why +
+          (n == kMaxRefusalLines ? " (further refusals are counted, not logged)" : ""));
+    if (tell_peer) {
+      c.out += frame(encode_auth_refused(why));
+      c.closing = true;
+    } else {
+      c.closing = true;
+      c.out.clear();
+    }
+  }
+
+  void reply(Conn& c, const Response& r) { c.out += frame(encode_response(r)); }
+
+  bool all_present(const std::vector<std::string>& keys) const {
+    return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data.count(k) > 0; });
+  }
+
+  void serve(Conn& c, const Request& r) {
+    Response out;
+    const std::string& key = r.keys.empty() ? std::string() : r.keys[0];
+    switch (r.op) {
+      case Op::kSet:
+        data[key] = r.values[0];
+        break;
+      case Op::kGet: {
+        auto it = data.find(key);
+        if (it == data.end()) out.status = Status::kNotFound;
+        else out.value = it->second;
+        break;
+      }
+      case Op::kAdd: {
+        int64_t v = 0;
+        auto it = data.find(key);
+        if (it != data.end()) {
+          // c10d stores counters as decimal text; so do we, so that get() of a counter reads the same.
+          try {
+            v = std::stoll(std::string(it->second.begin(), it->second.end()));
+          } catch (const std::exception&) {
+            v = 0;
+          }
+        }
+        v += r.number;
+        const auto text = std::to_string(v);
+        data[key] = Bytes(text.begin(), text.end());
+        out.number = v;
+        break;
+      }
+      case Op::kCompareSet: {
+        auto it = data.find(key);
+        const Bytes& expected = r.values[0];
+        const Bytes& desired = r.values[1];
+        if (it == data.end()) {
+          if (expected.empty()) {
+            data[key] = desired;
+            out.value = desired;
+          } else {
+            out.value = expected;
+          }
+        } else if (it->second == expected) {
+          it->second = desired;
+          out.value = desired;
+        } else {
+          out.value = it->second;
+        }
+        break;
+      }
+      case Op::kDelete:
+        out.number = data.erase(key) ? 1 : 0;
+        break;
+      case Op::kCheck:
+        out.number = all_present(r.keys) ? 1 : 0;
+        break;
+      case Op::kNumKeys:
+        out.number = static_cast<int64_t>(data.size());
+        break;
+      case Op::kWait:
+        if (!all_present(r.keys)) {
+          waiters.push_back({c.fd, r.keys, Clock::now() + std::chrono::milliseconds(r.number)});
+          return;  // answered when the keys arrive or the time is up
+        }
+        break;
+    }
+    reply(c, out);
+  }
+
+  void wake_waiters() {
+    const auto now = Clock::now();
+    for (auto it = waiters.begin(); it != waiters.end();) {
+      auto c = conns.find(it->fd);
+      if (c == conns.end()) {
+        it = waiters.erase(it);
+      } else if (all_present(it->keys)) {
+        reply(c->second, Response{});
+        it = waiters.erase(it);
+      } else if (now >= it->deadline) {
+        reply(c->second, Response{Status::kTimeout, 0, {}});
+        it = waiters.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void handle_frame(Conn& c, std::string_view payload) {
+    if (!c.authed) {
+      Nonce client_nonce{};
+      Mac mac{};
+      try {
+        std::tie(client_nonce, mac) = decode_auth(payload);
+      } catch (const ProtocolError& e) {
+        return refuse(c, std::string("it did not complete the handshake (") + e.what() + ")", false);
+      }
+      if (!equal_macs(mac, client_proof(secret, c.nonce, client_nonce)))
+        return refuse(c, "it does not hold the job's secret (wrong HMAC proof)", true);
+      c.authed = true;
+      c.out += frame(encode_auth_ok(server_proof(secret, c.nonce, client_nonce)));
+      return;
+    }
+    Request r;
+    try {
+      r = decode_request(payload);
+    } catch (const ProtocolError& e) {
+      return refuse(c, e.what(), false);
+    }
+    serve(c, r);
+  }
+
+  void on_readable(Conn& c) {
+    char buf[64 * 1024];
+    for (;;) {
+      const ssize_t n = recv(c.fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        c.in.append(buf, static_cast<size_t>(n));
+        if (n < static_cast<ssize_t>(sizeof buf)) break;
+        continue;
+      }
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        c.closing = true;
+        c.out.clear();
+      }
+      break;
+    }
+    size_t used = 0;
+    while (!c.closing) {
+      std::optional<FrameView> f;
+      try {
+        f = next_frame(std::string_view(c.in).substr(used), c.authed ? kMaxFrameBytes : kMaxHandshakeFrameBytes);
+      } catch (const ProtocolError& e) {
+        refuse(c, e.what(), false);
+        break;
+      }
+      if (!f) break;
+      handle_frame(c, f->payload);
+      used += f->consumed;
+    }
+    c.in.erase(0, used);
+  }
+
+  void on_writable(Conn& c) {
+    while (!c.out.empty()) {
+      const ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        c.out.erase(0, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      c.out.clear();
+      c.closing = true;
+      return;
+    }
+  }
+
+  void accept_all() {
+    for (;;) {
+      sockaddr_in sa{};
+      socklen_t len = sizeof sa;
+      const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;
+      if (conns.size() >= kMaxConnections) {
+        close(fd);
+        ++refused;
+        continue;
+      }
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      Conn c;
+      c.fd = fd;
+      c.peer = peer_name(sa);
+      c.nonce = random_nonce();
+      c.opened = Clock::now();
+      c.out = frame(encode_hello(c.nonce));
+      conns.emplace(fd, std::move(c));
+    }
+  }
+
+  void run() {
+    std::vector<pollfd> fds;
+    for (;;) {
+      const auto now = Clock::now();
+      auto next = now + std::chrono::seconds(1);
+      for (const auto& w : waiters) next = std::min(next, w.deadline);
+      for (auto& [fd, c] : conns)
+        if (!c.authed) {
+          if (now - c.opened > kHandshakeTimeout && !c.closing) refuse(c, "it sent no handshake within 10 s", false);
+          next = std::min(next, c.opened + kHandshakeTimeout);
+        }
+      // Drop the connections that are done.
+      for (auto it = conns.begin(); it != conns.end();) {
+        if (it->second.closing && it->second.out.empty()) {
+          close(it->first);
+          it = conns.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      fds.clear();
+      fds.push_back({wake_fd, POLLIN, 0});
+      fds.push_back({listen_fd, POLLIN, 0});
+      for (auto& [fd, c] : conns)
+        fds.push_back({fd, static_cast<short>((c.closing ? 0 : POLLIN) | (c.out.empty() ? 0 : POLLOUT)), 0});
+      const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
+      const int n = poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(wait_ms + 1, 0, 1000)));
+      if (n < 0 && errno != EINTR) return;
+      if (fds[0].revents & POLLIN) return;
+      if (fds[1].revents & POLLIN) accept_all();
+      for (size_t i = 2; i < fds.size(); ++i) {
+        auto it = conns.find(fds[i].fd);
+        if (it == conns.end()) continue;
+        auto& c = it->second;
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) on_readable(c);
+        if (fds[i].revents & POLLOUT) on_writable(c);
+      }
+      wake_waiters();
+      for (auto& [fd, c] : conns)
+        if (!c.out.empty()) on_writable(c);
+    }
+  }
+};
+
+StoreServer::StoreServer(const std::string& bind_address, uint16_t port, std::string secret, Log log)
+    : impl_(std::make_unique<Impl>()) {
+  auto& s = *impl_;
+  s.address = bind_address;
+  s.secret = std::move(secret);
+  s.log = log ? std::move(log) : [](const std::string& line) { std::cerr << line << std::endl; };
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr = resolve_ipv4(bind_address);
+  const std::string where = bind_address + ":" + std::to_string(port);
+  s.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s.listen_fd < 0) throw CommError(std::string("cannot open a socket for the rendezvous store: ") + std::strerror(errno));
+  // A restarted job reuses the port while the last one's connections linger in TIME_WAIT.
+  const int one = 1;
+  setsockopt(s.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(s.listen_fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    const int err = errno;
+    if (err == EADDRINUSE)
+      throw CommError("cannot host the rendezvous store: port " + std::to_string(port) + " is already in use on " +
+                          bind_address,
+                      "pick a free port with --master-port, or stop the program using it");
+    if (err == EADDRNOTAVAIL)
+      throw CommError("cannot host the rendezvous store at " + where + ": " + bind_address +
+                          " is not an address of this machine",
+                      "on node 0, --master-addr must name one of its own addresses (see `ip -4 addr`)");
+    throw CommError("cannot host the rendezvous store at " + where + ": " + std::strerror(err));
+  }
+  if (listen(s.listen_fd, 512) != 0)
+    throw CommError("cannot listen for the rendezvous store at " + where + ": " + std::strerror(errno));
+  socklen_t len = sizeof sa;
+  getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  s.port = ntohs(sa.sin_port);
+  s.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  s.thread = std::thread([&s] { s.run(); });
+}
+
+StoreServer::~StoreServer() = default;
+
+uint16_t StoreServer::port() const { return impl_->port; }
+const std::string& StoreServer::address() const { return impl_->address; }
+int64_t StoreServer::refused() const { return impl_->refused.load(); }
+
+}  // namespace cohort::store
