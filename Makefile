@@ -4,9 +4,10 @@ BUILD ?= build
 DEBS := cmake g++ make ccache libtorch-dev libgloo-dev dataset-fashion-mnist libcli11-dev \
         nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev python3-torch iproute2 \
         libcurl4-openssl-dev libssl-dev protobuf-compiler \
-        libjpeg62-turbo-dev python3-torchvision python3-pil
+        libjpeg62-turbo-dev python3-torchvision python3-pil \
+        clang libclang-rt-14-dev ninja-build
 
-.PHONY: all deps build run test bench clean
+.PHONY: all deps build run test bench fuzz clean
 
 all: build
 
@@ -20,8 +21,10 @@ build: deps
 run: build
 	./$(BUILD)/cohort train
 
+# The fuzz smoke run (scripts/fuzz --smoke) builds its own clang + sanitizer tree in build-fuzz/.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500
+	bash scripts/fuzz --smoke
 
 bench: build
 	/usr/bin/python3 bench/ddp_scaling.py --cohort ./$(BUILD)/cohort --out bench/results/ddp_scaling.json
@@ -31,6 +34,10 @@ bench: build
 	/usr/bin/python3 bench/resnet50_cpu.py --cohort ./$(BUILD)/cohort --out bench/results/resnet50_cpu.json
 	./$(BUILD)/bench/sharded_memory > bench/results/sharded_memory.json
 	/usr/bin/python3 bench/sharded_step.py --cohort ./$(BUILD)/cohort --out bench/results/sharded_step.json
+
+# Every parser of outside input under libFuzzer, ASan and UBSan, FUZZ_SECONDS (60) each: bench/results/fuzz.json.
+fuzz: deps
+	bash scripts/fuzz
 
 clean:
 	rm -rf $(BUILD)

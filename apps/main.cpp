@@ -15,6 +15,7 @@
 #include "cohort/checkpoint/Sharded.h"
 #include "cohort/comm/WorldInfo.h"
 #include "cohort/config/Config.h"
+#include "cohort/checkpoint/Steps.h"
 #include "cohort/launch/Launcher.h"
 #include "cohort/log/Report.h"
 #include "cohort/train/BatchSizeFinder.h"
@@ -264,7 +265,7 @@ int main(int argc, char** argv) {
     if (*exporter) {
       namespace ck = cohort::checkpoint;
       const auto dir = ck::resolve_resume_dir(export_from);
-      const auto c = ck::load_any(dir, export_tag);
+      const auto c = export_tag == "last" ? ck::load_latest(dir).checkpoint : ck::load_any(dir, export_tag);
       const std::filesystem::path out =
           export_out.empty() ? dir / (export_tag + ".full.safetensors") : std::filesystem::path(export_out);
       ck::save_safetensors(out, c.model, {{"cohort.format", "cohort-model"}, {"cohort.version", std::to_string(ck::kCheckpointVersion)},

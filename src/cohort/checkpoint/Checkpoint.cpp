@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/Steps.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::checkpoint {
@@ -18,32 +19,45 @@ std::map<std::string, std::string> format_metadata(const std::string& format, co
           {"epoch", std::to_string(s.epoch)}};
 }
 
-std::string need(const SafetensorsFile& f, const std::string& key, const fs::path& path) {
+std::string need(const SafetensorsFile& f, const std::string& key, const std::string& source) {
   auto it = f.metadata.find(key);
   if (it == f.metadata.end())
-    throw CheckpointError(path.string() + " lacks the '" + key + "' metadata entry",
+    throw CheckpointError(source + " lacks the '" + key + "' metadata entry",
                           "it was not written by cohort; resume from a cohort run directory");
   return it->second;
 }
 
-int64_t to_i64(const std::string& text, const std::string& key, const fs::path& path) {
+int64_t to_i64(const std::string& text, const std::string& key, const std::string& source) {
   try {
     size_t used = 0;
     const long long v = std::stoll(text, &used);
     if (used == text.size()) return v;
   } catch (const std::exception&) {
   }
-  throw CheckpointError(path.string() + ": metadata '" + key + "' = '" + text + "' is not an integer",
+  throw CheckpointError(source + ": metadata '" + key + "' = '" + text + "' is not an integer",
                         "the file is damaged; resume from an earlier checkpoint");
 }
 
-void check_version(const SafetensorsFile& f, const std::string& format, const fs::path& path) {
-  if (need(f, "cohort.format", path) != format)
-    throw CheckpointError(path.string() + " is a '" + need(f, "cohort.format", path) + "' file, expected '" + format + "'",
+// std::stod alone would throw std::invalid_argument, which names neither the file nor the key, and would
+// accept "0.5abc".
+double to_f64(const std::string& text, const std::string& key, const std::string& source) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw CheckpointError(source + ": metadata '" + key + "' = '" + text + "' is not a number",
+                        "the file is damaged; resume from an earlier checkpoint");
+}
+
+void check_version(const SafetensorsFile& f, const std::string& format, const std::string& source) {
+  if (need(f, "cohort.format", source) != format)
+    throw CheckpointError(source + " is a '" + need(f, "cohort.format", source) + "' file, expected '" + format + "'",
                           "pass the run directory, not a single file");
-  const auto v = to_i64(need(f, "cohort.version", path), "cohort.version", path);
+  const auto v = to_i64(need(f, "cohort.version", source), "cohort.version", source);
   if (v > kCheckpointVersion)
-    throw CheckpointError(path.string() + " has checkpoint version " + std::to_string(v) + "; this cohort reads up to " +
+    throw CheckpointError(source + " has checkpoint version " + std::to_string(v) + "; this cohort reads up to " +
                               std::to_string(kCheckpointVersion),
                           "resume with the newer cohort that wrote it");
 }
@@ -75,6 +89,17 @@ void save(const fs::path& dir, const std::string& tag, const torch::nn::Module& 
   remove_sharded(dir, tag);  // a sharded save of this tag from a run resumed under ddp is stale now
 }
 
+TrainState parse_train_state(const SafetensorsFile& file, const std::string& source) {
+  check_version(file, "cohort-train-state", source);
+  TrainState s;
+  s.step = to_i64(need(file, "step", source), "step", source);
+  s.epoch = to_i64(need(file, "epoch", source), "epoch", source);
+  s.world_size = to_i64(need(file, "world_size", source), "world_size", source);
+  s.best_test_accuracy = to_f64(need(file, "best_test_accuracy", source), "best_test_accuracy", source);
+  s.config_json = need(file, "config", source);
+  return s;
+}
+
 Checkpoint load(const fs::path& dir, const std::string& tag) {
   const fs::path model_path = dir / (tag + ".safetensors");
   const fs::path state_path = dir / (tag + ".state.safetensors");
@@ -86,16 +111,11 @@ Checkpoint load(const fs::path& dir, const std::string& tag) {
   Checkpoint ck;
   auto model = load_safetensors(model_path);
   auto state = load_safetensors(state_path);
-  check_version(model, "cohort-model", model_path);
-  check_version(state, "cohort-train-state", state_path);
+  check_version(model, "cohort-model", model_path.string());
+  ck.state = parse_train_state(state, state_path.string());
   ck.model = std::move(model.tensors);
   ck.optimizer = std::move(state.tensors);
-  ck.state.step = to_i64(need(state, "step", state_path), "step", state_path);
-  ck.state.epoch = to_i64(need(state, "epoch", state_path), "epoch", state_path);
-  ck.state.world_size = to_i64(need(state, "world_size", state_path), "world_size", state_path);
-  ck.state.best_test_accuracy = std::stod(need(state, "best_test_accuracy", state_path));
-  ck.state.config_json = need(state, "config", state_path);
-  const auto model_step = to_i64(need(model, "step", model_path), "step", model_path);
+  const auto model_step = to_i64(need(model, "step", model_path.string()), "step", model_path.string());
   if (model_step != ck.state.step)
     throw CheckpointError(model_path.string() + " is from step " + std::to_string(model_step) + " but " +
                               state_path.string() + " is from step " + std::to_string(ck.state.step),
@@ -105,7 +125,8 @@ Checkpoint load(const fs::path& dir, const std::string& tag) {
 
 fs::path resolve_resume_dir(const fs::path& path) {
   if (fs::exists(path / "checkpoints")) return path / "checkpoints";
-  if (fs::exists(path / "last.safetensors") || fs::exists(path / "last.manifest.json")) return path;
+  if (fs::exists(path / "last.safetensors") || fs::exists(path / "last.manifest.json") || !list_step_dirs(path).empty())
+    return path;
   throw CheckpointError("nothing to resume in '" + path.string() + "': no checkpoints/ directory or last.safetensors",
                         "pass the run directory of an earlier `cohort train` (it holds checkpoints/)");
 }
@@ -130,11 +151,14 @@ std::vector<std::string> load_weights(torch::nn::Module& module, const NamedTens
       given[name] = &t;
   }
   std::vector<std::string> missing;
-  for (const auto& [name, t] : own)
+  for (const auto& entry : own) {
+    // Not a structured binding: clang before 16 cannot capture one in the lambda (a C++20 feature).
+    const std::string& name = entry.first;
     if (!given.count(name) && std::find(replaced.begin(), replaced.end(), name) == replaced.end() &&
         std::none_of(mismatched.begin(), mismatched.end(),
                                            [&](const std::string& m) { return m.rfind(name + " ", 0) == 0; }))
       missing.push_back(name);
+  }
   if (!unexpected.empty() || !missing.empty() || !mismatched.empty()) {
     auto join = [](const std::vector<std::string>& v) {
       std::string s;

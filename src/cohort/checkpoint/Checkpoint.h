@@ -46,6 +46,11 @@ void save(const std::filesystem::path& dir, const std::string& tag, const torch:
 // Throws CheckpointError when a file is missing or damaged or the two files are from different steps.
 Checkpoint load(const std::filesystem::path& dir, const std::string& tag);
 
+// The training state kept in a <tag>.state.safetensors file's metadata: checks its format and version and
+// parses step, epoch, best accuracy, world size and config. load() uses it; the fuzzer feeds it files from
+// from_safetensors_bytes. Throws CheckpointError naming `source` (the file) and the entry.
+TrainState parse_train_state(const SafetensorsFile& file, const std::string& source);
+
 // Accepts a run directory or its checkpoints directory; returns the checkpoints directory.
 std::filesystem::path resolve_resume_dir(const std::filesystem::path& path);
 

@@ -1,9 +1,11 @@
 #include "cohort/checkpoint/Sharded.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
@@ -15,17 +17,67 @@ namespace {
 fs::path manifest_path(const fs::path& dir, const std::string& tag) { return dir / (tag + ".manifest.json"); }
 fs::path commit_path(const fs::path& dir, const std::string& tag) { return dir / (tag + ".commit"); }
 
-nlohmann::json read_json(const fs::path& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in)
+std::string read_text(const fs::path& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || in.bad())
     throw CheckpointError(what + " " + path.string() + " does not exist or cannot be read",
                           "resume from a checkpoint directory whose save completed");
+  return text.str();
+}
+
+nlohmann::json parse_json(std::string_view text, const std::string& source, const std::string& what) {
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const std::exception& e) {
-    throw CheckpointError(what + " " + path.string() + " is not valid JSON: " + e.what(),
+    throw CheckpointError(what + " " + source + " is not valid JSON: " + e.what(),
                           "the file is damaged; resume from another checkpoint (best, or an earlier copy)");
   }
+}
+
+// A manifest field of the wrong type or out of range. parse_manifest reports it like nlohmann's own
+// errors (a missing key, a string where a list belongs), as "incomplete" or "malformed".
+struct BadField : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string shown(const nlohmann::json& v) {
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+}
+
+// nlohmann's get<int64_t>() converts a float with a plain cast (undefined behaviour for 1e300) and wraps
+// integers above INT64_MAX, so integers from a file are checked by hand.
+bool as_i64(const nlohmann::json& v, int64_t& out) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) return false;
+    out = static_cast<int64_t>(u);
+    return true;
+  }
+  if (!v.is_number_integer()) return false;
+  out = v.get<int64_t>();
+  return true;
+}
+
+int64_t int_at(const nlohmann::json& obj, const std::string& key) {
+  const auto& v = obj.at(key);  // nlohmann names a missing key
+  int64_t out = 0;
+  if (!as_i64(v, out)) throw BadField("'" + key + "' must be an integer, got " + shown(v));
+  return out;
+}
+
+int64_t non_negative_at(const nlohmann::json& obj, const std::string& key) {
+  const int64_t v = int_at(obj, key);
+  if (v < 0) throw BadField("'" + key + "' must not be negative, got " + std::to_string(v));
+  return v;
+}
+
+const nlohmann::json& array_at(const nlohmann::json& obj, const std::string& key) {
+  const auto& v = obj.at(key);
+  if (!v.is_array()) throw BadField("'" + key + "' must be a list, got " + shown(v));
+  return v;
 }
 
 std::string meta(const SafetensorsFile& f, const std::string& key, const fs::path& path) {
@@ -110,32 +162,97 @@ void save_sharded(const fs::path& dir, const std::string& tag, const NamedTensor
   }
 }
 
-Checkpoint load_sharded(const fs::path& dir, const std::string& tag) {
-  const auto mpath = manifest_path(dir, tag);
-  const auto m = read_json(mpath, "checkpoint manifest");
-  Checkpoint ck;
+ShardedManifest parse_manifest(std::string_view text, const std::string& source) {
+  const auto m = parse_json(text, source, "checkpoint manifest");
+  ShardedManifest out;
   try {
-    ck.state.step = m.at("step").get<int64_t>();
-    ck.state.epoch = m.at("epoch").get<int64_t>();
-    ck.state.best_test_accuracy = m.at("best_test_accuracy").get<double>();
-    ck.state.world_size = m.at("world_size").get<int64_t>();
-    ck.state.config_json = m.at("config").get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError("checkpoint manifest " + mpath.string() + " is incomplete: " + e.what(),
+    out.state.step = int_at(m, "step");
+    out.state.epoch = int_at(m, "epoch");
+    out.state.best_test_accuracy = m.at("best_test_accuracy").get<double>();
+    out.state.world_size = int_at(m, "world_size");
+    out.state.config_json = m.at("config").get<std::string>();
+    out.version = m.contains("version") ? int_at(m, "version") : 0;
+  } catch (const std::exception& e) {  // nlohmann::json::exception or BadField
+    throw CheckpointError("checkpoint manifest " + source + " is incomplete: " + e.what(),
                           "the file is damaged; resume from another checkpoint");
   }
-  if (m.value("version", 0) > kCheckpointVersion)
-    throw CheckpointError(mpath.string() + " has checkpoint version " + std::to_string(m.value("version", 0)) +
+  if (out.version > kCheckpointVersion)
+    throw CheckpointError(source + " has checkpoint version " + std::to_string(out.version) +
                               "; this cohort reads up to " + std::to_string(kCheckpointVersion),
                           "resume with the newer cohort that wrote it");
+  // load_sharded keeps one map of tensors per rank: a corrupt count must not size that.
+  const int64_t world = out.state.world_size;
+  if (world < 1 || world > kShardedMaxWorld)
+    throw CheckpointError("checkpoint manifest " + source + " says world_size " + std::to_string(world) +
+                              ", outside 1.." + std::to_string(kShardedMaxWorld),
+                          "the file is damaged; resume from another checkpoint");
+  try {
+    out.kinds = m.at("kinds").get<std::vector<std::string>>();
+    const auto& units = array_at(m, "units");
+    for (size_t u = 0; u < units.size(); ++u) {
+      const auto& unit = units[u];
+      ShardedManifest::Unit parsed;
+      parsed.shard = non_negative_at(unit, "shard");
+      // Every offset is checked against shard x world below, so that product must not overflow.
+      if (parsed.shard > INT64_MAX / world)
+        throw BadField("unit " + std::to_string(u) + ": 'shard' " + std::to_string(parsed.shard) + " x world_size " +
+                       std::to_string(world) + " overflows");
+      const int64_t unit_numel = parsed.shard * world;
+      for (const auto& p : array_at(unit, "params")) {
+        ShardedManifest::Param param;
+        param.name = p.at("name").get<std::string>();
+        param.numel = 1;
+        for (const auto& d : array_at(p, "shape")) {
+          int64_t dim = 0;
+          if (!as_i64(d, dim) || dim < 0 || (dim > 0 && param.numel > INT64_MAX / dim))
+            throw BadField("parameter '" + param.name + "': shape " + shown(p.at("shape")) +
+                           " must be non-negative integers whose product fits in 64 bits");
+          param.shape.push_back(dim);
+          param.numel *= dim;
+        }
+        param.offset = non_negative_at(p, "offset");
+        if (param.offset > unit_numel || param.numel > unit_numel - param.offset)
+          throw CheckpointError(source + ": parameter '" + param.name + "' lies outside its unit",
+                                "the manifest is damaged");
+        parsed.params.push_back(std::move(param));
+      }
+      out.units.push_back(std::move(parsed));
+    }
+    out.buffers = m.at("buffers").get<std::vector<std::string>>();
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {  // nlohmann::json::exception or BadField
+    throw CheckpointError("checkpoint manifest " + source + " is malformed: " + e.what(),
+                          "the file is damaged; resume from another checkpoint");
+  }
+  return out;
+}
+
+int64_t parse_commit_step(std::string_view text, const std::string& source) {
+  const auto commit = parse_json(text, source, "commit marker");
+  if (!commit.is_object())
+    throw CheckpointError("commit marker " + source + " is not a JSON object", "the file is damaged; resume from another checkpoint");
+  if (!commit.contains("step")) return -1;
+  int64_t step = 0;
+  if (!as_i64(commit.at("step"), step))
+    throw CheckpointError("commit marker " + source + ": 'step' must be an integer, got " + shown(commit.at("step")),
+                          "the file is damaged; resume from another checkpoint");
+  return step;
+}
+
+Checkpoint load_sharded(const fs::path& dir, const std::string& tag) {
+  const auto mpath = manifest_path(dir, tag);
+  const ShardedManifest m = parse_manifest(read_text(mpath, "checkpoint manifest"), mpath.string());
+  Checkpoint ck;
+  ck.state = m.state;
   const auto cpath = commit_path(dir, tag);
   if (!fs::exists(cpath))
     throw CheckpointError("sharded checkpoint '" + tag + "' in " + dir.string() + " has no commit marker " +
                               cpath.filename().string() + ": its save did not finish",
                           "resume from another checkpoint (best), or from a copy made before the interrupted save");
-  const auto commit = read_json(cpath, "commit marker");
-  if (commit.value("step", int64_t{-1}) != ck.state.step)
-    throw CheckpointError(cpath.string() + " is for step " + std::to_string(commit.value("step", int64_t{-1})) +
+  const int64_t commit_step = parse_commit_step(read_text(cpath, "commit marker"), cpath.string());
+  if (commit_step != ck.state.step)
+    throw CheckpointError(cpath.string() + " is for step " + std::to_string(commit_step) +
                               " but the manifest is for step " + std::to_string(ck.state.step),
                           "a save was interrupted; resume from another checkpoint");
   const int world = static_cast<int>(ck.state.world_size);
@@ -167,44 +284,28 @@ Checkpoint load_sharded(const fs::path& dir, const std::string& tag) {
                             "the shard is from another model or world size");
     return it->second.reshape(-1);
   };
-  try {
-    const auto kinds = m.at("kinds").get<std::vector<std::string>>();
-    const auto& units = m.at("units");
-    for (size_t u = 0; u < units.size(); ++u) {
-      const auto& unit = units[u];
-      const int64_t shard = unit.at("shard").get<int64_t>();
-      auto assemble = [&](const std::string& prefix) {
-        std::vector<at::Tensor> parts;
-        for (int r = 0; r < world; ++r) parts.push_back(piece(r, prefix + ".u" + std::to_string(u), shard));
-        return at::cat(parts);
-      };
-      std::vector<std::pair<std::string, at::Tensor>> flats{{"", assemble("param")}};
-      for (const auto& kind : kinds) flats.emplace_back(kind + ".", assemble(kind));
-      for (const auto& p : unit.at("params")) {
-        const auto name = p.at("name").get<std::string>();
-        const auto shape = p.at("shape").get<std::vector<int64_t>>();
-        int64_t numel = 1;
-        for (auto d : shape) numel *= d;
-        const int64_t off = p.at("offset").get<int64_t>();
-        if (off + numel > shard * world)
-          throw CheckpointError(mpath.string() + ": parameter '" + name + "' lies outside its unit", "the manifest is damaged");
-        for (const auto& [prefix, flat] : flats) {
-          auto t = flat.narrow(0, off, numel).view(shape).clone();
-          (prefix.empty() ? ck.model : ck.optimizer).emplace_back(prefix + name, t);
-        }
+  for (size_t u = 0; u < m.units.size(); ++u) {
+    const auto& unit = m.units[u];
+    auto assemble = [&](const std::string& prefix) {
+      std::vector<at::Tensor> parts;
+      for (int r = 0; r < world; ++r) parts.push_back(piece(r, prefix + ".u" + std::to_string(u), unit.shard));
+      return at::cat(parts);
+    };
+    std::vector<std::pair<std::string, at::Tensor>> flats{{"", assemble("param")}};
+    for (const auto& kind : m.kinds) flats.emplace_back(kind + ".", assemble(kind));
+    for (const auto& p : unit.params) {
+      for (const auto& [prefix, flat] : flats) {
+        auto t = flat.narrow(0, p.offset, p.numel).view(p.shape).clone();
+        (prefix.empty() ? ck.model : ck.optimizer).emplace_back(prefix + p.name, t);
       }
     }
-    for (const auto& b : m.at("buffers")) {
-      const auto name = b.get<std::string>();
-      auto it = shards[0].find("buffer." + name);
-      if (it == shards[0].end())
-        throw CheckpointError("shard " + (dir / shard_file_name(tag, 0, world)).string() + " lacks buffer '" + name + "'",
-                              "the shard is damaged");
-      ck.model.emplace_back(name, it->second);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError("checkpoint manifest " + mpath.string() + " is malformed: " + e.what(),
-                          "the file is damaged; resume from another checkpoint");
+  }
+  for (const auto& name : m.buffers) {
+    auto it = shards[0].find("buffer." + name);
+    if (it == shards[0].end())
+      throw CheckpointError("shard " + (dir / shard_file_name(tag, 0, world)).string() + " lacks buffer '" + name + "'",
+                            "the shard is damaged");
+    ck.model.emplace_back(name, it->second);
   }
   if (auto it = shards[0].find("step"); it != shards[0].end()) ck.optimizer.emplace_back("step", it->second);
   return ck;

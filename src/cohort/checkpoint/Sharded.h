@@ -13,6 +13,8 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +37,38 @@ void save_sharded(const std::filesystem::path& dir, const std::string& tag, cons
 // "<kind>.<param name>" plus "step". Throws CheckpointError naming a missing, damaged or mismatched
 // shard, or an uncommitted save.
 Checkpoint load_sharded(const std::filesystem::path& dir, const std::string& tag);
+
+// The parts of <tag>.manifest.json that load_sharded reads: the training state, and how each unit's
+// flat buffer (`shard` elements on each of world_size ranks) holds whole parameters.
+struct ShardedManifest {
+  struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t numel = 0;
+    int64_t offset = 0;  // in the unit's flat buffer of shard x world_size elements
+  };
+  struct Unit {
+    int64_t shard = 0;  // elements per rank
+    std::vector<Param> params;
+  };
+  TrainState state;
+  int64_t version = 0;
+  std::vector<std::string> kinds;  // optimizer state kinds ("momentum", "exp_avg"...)
+  std::vector<Unit> units;
+  std::vector<std::string> buffers;
+};
+
+// More ranks than any cohort job has: a manifest that says more is damaged, and must not size per-rank tables.
+inline constexpr int64_t kShardedMaxWorld = 1 << 16;
+
+// Parses and checks a manifest's text (what load_sharded reads, and the fuzzer's entry point): every
+// field present with its type, world_size in 1..kShardedMaxWorld, shapes and offsets non-negative and
+// every parameter inside its unit. Throws CheckpointError naming `source` (the file).
+ShardedManifest parse_manifest(std::string_view text, const std::string& source);
+
+// The step a commit marker (<tag>.commit) records, or -1 when it records none. Throws CheckpointError
+// naming `source` when the text is not a JSON object or "step" is not an integer.
+int64_t parse_commit_step(std::string_view text, const std::string& source);
 
 // load_sharded when <tag>.manifest.json exists, else checkpoint::load.
 Checkpoint load_any(const std::filesystem::path& dir, const std::string& tag);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <sstream>
 
@@ -292,6 +293,9 @@ const std::vector<Field>& fields() {
       field("ckpt.every_steps", &T::ckpt, &CkptConfig::every_steps,
             "save checkpoints/last every N steps (0: at the end of every epoch)", {},
             non_negative<int64_t>()),
+      field("ckpt.keep_last", &T::ckpt, &CkptConfig::keep_last,
+            "how many saves of checkpoints/last (step-N directories) to keep; a crash during a save leaves the "
+            "previous one", {}, positive<int64_t>()),
       field("ckpt.save_best", &T::ckpt, &CkptConfig::save_best,
             "keep checkpoints/best for the best test accuracy"),
       field("ckpt.upload", &T::ckpt, &CkptConfig::upload,
@@ -344,6 +348,89 @@ const Field& find_field(const std::string& key) {
     if (edit_distance(f.info.key, key) < edit_distance(best->info.key, key)) best = &f;
   throw ConfigError("unknown config key '" + key + "'",
                     "did you mean '" + best->info.key + "'? `cohort train --help` lists every key");
+}
+
+// Note [toml++ 3.3 and non-ASCII text]
+// Debian's toml++ 3.3.0 asks whether a non-ASCII character is whitespace with a function that reaches
+// __builtin_unreachable for most of them (Latin-1, Greek, Cyrillic, kana...: marzer/tomlplusplus#190 and
+// #295), which is undefined behaviour; the config fuzzer found it. It asks outside strings and comments,
+// where TOML allows no non-ASCII character at all, and in a multi-line basic string ("""...""") after a
+// backslash. So the text is scanned first and those places are refused, naming the line and column,
+// before toml++ sees them. Only the second kind is valid TOML, and only a line continued with a
+// backslash that goes on with a non-ASCII character.
+void refuse_what_toml_cannot_read(std::string_view text, const std::string& source) {
+  size_t i = text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;  // toml++ skips a UTF-8 byte order mark
+  int line = 1, column = 1;
+  auto refuse = [&](const std::string& what, const std::string& hint) {
+    throw ConfigError(source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what, hint);
+  };
+  auto at = [&](size_t k) { return k < text.size() ? static_cast<unsigned char>(text[k]) : 0u; };
+  auto quotes_at = [&](size_t k, char q) {
+    size_t n = 0;
+    while (k + n < text.size() && text[k + n] == q) ++n;
+    return n;
+  };
+  enum class In { kToml, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral } in = In::kToml;
+  while (i < text.size()) {
+    const unsigned char c = at(i);
+    size_t step = 1;
+    switch (in) {
+      case In::kToml:
+        if (c >= 0x80)
+          refuse("non-ASCII character outside a quoted string or comment",
+                 "TOML allows non-ASCII text only inside quoted strings and comments");
+        if (c == '#') in = In::kComment;
+        if (c == '"' || c == '\'') {
+          const size_t n = quotes_at(i, static_cast<char>(c));
+          const bool multi = n >= 3;
+          in = c == '"' ? (multi ? In::kMultiBasic : In::kBasic) : (multi ? In::kMultiLiteral : In::kLiteral);
+          step = multi ? 3 : 1;
+        }
+        break;
+      case In::kComment:
+        if (c == '\n') in = In::kToml;
+        break;
+      case In::kBasic:
+        if (c == '\\') step = 2;  // an escape: the next byte never ends the string
+        if (c == '"' || c == '\n') in = In::kToml;
+        break;
+      case In::kLiteral:
+        if (c == '\'' || c == '\n') in = In::kToml;
+        break;
+      case In::kMultiBasic:
+        if (c == '\\') {
+          // toml++ tests what follows a backslash for whitespace, and after a line-ending backslash the
+          // first character that is not whitespace: either must be ASCII.
+          size_t k = i + 1;
+          if (at(k) == ' ' || at(k) == '\t' || at(k) == '\r' || at(k) == '\n')
+            while (at(k) == ' ' || at(k) == '\t' || at(k) == '\r' || at(k) == '\n') ++k;
+          if (at(k) >= 0x80) {
+            for (; i < k; ++i) {  // point at the character
+              if (text[i] == '\n') line += 1, column = 1; else ++column;
+            }
+            refuse("non-ASCII character right after a backslash in a multi-line string, which the TOML "
+                   "library (toml++ 3.3) cannot read safely",
+                   "begin the continued line with an ASCII character, or write it as \\uXXXX");
+          }
+          step = k == i + 1 ? 2 : k - i;  // an escape pair, or the backslash and the whitespace after it
+        } else if (c == '"' && quotes_at(i, '"') >= 3) {
+          in = In::kToml;
+          step = quotes_at(i, '"');  // """ and up to two quotes of content before it
+        }
+        break;
+      case In::kMultiLiteral:
+        if (c == '\'' && quotes_at(i, '\'') >= 3) {
+          in = In::kToml;
+          step = quotes_at(i, '\'');
+        }
+        break;
+    }
+    for (size_t end = std::min(i + step, text.size()); i < end; ++i) {
+      const auto b = static_cast<unsigned char>(text[i]);
+      if (b == '\n') line += 1, column = 1;
+      else if ((b & 0xC0) != 0x80) ++column;  // columns count characters, as toml++'s do
+    }
+  }
 }
 
 // Flattens a TOML table into dotted keys with values as their command-line text.
@@ -421,34 +508,49 @@ void validate(const TrainConfig& cfg) {
                       "for example ckpt.upload=s3://my-bucket/cohort-runs");
 }
 
-TrainConfig load(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& overrides,
-                 const TrainConfig& base) {
+TrainConfig load_from_string(std::string_view toml_text, const std::string& source,
+                             const std::vector<std::string>& overrides, const TrainConfig& base) {
   TrainConfig cfg = base;
-  if (file) {
-    if (!std::filesystem::exists(*file))
-      throw ConfigError("config file '" + file->string() + "' does not exist", "check the --config path");
-    toml::table table;
+  refuse_what_toml_cannot_read(toml_text, source);  // See Note [toml++ 3.3 and non-ASCII text]
+  toml::table table;
+  try {
+    table = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << source << ":" << e.source().begin.line << ":" << e.source().begin.column
+       << ": not valid TOML: " << e.description();
+    throw ConfigError(os.str(), "the config file is TOML: [section] headers and key = value lines");
+  }
+  std::vector<std::pair<std::string, std::string>> flat;
+  flatten(table, "", flat, source);
+  for (const auto& [k, v] : flat) {
     try {
-      table = toml::parse_file(file->string());
-    } catch (const toml::parse_error& e) {
-      std::ostringstream os;
-      os << file->string() << ":" << e.source().begin.line << ":" << e.source().begin.column
-         << ": not valid TOML: " << e.description();
-      throw ConfigError(os.str(), "the config file is TOML: [section] headers and key = value lines");
-    }
-    std::vector<std::pair<std::string, std::string>> flat;
-    flatten(table, "", flat, file->string());
-    for (const auto& [k, v] : flat) {
-      try {
-        set(cfg, k, v);
-      } catch (const ConfigError& e) {
-        throw ConfigError(file->string() + ": " + e.what(), e.hint());
-      }
+      set(cfg, k, v);
+    } catch (const ConfigError& e) {
+      throw ConfigError(source + ": " + e.what(), e.hint());
     }
   }
   for (const auto& o : overrides) apply_override(cfg, o);
   validate(cfg);
   return cfg;
+}
+
+TrainConfig load(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& overrides,
+                 const TrainConfig& base) {
+  if (!file) {
+    TrainConfig cfg = base;
+    for (const auto& o : overrides) apply_override(cfg, o);
+    validate(cfg);
+    return cfg;
+  }
+  if (!std::filesystem::exists(*file))
+    throw ConfigError("config file '" + file->string() + "' does not exist", "check the --config path");
+  std::ifstream in(*file, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || in.bad())
+    throw ConfigError("config file '" + file->string() + "' cannot be read", "check the --config path and its permissions");
+  return load_from_string(text.str(), file->string(), overrides, base);
 }
 
 nlohmann::json to_json(const TrainConfig& cfg) {

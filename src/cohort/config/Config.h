@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -108,6 +109,8 @@ struct PowerSgdConfig {
 
 struct CkptConfig {
   int64_t every_steps = 0;
+  // Step directories of checkpoints/last kept on disk; older ones are removed once a newer one commits.
+  int64_t keep_last = 2;
   bool save_best = true;
   std::string upload;  // s3://bucket/prefix
   bool upload_best_every_time = false;
@@ -164,6 +167,11 @@ std::vector<KeyInfo> keys();
 // cross-key constraints.
 TrainConfig load(const std::optional<std::filesystem::path>& file, const std::vector<std::string>& overrides,
                  const TrainConfig& base = TrainConfig{});
+
+// The same from TOML text in memory (load reads the file and calls it; so does the fuzzer).
+// `source_name` names the text in error messages, usually the file's path.
+TrainConfig load_from_string(std::string_view toml_text, const std::string& source_name,
+                             const std::vector<std::string>& overrides = {}, const TrainConfig& base = TrainConfig{});
 
 // Applies one "key=value" (or key and value) to `cfg`.
 void set(TrainConfig& cfg, const std::string& key, const std::string& value);

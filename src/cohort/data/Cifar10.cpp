@@ -16,31 +16,38 @@ const char* kHint =
     "https://www.cs.toronto.edu/~kriz/cifar.html";
 }
 
-void read_cifar10_file(const fs::path& file, std::vector<uint8_t>& images, std::vector<int64_t>& labels) {
-  std::error_code ec;
-  const auto size = fs::file_size(file, ec);
-  if (ec) throw DataError("CIFAR-10 file " + file.string() + " cannot be read: " + ec.message(), kHint);
+void read_cifar10_bytes(std::string_view bytes, const std::string& source, std::vector<uint8_t>& images,
+                        std::vector<int64_t>& labels) {
+  const auto size = bytes.size();
   if (size == 0 || size % kCifarRecordBytes != 0)
-    throw DataError("CIFAR-10 file " + file.string() + " has " + std::to_string(size) + " bytes, not a whole number of " +
+    throw DataError("CIFAR-10 file " + source + " has " + std::to_string(size) + " bytes, not a whole number of " +
                         std::to_string(kCifarRecordBytes) + "-byte records: record " +
                         std::to_string(size / kCifarRecordBytes) + " is cut off (truncated download?)",
                     kHint);
-  std::ifstream in(file, std::ios::binary);
   const int64_t records = static_cast<int64_t>(size / kCifarRecordBytes);
-  std::vector<uint8_t> buf(static_cast<size_t>(size));
-  if (!in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(size)))
-    throw DataError("CIFAR-10 file " + file.string() + " could not be read to its end", kHint);
+  const auto* buf = reinterpret_cast<const uint8_t*>(bytes.data());
   const size_t first = images.size();
   images.resize(first + static_cast<size_t>(records) * (kCifarRecordBytes - 1));
   for (int64_t r = 0; r < records; ++r) {
-    const uint8_t* rec = buf.data() + r * kCifarRecordBytes;
+    const uint8_t* rec = buf + r * kCifarRecordBytes;
     if (rec[0] >= kCifarClasses)
-      throw DataError("CIFAR-10 file " + file.string() + ": record " + std::to_string(r) + " has label " +
+      throw DataError("CIFAR-10 file " + source + ": record " + std::to_string(r) + " has label " +
                           std::to_string(rec[0]) + ", outside 0..9 (is this CIFAR-100 or another format?)",
                       kHint);
     labels.push_back(rec[0]);
     std::memcpy(images.data() + first + r * (kCifarRecordBytes - 1), rec + 1, kCifarRecordBytes - 1);
   }
+}
+
+void read_cifar10_file(const fs::path& file, std::vector<uint8_t>& images, std::vector<int64_t>& labels) {
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  if (ec) throw DataError("CIFAR-10 file " + file.string() + " cannot be read: " + ec.message(), kHint);
+  std::string buf(static_cast<size_t>(size), '\0');
+  std::ifstream in(file, std::ios::binary);
+  if (!in.read(buf.data(), static_cast<std::streamsize>(size)))
+    throw DataError("CIFAR-10 file " + file.string() + " could not be read to its end", kHint);
+  read_cifar10_bytes(buf, file.string(), images, labels);
 }
 
 ImageDataset load_cifar10(const fs::path& root_in, bool train, int64_t limit) {

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
+#include <string_view>
 
 #include "cohort/data/FashionMnist.h"
 
@@ -27,5 +29,10 @@ ImageDataset load_cifar10(const std::filesystem::path& root, bool train, int64_t
 
 // Reads one batch file; appends its images and labels. Exposed for tests.
 void read_cifar10_file(const std::filesystem::path& file, std::vector<uint8_t>& images, std::vector<int64_t>& labels);
+
+// The same checks on a batch file's bytes in memory (the fuzzer's entry point; read_cifar10_file reads
+// the file and calls it). `source_name` names the bytes in error messages, usually the path.
+void read_cifar10_bytes(std::string_view bytes, const std::string& source_name, std::vector<uint8_t>& images,
+                        std::vector<int64_t>& labels);
 
 }  // namespace cohort::data

@@ -9,10 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <memory>
 #include <string>
 #include <system_error>
-#include <type_traits>
 
 #include "cohort/util/Error.h"
 
@@ -25,11 +23,13 @@ constexpr const char* kHint =
     "the file is damaged or not an IDX file: reinstall it (apt-get install --reinstall "
     "dataset-fashion-mnist) or re-download it, or point data.root=DIR at a good copy";
 
-// gzread takes an unsigned length, so large arrays are read in pieces well below UINT_MAX.
+// zlib counts bytes in unsigned ints, so large arrays and inputs are handed over in pieces well below
+// UINT_MAX.
 constexpr int64_t kReadChunk = int64_t{1} << 24;
+constexpr size_t kInputChunk = size_t{1} << 30;
 
-[[noreturn]] void fail(const fs::path& path, const std::string& what) {
-  throw DataError("IDX file " + path.string() + ": " + what, kHint);
+[[noreturn]] void fail(const std::string& source, const std::string& what) {
+  throw DataError("IDX file " + source + ": " + what, kHint);
 }
 
 const char* type_name(uint8_t type) {
@@ -50,95 +50,120 @@ std::string hex_byte(uint8_t b) {
   return buf;
 }
 
-struct GzClose {
-  void operator()(gzFile f) const { gzclose(f); }
-};
-using GzHandle = std::unique_ptr<std::remove_pointer_t<gzFile>, GzClose>;
-
-// Owns the zlib handle and turns zlib's error codes into messages about this file.
+// Hands out a file's IDX bytes from memory, inflating them first when the file is gzip. It reads as
+// zlib's gzread reads a file, which is what this reader used before it took bytes: raw bytes pass
+// through unchanged; gzip members follow one another; bytes after a member that do not start another one
+// are ignored, as gunzip does. zlib's messages keep gzread's "<file>: <what>" form.
 class IdxStream {
  public:
-  explicit IdxStream(const fs::path& path) : path_(path) {
-    // zlib reads raw files transparently, so detection only decides how errors are worded.
-    {
-      std::ifstream probe(path, std::ios::binary);
-      if (!probe) fail(path, std::string("cannot be opened for reading (") + std::strerror(errno) + ")");
-      unsigned char magic[2] = {0, 0};
-      probe.read(reinterpret_cast<char*>(magic), 2);
-      gzipped_ = probe.gcount() == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-    }
-    file_.reset(gzopen(path.c_str(), "rb"));
-    if (!file_) fail(path, std::string("cannot be opened for reading (") + std::strerror(errno) + ")");
-    // A bigger buffer than zlib's 8 KiB default: the image file is 26 MiB compressed.
-    gzbuffer(file_.get(), 1 << 17);
+  IdxStream(std::string_view bytes, const std::string& source) : in_(bytes), source_(source) {
+    gzipped_ = bytes.size() >= 2 && static_cast<uint8_t>(bytes[0]) == 0x1f && static_cast<uint8_t>(bytes[1]) == 0x8b;
+    if (!gzipped_) return;
+    // 15 + 16: a 32 KiB window and a gzip wrapper (header and CRC-32 trailer checked), as gzread uses.
+    if (inflateInit2(&z_, 15 + 16) != Z_OK) fail(source_, "the gzip stream is corrupt (" + source_ + ": out of memory)");
+    feed(0);
   }
+  ~IdxStream() {
+    if (gzipped_) inflateEnd(&z_);
+  }
+  IdxStream(const IdxStream&) = delete;
+  IdxStream& operator=(const IdxStream&) = delete;
 
   bool gzipped() const { return gzipped_; }
 
   // Reads up to n bytes and returns how many arrived; fewer than n means the data ended. Corrupt deflate
-  // data and a bad CRC make zlib return -1, which throws here.
+  // data and a bad CRC throw here.
   int64_t read(uint8_t* dst, int64_t n) {
+    if (!gzipped_) {
+      const int64_t got = std::min<int64_t>(n, static_cast<int64_t>(in_.size() - pos_));
+      if (got > 0) std::memcpy(dst, in_.data() + pos_, static_cast<size_t>(got));
+      pos_ += static_cast<size_t>(got);
+      return got;
+    }
     int64_t done = 0;
-    while (done < n) {
-      const auto want = static_cast<unsigned>(std::min(n - done, kReadChunk));
-      const int got = gzread(file_.get(), dst + done, want);
-      if (got < 0) {
-        int errnum = 0;
-        const char* msg = gzerror(file_.get(), &errnum);
-        fail(path_, std::string(gzipped_ ? "the gzip stream is corrupt (" : "read error (") + msg + ")");
+    while (done < n && !ended_ && !cut_short_) {
+      if (z_.avail_in == 0) {
+        if (consumed() == in_.size()) {
+          // The input ran out inside a member: gzread calls this "unexpected end of file".
+          cut_short_ = true;
+          break;
+        }
+        feed(consumed());
       }
-      if (got == 0) break;
-      done += got;
+      z_.next_out = dst + done;
+      z_.avail_out = static_cast<unsigned>(std::min(n - done, kReadChunk));
+      const unsigned asked = z_.avail_out;
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      done += asked - z_.avail_out;
+      if (rc == Z_STREAM_END) {
+        // Another member may follow; anything else after a member is not data.
+        const size_t at = consumed();
+        if (in_.size() - at >= 2 && static_cast<uint8_t>(in_[at]) == 0x1f && static_cast<uint8_t>(in_[at + 1]) == 0x8b) {
+          inflateReset(&z_);
+          feed(at);
+        } else {
+          ended_ = true;
+        }
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {  // Z_BUF_ERROR: more input needed, handled above
+        const char* msg = rc == Z_MEM_ERROR ? "out of memory" : z_.msg != nullptr ? z_.msg : "compressed data error";
+        fail(source_, "the gzip stream is corrupt (" + source_ + ": " + msg + ")");
+      }
     }
     return done;
   }
 
-  // zlib reports a gzip stream that stops mid-way (no end-of-stream marker or CRC trailer) as
-  // Z_BUF_ERROR without failing the read, so callers ask after a short read or at the end.
-  bool cut_short() {
-    int errnum = 0;
-    gzerror(file_.get(), &errnum);
-    return gzipped_ && errnum == Z_BUF_ERROR;
-  }
+  // Whether a gzip stream stopped mid-way (no end-of-stream marker or CRC trailer). Reading stops
+  // without an error then, so callers ask after a short read or at the end.
+  bool cut_short() const { return gzipped_ && cut_short_; }
 
  private:
-  fs::path path_;
-  GzHandle file_;
+  // The offset in `in_` of the next byte zlib has not consumed.
+  size_t consumed() const { return fed_ - z_.avail_in; }
+  void feed(size_t from) {
+    const size_t n = std::min(in_.size() - from, kInputChunk);
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in_.data() + from));
+    z_.avail_in = static_cast<unsigned>(n);
+    fed_ = from + n;
+  }
+
+  std::string_view in_;
+  std::string source_;
   bool gzipped_ = false;
+  size_t pos_ = 0;  // raw files: the next byte to hand out
+  z_stream z_{};
+  size_t fed_ = 0;  // gzip: the end of the input handed to zlib so far
+  bool ended_ = false;
+  bool cut_short_ = false;
 };
 
 }  // namespace
 
-IdxArray read_idx(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) fail(path, "does not exist");
-  if (fs::is_directory(path, ec)) fail(path, "is a directory, not a file");
-
-  IdxStream in(path);
+IdxArray read_idx_bytes(std::string_view bytes, const std::string& source) {
+  IdxStream in(bytes, source);
   const std::string compressed = in.gzipped() ? " (after gunzip)" : "";
 
   std::array<uint8_t, 4> magic{};
   const int64_t got_magic = in.read(magic.data(), 4);
   if (got_magic < 4) {
-    fail(path, "is too short for an IDX header: " + std::to_string(got_magic) + " bytes" + compressed);
+    fail(source, "is too short for an IDX header: " + std::to_string(got_magic) + " bytes" + compressed);
   }
   if (magic[0] != 0 || magic[1] != 0) {
-    fail(path, "bad magic: the first two bytes are " + hex_byte(magic[0]) + " " + hex_byte(magic[1]) +
-                   ", an IDX file starts with 0x00 0x00");
+    fail(source, "bad magic: the first two bytes are " + hex_byte(magic[0]) + " " + hex_byte(magic[1]) +
+                     ", an IDX file starts with 0x00 0x00");
   }
   if (magic[2] != kIdxTypeUint8) {
-    fail(path, "element type " + hex_byte(magic[2]) + " (" + type_name(magic[2]) +
-                   ") is not supported; only " + hex_byte(kIdxTypeUint8) + " (unsigned byte) is");
+    fail(source, "element type " + hex_byte(magic[2]) + " (" + type_name(magic[2]) +
+                     ") is not supported; only " + hex_byte(kIdxTypeUint8) + " (unsigned byte) is");
   }
   const int ndim = magic[3];
   if (ndim < 1 || ndim > kIdxMaxDims) {
-    fail(path, "has " + std::to_string(ndim) + " dimensions; expected 1 to " + std::to_string(kIdxMaxDims));
+    fail(source, "has " + std::to_string(ndim) + " dimensions; expected 1 to " + std::to_string(kIdxMaxDims));
   }
 
   std::array<uint8_t, 4 * kIdxMaxDims> raw_dims{};
   const int64_t dim_bytes = 4 * ndim;
   if (in.read(raw_dims.data(), dim_bytes) < dim_bytes) {
-    fail(path, "header ends before its " + std::to_string(ndim) + " dimension sizes" + compressed);
+    fail(source, "header ends before its " + std::to_string(ndim) + " dimension sizes" + compressed);
   }
   IdxArray out;
   int64_t total = 1;
@@ -146,36 +171,39 @@ IdxArray read_idx(const fs::path& path) {
     const uint8_t* b = raw_dims.data() + 4 * i;
     // Sizes are big-endian; assemble them byte by byte so the host's endianness never matters.
     const int64_t d = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | int64_t{b[3]};
-    if (d == 0) fail(path, "dimension " + std::to_string(i) + " of " + std::to_string(ndim) + " is 0");
+    if (d == 0) fail(source, "dimension " + std::to_string(i) + " of " + std::to_string(ndim) + " is 0");
     // Compared before multiplying, so the product never overflows: total stays below 2^34 throughout.
     if (d > (kIdxMaxElements - 1) / total) {
-      fail(path, "header claims more than 2^34 elements (dimension " + std::to_string(i) + " is " +
-                     std::to_string(d) + "), which no sane dataset has");
+      fail(source, "header claims more than 2^34 elements (dimension " + std::to_string(i) + " is " +
+                       std::to_string(d) + "), which no sane dataset has");
     }
     total *= d;
     out.dims.push_back(d);
   }
 
-  // For a raw file the size on disk tells us up front whether the data is complete, so a corrupt header
-  // cannot make us allocate gigabytes first. A gzip file only learns that by reading.
+  // A corrupt header must not make us allocate gigabytes first. For a raw file the size tells up front
+  // whether the data is complete; a gzip file can at least not hold more than deflate can expand to.
   const int64_t header_bytes = 4 + dim_bytes;
-  if (!in.gzipped()) {
-    const auto on_disk = static_cast<int64_t>(fs::file_size(path, ec));
-    if (!ec && on_disk < header_bytes + total) {
-      fail(path, "file ends after " + std::to_string(on_disk - header_bytes) + " of " + std::to_string(total) +
+  const auto on_disk = static_cast<int64_t>(bytes.size());
+  if (!in.gzipped() && on_disk < header_bytes + total) {
+    fail(source, "file ends after " + std::to_string(on_disk - header_bytes) + " of " + std::to_string(total) +
                      " data bytes (truncated)");
-    }
+  }
+  if (in.gzipped() && total / kDeflateMaxRatio > on_disk) {
+    fail(source, "header declares " + std::to_string(total) + " data bytes, more than a " + std::to_string(on_disk) +
+                     "-byte gzip file can hold (deflate expands at most " + std::to_string(kDeflateMaxRatio) +
+                     ":1); the header is corrupt");
   }
 
   try {
     out.data = at::empty({total}, at::TensorOptions().dtype(at::kByte));
   } catch (const c10::Error& e) {
-    fail(path, "cannot allocate " + std::to_string(total) + " bytes for its data: " + e.what_without_backtrace());
+    fail(source, "cannot allocate " + std::to_string(total) + " bytes for its data: " + e.what_without_backtrace());
   }
   const int64_t got = in.read(out.data.data_ptr<uint8_t>(), total);
   if (got < total) {
-    fail(path, "file ends after " + std::to_string(got) + " of " + std::to_string(total) + " data bytes" +
-                   (in.cut_short() ? " (the gzip stream is cut short)" : " (truncated)"));
+    fail(source, "file ends after " + std::to_string(got) + " of " + std::to_string(total) + " data bytes" +
+                     (in.cut_short() ? " (the gzip stream is cut short)" : " (truncated)"));
   }
 
   // Reading on to the end both counts trailing bytes and makes zlib check the gzip CRC. (Bytes after the
@@ -184,13 +212,28 @@ IdxArray read_idx(const fs::path& path) {
   std::array<uint8_t, 1 << 16> scratch{};
   for (int64_t n; (n = in.read(scratch.data(), static_cast<int64_t>(scratch.size()))) > 0;) extra += n;
   if (extra > 0) {
-    fail(path, "has " + std::to_string(extra) + " extra bytes after the " + std::to_string(total) +
-                   " data bytes its header declares" + compressed);
+    fail(source, "has " + std::to_string(extra) + " extra bytes after the " + std::to_string(total) +
+                     " data bytes its header declares" + compressed);
   }
-  if (in.cut_short()) fail(path, "the gzip stream is cut short after all data bytes (missing trailer)");
+  if (in.cut_short()) fail(source, "the gzip stream is cut short after all data bytes (missing trailer)");
 
   out.data = out.data.view(out.dims);
   return out;
+}
+
+IdxArray read_idx(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail(path.string(), "does not exist");
+  if (fs::is_directory(path, ec)) fail(path.string(), "is a directory, not a file");
+  // The whole file in memory: at most the 26 MiB of the gzipped training images, for a moment.
+  std::ifstream file(path, std::ios::binary);
+  if (!file) fail(path.string(), std::string("cannot be opened for reading (") + std::strerror(errno) + ")");
+  std::string bytes;
+  if (const auto size = fs::file_size(path, ec); !ec) bytes.reserve(static_cast<size_t>(size));
+  char chunk[1 << 16];
+  while (file.read(chunk, sizeof chunk) || file.gcount() > 0) bytes.append(chunk, static_cast<size_t>(file.gcount()));
+  if (file.bad()) fail(path.string(), std::string("read error (") + std::strerror(errno) + ")");
+  return read_idx_bytes(bytes, path.string());
 }
 
 }  // namespace cohort::data

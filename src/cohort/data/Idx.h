@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace cohort::data {
@@ -23,6 +25,9 @@ inline constexpr uint8_t kIdxTypeUint8 = 0x08;
 inline constexpr int kIdxMaxDims = 4;
 // Anything with 2^34 elements or more is a corrupt header, not a dataset: refuse it before allocating.
 inline constexpr int64_t kIdxMaxElements = int64_t{1} << 34;
+// Deflate cannot expand data more than 1032:1 (zlib's FAQ; a 258-byte match costs at least 2 bits), so a
+// gzip file of N bytes holds at most 1032 N bytes: a header claiming more is refused before allocating.
+inline constexpr int64_t kDeflateMaxRatio = 1032;
 
 struct IdxArray {
   std::vector<int64_t> dims;  // as stored in the header, outermost first
@@ -33,5 +38,9 @@ struct IdxArray {
 // type is wrong, a dimension is zero or absurd, the data is shorter or longer than the header says, or
 // the gzip stream is corrupt.
 IdxArray read_idx(const std::filesystem::path& path);
+
+// The same checks on a whole file already in memory, raw or gzip (the fuzzer's entry point; read_idx
+// reads the file and calls it). `source_name` names the bytes in error messages, usually the path.
+IdxArray read_idx_bytes(std::string_view bytes, const std::string& source_name);
 
 }  // namespace cohort::data

@@ -27,6 +27,7 @@
 #include "cohort/optim/Ema.h"
 #include "cohort/optim/Schedule.h"
 #include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/Steps.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/train/Metrics.h"
 #include "cohort/train/Progress.h"
@@ -255,7 +256,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   // got as far as saving one; otherwise it starts over.
   if (info.restart_count > 0 && cfg.train.resume.empty() && !cfg.run.dir.empty()) {
     const auto ck = fs::path(cfg.run.dir) / "checkpoints";
-    const bool have = fs::exists(ck / "last.safetensors") || fs::exists(ck / "last.commit");
+    const bool have = checkpoint::has_resumable(ck);
     if (have) cfg.train.resume = cfg.run.dir;
     if (info.rank == 0)
       std::cout << "cohort: restart " << info.restart_count << ": "
@@ -265,10 +266,16 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   // augmentation are pure functions of (seed, epoch, index), so they need no saved state.
   checkpoint::Checkpoint resume;
   const bool resuming = !cfg.train.resume.empty();
-  fs::path resume_dir;
+  fs::path resume_dir, resume_from;
   if (resuming) {
     resume_dir = checkpoint::resolve_resume_dir(cfg.train.resume);
-    resume = checkpoint::load_any(resume_dir, "last");
+    auto found = checkpoint::load_latest(resume_dir);
+    // A save cut off by a crash, or a file damaged since, is named and passed over for an older one.
+    if (lead)
+      for (const auto& why : found.skipped)
+        std::cerr << "cohort: warning: skipping checkpoint " << why << std::endl;
+    resume = std::move(found.checkpoint);
+    resume_from = found.dir;
     if (cfg.run.dir.empty()) cfg.run.dir = resume_dir.parent_path().string();
   }
   check_same_config(config::to_json(cfg), world);
@@ -280,7 +287,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   torch::manual_seed(cfg.train.seed);
   auto model = models::build(cfg.model, data.train->channels(), data.train->image_size());
   if (resuming)
-    checkpoint::load_weights(*model, resume.model, (resume_dir / "last.safetensors").string());
+    checkpoint::load_weights(*model, resume.model, (resume_from / "last.safetensors").string());
   else if (!cfg.model.pretrained.empty())
     load_pretrained(*model, cfg.model.pretrained, lead);
   else if (auto* airbench = dynamic_cast<models::AirbenchNet*>(model.get()))
@@ -349,11 +356,23 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
               << (resuming ? ", resuming at step " + std::to_string(step) : "") << std::endl;
   }
 
+  // "last" goes to a fresh step directory, committed and pruned (checkpoint/Steps.h); "best" is one
+  // pair of files that each save replaces.
+  const fs::path ck_dir = run_dir / "checkpoints";
   auto save = [&](const std::string& tag, int64_t epoch_of_next) {
     checkpoint::TrainState st{step, epoch_of_next, best, world_size, config_json.dump()};
+    const bool last = tag == "last";
+    // Every rank picks the same new directory: all look before rank 0 creates it.
+    if (last && strategy->sharded()) comm.barrier("checkpoint: pick a directory")->wait();
+    const fs::path dir = last ? checkpoint::new_step_dir(ck_dir, step) : ck_dir;
+    if (last && strategy->sharded()) comm.barrier("checkpoint: directory picked")->wait();
+    auto commit = [&] {
+      if (last && lead) checkpoint::commit_step(ck_dir, dir, step, static_cast<int>(cfg.ckpt.keep_last));
+    };
     if (strategy->sharded()) {  // every rank writes its slice; see checkpoint/Sharded.h
       auto shard = strategy->shard_state();
-      checkpoint::save_sharded(run_dir / "checkpoints", tag, shard.tensors, shard.layout, st, comm);
+      checkpoint::save_sharded(dir, tag, shard.tensors, shard.layout, st, comm);
+      commit();
       return;
     }
     // Collective (a compression hook gathers every rank's residuals), so every rank takes part.
@@ -363,7 +382,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     for (const auto& [name, t] : strategy_state) state.emplace_back(kStrategyPrefix + name, t);
     if (lookahead)
       for (const auto& [name, t] : lookahead->state_dict()) state.emplace_back(kLookaheadPrefix + name, t);
-    checkpoint::save(run_dir / "checkpoints", tag, *model, state, st);
+    checkpoint::save(dir, tag, *model, state, st);
+    commit();
   };
 
   TrainResult result;
@@ -632,7 +652,7 @@ EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const 
   if (fs::is_directory(checkpoint)) {
     const auto dir = checkpoint::resolve_resume_dir(checkpoint);
     const bool best = fs::exists(dir / "best.safetensors") || fs::exists(dir / "best.manifest.json");
-    checkpoint::load_weights(*model, checkpoint::load_any(dir, best ? "best" : "last").model,
+    checkpoint::load_weights(*model, best ? checkpoint::load_any(dir, "best").model : checkpoint::load_latest(dir).checkpoint.model,
                              (dir / (best ? "best" : "last")).string());
   } else {
     checkpoint::load_weights(*model, checkpoint::load_safetensors(checkpoint).tensors, checkpoint.string());

@@ -1,0 +1,157 @@
+// Several "machines" for real: each is a network namespace on this host with its own address, joined by
+// a bridge (veth pairs), running its own `cohort train` launcher with 2 workers. The tests need root and
+// `ip netns`; without them they are skipped and say so.
+//
+//   10.77.0.1  machine 0 (node rank 0, hosts the store)   10.77.0.2  machine 1   10.77.0.3  a stranger
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "process/Harness.h"
+
+namespace fs = std::filesystem;
+using namespace cohort::testing;
+
+namespace {
+
+int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// Three namespaces and a switch namespace holding the bridge, named after this process so that two
+// test runs never meet. Torn down in the destructor, even when a test fails.
+class Machines {
+ public:
+  Machines() : prefix_("ch" + std::to_string(getpid() % 100000)) {
+    if (geteuid() != 0) {
+      why_not_ = "not root";
+      return;
+    }
+    if (sh("ip netns add " + ns("sw")) != 0) {
+      why_not_ = "`ip netns add` failed (no CAP_SYS_ADMIN, or iproute2 missing)";
+      return;
+    }
+    ok_ = sh("ip -n " + ns("sw") + " link add br0 type bridge") == 0 && sh("ip -n " + ns("sw") + " link set br0 up") == 0;
+    for (int i = 0; i < 3 && ok_; ++i) {
+      const std::string m = ns("m" + std::to_string(i)), a = "v" + std::to_string(i) + "a", b = "v" + std::to_string(i) + "b";
+      ok_ = sh("ip netns add " + m) == 0 && sh("ip link add " + prefix_ + a + " type veth peer name " + prefix_ + b) == 0 &&
+            sh("ip link set " + prefix_ + a + " netns " + m) == 0 && sh("ip link set " + prefix_ + b + " netns " + ns("sw")) == 0 &&
+            sh("ip -n " + m + " link set " + prefix_ + a + " name eth0") == 0 &&
+            sh("ip -n " + m + " addr add " + address(i) + "/24 dev eth0") == 0 &&
+            sh("ip -n " + m + " link set eth0 up") == 0 && sh("ip -n " + m + " link set lo up") == 0 &&
+            sh("ip -n " + ns("sw") + " link set " + prefix_ + b + " master br0") == 0 &&
+            sh("ip -n " + ns("sw") + " link set " + prefix_ + b + " up") == 0;
+    }
+    if (!ok_) why_not_ = "could not build the veth/bridge network";
+  }
+  ~Machines() {
+    for (const char* n : {"m0", "m1", "m2", "sw"}) sh("ip netns del " + ns(n));
+  }
+  bool ok() const { return ok_; }
+  const std::string& why_not() const { return why_not_; }
+  static std::string address(int i) { return "10.77.0." + std::to_string(i + 1); }
+  // argv that runs `cohort ARGS` inside machine i.
+  std::vector<std::string> on(int i, const std::vector<std::string>& args) const {
+    std::vector<std::string> a{"ip", "netns", "exec", ns("m" + std::to_string(i))};
+    const auto c = cohort_argv(args);
+    a.insert(a.end(), c.begin(), c.end());
+    return a;
+  }
+  // Cuts machine i off the network without telling anyone: no FIN, no RST, as when a machine loses power.
+  void unplug(int i) const { sh("ip -n " + ns("m" + std::to_string(i)) + " link set eth0 down"); }
+
+ private:
+  std::string ns(const std::string& n) const { return prefix_ + "-" + n; }
+  std::string prefix_;
+  bool ok_ = false;
+  std::string why_not_;
+};
+
+fs::path token_file(const fs::path& dir, const std::string& secret) {
+  fs::create_directories(dir);
+  const fs::path p = dir / "token";
+  std::ofstream(p) << secret << "\n";
+  chmod(p.c_str(), 0600);
+  return p;
+}
+
+std::vector<std::string> node_args(const fs::path& run_dir, int node, const fs::path& token,
+                                   std::vector<std::string> extra) {
+  std::vector<std::string> a{"--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node", "2",
+                             "--master-addr", Machines::address(0), "--master-port", "29650",
+                             "--token-file", token.string(), "eval.enabled=false", "log.progress=plain"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  // Each machine has its own run dir, as on separate disks.
+  return quick_args(run_dir / ("node" + std::to_string(node)), a);
+}
+
+}  // namespace
+
+TEST(Machines, TwoMachinesTrainTogetherAndAStrangerIsTurnedAway) {
+  Machines net;
+  if (!net.ok()) GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  const auto dir = fresh_dir("machines-train");
+  const auto token = token_file(dir, "a-long-shared-secret-for-this-test");
+  Proc m0(net.on(0, node_args(dir, 0, token, {"train.max_steps=12"})));
+  Proc m1(net.on(1, node_args(dir, 1, token, {"train.max_steps=12"})));
+  // A third machine tries to join as rank 3 with a wrong secret, and another with none at all.
+  const auto wrong = token_file(dir / "stranger", "not-the-secret");
+  const auto stranger = run(net.on(2, quick_args(dir / "stranger-run", {"--token-file", wrong.string(), "dist.timeout_s=10"})),
+                            60, {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                                 {"MASTER_ADDR", Machines::address(0)}, {"MASTER_PORT", "29650"}});
+  const auto r0 = m0.wait(240), r1 = m1.wait(240);
+  ASSERT_EQ(r0.exit_code, 0) << r0.output << "\n---- machine 1:\n" << r1.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_NE(r0.output.find("4 worker(s)"), std::string::npos) << r0.output;
+  EXPECT_NE(stranger.exit_code, 0) << stranger.output;
+  EXPECT_NE(stranger.output.find("refused this process"), std::string::npos) << stranger.output;
+  EXPECT_NE(r0.output.find("closed the connection from " + Machines::address(2)), std::string::npos)
+      << "rank 0 should log the refused stranger: " << r0.output;
+}
+
+TEST(Machines, AMultiMachineJobWithoutASecretIsRefusedBeforeItStarts) {
+  Machines net;
+  if (!net.ok()) GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  const auto dir = fresh_dir("machines-nosecret");
+  const auto r = run(net.on(0, quick_args(dir, {"--nnodes", "2", "--node-rank", "0", "--master-addr", Machines::address(0),
+                                                "--master-port", "29651"})),
+                     60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.seconds, 20);
+  EXPECT_NE(r.output.find("needs a shared secret"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--token-file"), std::string::npos) << r.output;
+}
+
+TEST(Machines, AMachineThatVanishesMidRunIsNamedWithinTheTimeout) {
+  Machines net;
+  if (!net.ok()) GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  const auto dir = fresh_dir("machines-vanish");
+  const auto token = token_file(dir, "another-shared-secret");
+  const int timeout_s = 10;
+  const std::vector<std::string> extra{"train.max_steps=100000", "dist.timeout_s=" + std::to_string(timeout_s)};
+  Proc m0(net.on(0, node_args(dir, 0, token, extra)));
+  Proc m1(net.on(1, node_args(dir, 1, token, extra)));
+  // Let them train a few steps together, then pull machine 1's cable.
+  const auto start = std::chrono::steady_clock::now();
+  while (m0.output_so_far().find(" step 3/") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120)) << m0.output_so_far();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  net.unplug(1);
+  const auto cut = std::chrono::steady_clock::now();
+  const auto r0 = m0.wait(timeout_s + 60.0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  kill(-m1.pid(), SIGKILL);
+  m1.wait(30);
+  EXPECT_FALSE(r0.timed_out) << r0.output;
+  EXPECT_NE(r0.exit_code, 0) << r0.output;
+  EXPECT_LT(took, timeout_s + 20.0) << r0.output;
+  // Machine 1 held ranks 2 and 3: the survivors' error must say they stopped answering.
+  const bool named = r0.output.find("rank(s) 2,3 stopped answering") != std::string::npos;
+  EXPECT_TRUE(named) << r0.output;
+  EXPECT_NE(r0.output.find("timed out after " + std::to_string(timeout_s) + " s"), std::string::npos) << r0.output;
+}
