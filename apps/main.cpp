@@ -31,6 +31,7 @@ struct TrainArgs {
   int nproc_per_node = 2;
   int max_restarts = 0;
   int nnodes = 1;
+  std::string nnodes_spec = "1";  // "N" or "MIN:MAX" (train)
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
@@ -110,6 +111,29 @@ int run_train(const TrainArgs& args, bool eval = false) {
     }
     o.nproc_per_node = args.nproc_per_node;
     o.nnodes = args.nnodes;
+    if (const auto colon = args.nnodes_spec.find(':'); colon != std::string::npos) {
+      // --nnodes MIN:MAX, as torchrun: elastic between MIN and MAX machines.
+      try {
+        o.min_nodes = std::stoi(args.nnodes_spec.substr(0, colon));
+        o.nnodes = std::stoi(args.nnodes_spec.substr(colon + 1));
+      } catch (const std::exception&) {
+        o.min_nodes = -1;
+      }
+      if (o.min_nodes < 1 || o.nnodes < o.min_nodes)
+        throw cohort::LaunchError("--nnodes " + args.nnodes_spec + " is not MIN:MAX with 1 <= MIN <= MAX",
+                                  "for example --nnodes 2:3");
+      if (args.max_restarts == 0)
+        std::cerr << "cohort: note: --nnodes MIN:MAX without --max-restarts never re-forms the group" << std::endl;
+    } else {
+      try {
+        o.nnodes = std::stoi(args.nnodes_spec);
+      } catch (const std::exception&) {
+        o.nnodes = 0;
+      }
+      if (o.nnodes < 1) throw cohort::LaunchError("--nnodes " + args.nnodes_spec + " is not a number of machines",
+                                                  "pass --nnodes 2, or --nnodes MIN:MAX");
+    }
+    o.rdzv_timeout_s = cfg.dist.timeout_s;
     o.node_rank = args.node_rank;
     o.master_addr = args.master_addr;
     o.master_port = args.master_port;
@@ -185,7 +209,9 @@ int main(int argc, char** argv) {
   train->add_option("--config", args.config_file, "TOML config file")->check(CLI::ExistingFile);
   train->add_option("--nproc-per-node", args.nproc_per_node, "worker processes on this machine")
       ->capture_default_str()->check(CLI::Range(1, 1024));
-  train->add_option("--nnodes", args.nnodes, "machines in the job")->capture_default_str()->check(CLI::Range(1, 65536));
+  train->add_option("--nnodes", args.nnodes_spec,
+                    "machines in the job: N, or MIN:MAX to carry on (with --max-restarts) as long as MIN remain")
+      ->capture_default_str();
   train->add_option("--node-rank", args.node_rank, "this machine's index, 0..nnodes-1")->capture_default_str();
   train->add_option("--master-addr", args.master_addr, "address of node 0, where rank 0 hosts the rendezvous store")
       ->capture_default_str();
@@ -215,7 +241,7 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   evaluator->add_option("--nproc-per-node", eval_args.nproc_per_node, "worker processes on this machine")
       ->capture_default_str()->check(CLI::Range(1, 1024));
-  evaluator->add_option("--nnodes", eval_args.nnodes, "machines")->capture_default_str();
+  evaluator->add_option("--nnodes", eval_args.nnodes_spec, "machines")->capture_default_str();
   evaluator->add_option("--node-rank", eval_args.node_rank, "this machine's index")->capture_default_str();
   evaluator->add_option("--master-addr", eval_args.master_addr, "address of node 0")->capture_default_str();
   evaluator->add_option("--master-port", eval_args.master_port, "rendezvous port (0: a free one)")->capture_default_str();

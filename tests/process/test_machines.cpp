@@ -155,3 +155,43 @@ TEST(Machines, AMachineThatVanishesMidRunIsNamedWithinTheTimeout) {
   EXPECT_TRUE(named) << r0.output;
   EXPECT_NE(r0.output.find("timed out after " + std::to_string(timeout_s) + " s"), std::string::npos) << r0.output;
 }
+
+// --nnodes 2:3 with restarts: three machines train together; one vanishes; the other two re-form the
+// group in the launchers' next rendezvous round and resume from the last checkpoint. The run directory
+// is shared by all three, as a network file system would be.
+TEST(Machines, WithNnodesMinMaxTheSurvivorsCarryOnFromTheCheckpoint) {
+  Machines net;
+  if (!net.ok()) GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  const auto dir = fresh_dir("machines-elastic");
+  const auto token = token_file(dir / "secret", "elastic-shared-secret");
+  const int timeout_s = 10;
+  auto args = [&](int node) {
+    return quick_args(dir / "run", {"--nnodes", "2:3", "--node-rank", std::to_string(node), "--nproc-per-node", "2",
+                                    "--master-addr", Machines::address(0), "--master-port", "29660",
+                                    "--token-file", token.string(), "--max-restarts", "1",
+                                    "dist.timeout_s=" + std::to_string(timeout_s), "train.max_steps=40", "train.epochs=10",
+                                    "ckpt.every_steps=4", "eval.enabled=false", "log.progress=plain"});
+  };
+  Proc m0(net.on(0, args(0)));
+  Proc m1(net.on(1, args(1)));
+  Proc m2(net.on(2, args(2)));
+  const auto start = std::chrono::steady_clock::now();
+  while (m0.output_so_far().find(" step 6/") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120)) << m0.output_so_far();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  net.unplug(1);
+  const auto r0 = m0.wait(240), r2 = m2.wait(240);
+  kill(-m1.pid(), SIGKILL);
+  const auto r1 = m1.wait(30);
+  ASSERT_EQ(r0.exit_code, 0) << r0.output << "\n---- machine 2:\n" << r2.output;
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  EXPECT_NE(r0.output.find("round 0: 3 machine(s) (--node-rank 0, 1, 2), 6 workers"), std::string::npos) << r0.output;
+  EXPECT_NE(r0.output.find("round 1: 2 machine(s) (--node-rank 0, 2), 4 workers"), std::string::npos) << r0.output;
+  EXPECT_NE(r0.output.find("restart 1: resuming from"), std::string::npos) << r0.output;
+  const auto summary = read_json(dir / "run" / "summary.json");
+  EXPECT_EQ(summary["restarts"], 1);
+  EXPECT_EQ(summary["world_size"], 4) << summary.dump();
+  // Every step was trained: the steps after the checkpoint again, by the smaller group.
+  EXPECT_EQ(losses_by_step(dir / "run").size(), 40u);
+}

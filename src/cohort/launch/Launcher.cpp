@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -60,6 +61,97 @@ std::string read_error(const fs::path& file) {
     return {};
   }
 }
+
+// Note [Elastic rendezvous of launchers]
+// With --nnodes MIN:MAX the launchers meet before each attempt in a store of their own, hosted by node 0's
+// launcher on --master-port (the workers' store moves to --master-port + 1). Round r:
+//   every launcher: add("rdzv/r/joined") -> its arrival number i; set("rdzv/r/node/i", its --node-rank)
+//   node 0: waits for MIN arrivals (up to dist.timeout_s), then a short last call for the rest, up to MAX;
+//           set("rdzv/r/closed", n)
+//   every launcher: the first n arrivals are the members; node ranks are renumbered in --node-rank order
+// A launcher whose workers fail sets "rdzv/r/failed"; the others see it, stop theirs, and all meet in round
+// r+1, without the machine that vanished. Node 0 hosts both stores, so losing node 0 ends the job (as
+// losing the c10d rendezvous host ends a torchrun job); any other machine may go.
+class ElasticRendezvous {
+ public:
+  ElasticRendezvous(const LaunchOptions& o, const std::string& secret)
+      : o_(o), timeout_(static_cast<int64_t>(o.rdzv_timeout_s * 1000)) {
+    const auto port = static_cast<uint16_t>(o.master_port);
+    if (o.node_rank == 0)
+      store_ = store::AuthStore::host(o.master_addr, port, secret, timeout_);
+    else
+      store_ = c10::make_intrusive<store::AuthStore>(o.master_addr, port, secret, timeout_);
+  }
+
+  struct Members {
+    int nnodes = 0;
+    int node_rank = 0;
+    std::vector<int> original;  // the members' --node-rank values, in order
+  };
+
+  Members join(int round) {
+    const std::string k = key(round);
+    const int64_t arrival = store_->add(k + "joined", 1);
+    store_->set(k + "node/" + std::to_string(arrival), bytes(std::to_string(o_.node_rank)));
+    if (o_.node_rank == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      while (store_->add(k + "joined", 0) < o_.min_nodes) {
+        if (std::chrono::steady_clock::now() - start > timeout_)
+          throw LaunchError("only " + std::to_string(store_->add(k + "joined", 0)) + " of the " +
+                                std::to_string(o_.min_nodes) + " machines --nnodes " + std::to_string(o_.min_nodes) +
+                                ":" + std::to_string(o_.nnodes) + " asks for joined (round " + std::to_string(round) +
+                                ") within " + std::to_string(timeout_.count() / 1000) + " s",
+                            "start `cohort train` on more machines, or lower MIN in --nnodes MIN:MAX");
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      // A last call, so that machines starting a moment apart all make the first round.
+      const auto last_call = std::chrono::steady_clock::now() + kLastCall;
+      while (store_->add(k + "joined", 0) < o_.nnodes && std::chrono::steady_clock::now() < last_call)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      store_->set(k + "closed", bytes(std::to_string(store_->add(k + "joined", 0))));
+    }
+    store_->wait({k + "closed"}, timeout_);
+    const int n = std::stoi(text(store_->get(k + "closed")));
+    if (arrival > n)
+      throw LaunchError("machine --node-rank " + std::to_string(o_.node_rank) + " arrived after round " +
+                            std::to_string(round) + " of the launchers' rendezvous closed with " + std::to_string(n) +
+                            " machine(s)",
+                        "start every machine's `cohort train` within a few seconds of node 0's");
+    Members m;
+    for (int i = 1; i <= n; ++i) m.original.push_back(std::stoi(text(store_->get(k + "node/" + std::to_string(i)))));
+    std::sort(m.original.begin(), m.original.end());
+    m.nnodes = n;
+    m.node_rank = static_cast<int>(std::find(m.original.begin(), m.original.end(), o_.node_rank) - m.original.begin());
+    return m;
+  }
+
+  void mark_failed(int round, const std::string& why) {
+    try {
+      store_->set(key(round) + "failed", bytes(why));
+    } catch (const std::exception&) {
+      // Node 0's store is gone: the other launchers learn of the failure from their own workers.
+    }
+  }
+
+  std::string failed_elsewhere(int round) {
+    try {
+      if (!store_->check({key(round) + "failed"})) return {};
+      return text(store_->get(key(round) + "failed"));
+    } catch (const std::exception& e) {
+      return std::string("the launchers' store on node 0 is gone (") + e.what() + ")";
+    }
+  }
+
+ private:
+  static constexpr auto kLastCall = std::chrono::seconds(3);
+  static std::string key(int round) { return "rdzv/" + std::to_string(round) + "/"; }
+  static std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+  static std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+  const LaunchOptions& o_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<store::AuthStore> store_;
+};
 
 pid_t spawn(const LaunchOptions& o, Worker& w, int world_size, int port, int restart, const std::string& secret) {
   std::vector<std::string> env_kv = {
@@ -215,20 +307,43 @@ int launch(const LaunchOptions& o) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
+  // The secret the workers get: the one given to the launcher, else the one it made up.
+  const std::string secret = generated_secret.empty() ? store::secret_from_env() : generated_secret;
+  const bool elastic = o.min_nodes > 0 && o.min_nodes < o.nnodes;
+  LaunchOptions base = o;
+  if (elastic && base.master_port == 0) base.master_port = 29500;
+  std::unique_ptr<ElasticRendezvous> rdzv;
+  if (elastic) rdzv = std::make_unique<ElasticRendezvous>(base, secret);
+
   int rc = 0;
   for (int attempt = 0;; ++attempt) {
+    // This attempt's machines: fixed, or whoever joined the launchers' rendezvous.
+    LaunchOptions now = o;
+    if (rdzv) {
+      const auto m = rdzv->join(attempt);
+      now.nnodes = m.nnodes;
+      now.node_rank = m.node_rank;
+      if (m.node_rank == 0) {
+        std::string list;
+        for (int n : m.original) list += (list.empty() ? "" : ", ") + std::to_string(n);
+        std::cerr << "cohort: round " << attempt << ": " << m.nnodes << " machine(s) (--node-rank " << list << "), "
+                  << m.nnodes * o.nproc_per_node << " workers" << std::endl;
+      }
+    }
+    const int world_size = now.nnodes * o.nproc_per_node;
     // A fresh port per attempt on one machine (the last store's may linger in TIME_WAIT); across machines
     // the agreed one, so every node's launcher meets again at the same address.
-    const int port = o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
+    const int port = rdzv ? base.master_port + 1
+                          : o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
     std::vector<Worker> workers(o.nproc_per_node);
     for (int i = 0; i < o.nproc_per_node; ++i) {
       auto& w = workers[i];
       w.local_rank = i;
-      w.rank = o.node_rank * o.nproc_per_node + i;
+      w.rank = now.node_rank * o.nproc_per_node + i;
       w.error_file = error_dir / ("rank" + std::to_string(w.rank) + ".json");
       std::error_code ec;
       fs::remove(w.error_file, ec);
-      w.pid = spawn(o, w, world_size, port, attempt, generated_secret);
+      w.pid = spawn(now, w, world_size, port, attempt, generated_secret);
       w.running = true;
     }
     rc = 0;
@@ -249,8 +364,18 @@ int launch(const LaunchOptions& o) {
         const std::string err = read_error(w.error_file);
         if (!err.empty()) std::cerr << "cohort: rank " << w.rank << "'s last error: " << err << std::endl;
         stop_all(workers, o.grace_s);
+        if (rdzv) rdzv->mark_failed(attempt, "worker rank " + std::to_string(w.rank) + " " + describe_status(w.status));
         rc = 1;
         break;
+      }
+      if (rdzv) {
+        if (const auto why = rdzv->failed_elsewhere(attempt); !why.empty()) {
+          std::cerr << "cohort: another machine failed (" << why << "); stopping " << workers.size()
+                    << " local worker(s)" << std::endl;
+          stop_all(workers, o.grace_s);
+          rc = 1;
+          break;
+        }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }

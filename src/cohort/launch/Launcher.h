@@ -16,6 +16,12 @@ namespace cohort::launch {
 struct LaunchOptions {
   int nproc_per_node = 2;
   int nnodes = 1;
+  // Elastic: with --nnodes MIN:MAX, min_nodes = MIN and nnodes = MAX. Each attempt starts with whichever
+  // machines (at least MIN) joined the launchers' rendezvous, so after a machine is lost a restart carries
+  // on without it. 0: a fixed number of machines.
+  int min_nodes = 0;
+  // How long the launchers' rendezvous waits for MIN machines (dist.timeout_s).
+  double rdzv_timeout_s = 300;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: a free port on a single machine, 29500 across machines
