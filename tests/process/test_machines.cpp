@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "process/Harness.h"
@@ -151,9 +152,15 @@ TEST(Machines, AMachineThatVanishesMidRunIsNamedWithinTheTimeout) {
   EXPECT_NE(r0.exit_code, 0) << r0.output;
   EXPECT_LT(took, timeout_s + 20.0) << r0.output;
   // Machine 1 held ranks 2 and 3: the survivors' error must say they stopped answering.
-  const bool named = r0.output.find("rank(s) 2,3 stopped answering") != std::string::npos;
+  // Usually "rank(s) 2,3"; a heartbeat already in flight when the cable went can leave one of them out.
+  const bool named = std::regex_search(r0.output, std::regex(R"(rank\(s\) (2|3|2,3) stopped answering)"));
   EXPECT_TRUE(named) << r0.output;
   EXPECT_NE(r0.output.find("timed out after " + std::to_string(timeout_s) + " s"), std::string::npos) << r0.output;
+  std::ofstream(dir / "vanish.json") << nlohmann::json{{"machines", 2}, {"workers", 4}, {"dist_timeout_s", timeout_s},
+                                                       {"seconds_from_unplug_to_named_failure", took},
+                                                       {"named", named}}
+                                            .dump(1)
+                                     << "\n";
 }
 
 // --nnodes 2:3 with restarts: three machines train together; one vanishes; the other two re-form the
@@ -194,4 +201,10 @@ TEST(Machines, WithNnodesMinMaxTheSurvivorsCarryOnFromTheCheckpoint) {
   EXPECT_EQ(summary["world_size"], 4) << summary.dump();
   // Every step was trained: the steps after the checkpoint again, by the smaller group.
   EXPECT_EQ(losses_by_step(dir / "run").size(), 40u);
+  std::ofstream(dir / "elastic.json") << nlohmann::json{{"nnodes", "2:3"}, {"workers_before", 6}, {"workers_after", 4},
+                                                        {"machine_lost_at_step_after", 6},
+                                                        {"restarts", summary["restarts"]},
+                                                        {"steps_completed", losses_by_step(dir / "run").size()}}
+                                             .dump(1)
+                                      << "\n";
 }

@@ -371,6 +371,11 @@ void refuse_what_toml_cannot_read(std::string_view text, const std::string& sour
     return n;
   };
   enum class In { kToml, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral } in = In::kToml;
+  // The last significant character outside strings: a quote opens a string only where TOML allows one
+  // (a key, a value, an array element). Elsewhere (`+'...`) toml++ reads it as part of a bad token and
+  // may scan on over non-ASCII bytes, so for us it opens nothing and what follows must be ASCII.
+  unsigned char prev = '\n';
+  auto may_open_string = [&] { return prev == '\n' || prev == '=' || prev == '[' || prev == ',' || prev == '{' || prev == '.'; };
   while (i < text.size()) {
     const unsigned char c = at(i);
     size_t step = 1;
@@ -380,6 +385,11 @@ void refuse_what_toml_cannot_read(std::string_view text, const std::string& sour
           refuse("non-ASCII character outside a quoted string or comment",
                  "TOML allows non-ASCII text only inside quoted strings and comments");
         if (c == '#') in = In::kComment;
+        if ((c == '"' || c == '\'') && !may_open_string()) {
+          prev = c;
+          break;
+        }
+        if (c != ' ' && c != '\t' && c != '\r' && c != '#' && c != '"' && c != '\'') prev = c;
         if (c == '"' || c == '\'') {
           const size_t n = quotes_at(i, static_cast<char>(c));
           const bool multi = n >= 3;
@@ -388,14 +398,14 @@ void refuse_what_toml_cannot_read(std::string_view text, const std::string& sour
         }
         break;
       case In::kComment:
-        if (c == '\n') in = In::kToml;
+        if (c == '\n') in = In::kToml, prev = '\n';
         break;
       case In::kBasic:
         if (c == '\\') step = 2;  // an escape: the next byte never ends the string
-        if (c == '"' || c == '\n') in = In::kToml;
+        if (c == '"' || c == '\n') in = In::kToml, prev = c;
         break;
       case In::kLiteral:
-        if (c == '\'' || c == '\n') in = In::kToml;
+        if (c == '\'' || c == '\n') in = In::kToml, prev = c;
         break;
       case In::kMultiBasic:
         if (c == '\\') {
@@ -415,12 +425,14 @@ void refuse_what_toml_cannot_read(std::string_view text, const std::string& sour
           step = k == i + 1 ? 2 : k - i;  // an escape pair, or the backslash and the whitespace after it
         } else if (c == '"' && quotes_at(i, '"') >= 3) {
           in = In::kToml;
+          prev = '"';
           step = quotes_at(i, '"');  // """ and up to two quotes of content before it
         }
         break;
       case In::kMultiLiteral:
         if (c == '\'' && quotes_at(i, '\'') >= 3) {
           in = In::kToml;
+          prev = '\'';
           step = quotes_at(i, '\'');
         }
         break;

@@ -149,3 +149,21 @@ TEST(Config, EveryShippedConfigLoads) {
   }
   EXPECT_GE(files, 4);
 }
+
+// Note [toml++ 3.3 and non-ASCII text]: non-ASCII text stays allowed where TOML allows it (quoted values,
+// keys, comments) and is refused, with line and column, where toml++ 3.3 would reach undefined behaviour.
+TEST(Config, NonAsciiIsReadInStringsAndCommentsAndRefusedElsewhere) {
+  const auto ok = cfg::load_from_string("# données\n[data]\nroot = \"/données/é\"\n'name' = 'mnist' # ü\n"
+                                        "[model]\nname = 'resnet8'\n",
+                                        "ok.toml", {});
+  EXPECT_EQ(ok.data.root, "/données/é");
+  EXPECT_EQ(ok.data.name, "mnist");
+  for (const std::string bad : {"[data]\nroot = é\n", "[model]\nname =+'d\xc3\x80'\n", "[data]\nroot = \"x\" é\n"}) {
+    try {
+      cfg::load_from_string(bad, "bad.toml", {});
+      FAIL() << "accepted: " << bad;
+    } catch (const cohort::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.toml:"), std::string::npos) << e.what();
+    }
+  }
+}
