@@ -1,6 +1,8 @@
 // The same job started the ways users start it: two "machines" (launchers) on loopback, and torchrun.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cstdlib>
 
 #include "cohort/util/TorchCompat.h"
@@ -24,6 +26,29 @@ TEST(LaunchModes, TwoNodesOnLoopback) {
   EXPECT_EQ(s["world_size"], 2);
   EXPECT_EQ(s["nnodes"], 2);
   EXPECT_EQ(s["steps"], 6);
+}
+
+// Two machines with --max-restarts: a worker killed on node 1 restarts the workers of both nodes in the
+// same launcher rendezvous round, and they resume together from the checkpoint.
+TEST(LaunchModes, TwoNodesRestartTogetherAfterAFailureOnOne) {
+  const auto dir = fresh_dir("two-nodes-restart");
+  const std::vector<std::string> common{"--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+                                        "--master-port", "29745", "--max-restarts", "1", "train.max_steps=12",
+                                        "ckpt.every_steps=4", "eval.enabled=false", "log.progress=plain"};
+  auto a0 = quick_args(dir, common), a1 = quick_args(dir, common);
+  a0.insert(a0.end(), {"--node-rank", "0"});
+  a1.insert(a1.end(), {"--node-rank", "1"});
+  const std::map<std::string, std::string> fault{{"COHORT_FAULT_STEP", "6"}, {"COHORT_FAULT_RANK", "1"}};
+  Proc n0(cohort_argv(a0), fault), n1(cohort_argv(a1), fault);
+  const auto r0 = n0.wait(180), r1 = n1.wait(180);
+  ASSERT_EQ(r0.exit_code, 0) << r0.output << "\n---- node 1:\n" << r1.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_NE(r1.output.find("worker rank 1"), std::string::npos) << r1.output;
+  EXPECT_NE(r0.output.find("round 1: 2 machine(s)"), std::string::npos) << r0.output;
+  EXPECT_NE(r0.output.find("restart 1: resuming from"), std::string::npos) << r0.output;
+  const auto s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["restarts"], 1);
+  EXPECT_EQ(s["steps"], 12);
 }
 
 // torchrun's contract without torchrun: Debian 12's torchrun (1.13 on Python 3.11) crashes in its own

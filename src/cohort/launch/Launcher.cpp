@@ -309,9 +309,12 @@ int launch(const LaunchOptions& o) {
 
   // The secret the workers get: the one given to the launcher, else the one it made up.
   const std::string secret = generated_secret.empty() ? store::secret_from_env() : generated_secret;
-  const bool elastic = o.min_nodes > 0 && o.min_nodes < o.nnodes;
+  // The launchers' rendezvous runs for an elastic job, and for any multi-machine job with restarts: a
+  // failure on one machine then restarts the workers on every machine together, in the same round.
+  const bool elastic = (o.min_nodes > 0 && o.min_nodes < o.nnodes) || (o.nnodes > 1 && o.max_restarts > 0);
   LaunchOptions base = o;
   if (elastic && base.master_port == 0) base.master_port = 29500;
+  if (elastic && base.min_nodes <= 0) base.min_nodes = base.nnodes;
   std::unique_ptr<ElasticRendezvous> rdzv;
   if (elastic) rdzv = std::make_unique<ElasticRendezvous>(base, secret);
 
