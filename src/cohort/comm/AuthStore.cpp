@@ -108,6 +108,10 @@ std::unique_ptr<AuthStore::Connection> AuthStore::connect() {
     if (gai == 0 && res) {
       auto c = std::make_unique<Connection>();
       c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      // A host that drops packets would hold a blocking connect for about two minutes: bound each try.
+      const int try_ms = std::min(remaining_ms(deadline), 5000);
+      timeval tv{try_ms / 1000, (try_ms % 1000) * 1000};
+      if (c->fd >= 0) setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
       const int rc = c->fd < 0 ? -1 : ::connect(c->fd, res->ai_addr, res->ai_addrlen);
       const int err = errno;
       freeaddrinfo(res);
@@ -210,7 +214,11 @@ int64_t AuthStore::getNumKeys() { return call({Op::kNumKeys, {}, {}, 0}, timeout
 void AuthStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void AuthStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
-  const auto r = call({Op::kWait, keys, {}, timeout.count()}, timeout + kReplySlack);
+  // The server treats 0 as "no timeout" (c10d's kNoTimeout) and clamps to a day; so does our own wait
+  // for its reply, so that no sum overflows.
+  constexpr std::chrono::milliseconds kDay(86'400'000);
+  const auto bounded = timeout.count() <= 0 || timeout > kDay ? kDay : timeout;
+  const auto r = call({Op::kWait, keys, {}, timeout.count() <= 0 ? 0 : bounded.count()}, bounded + kReplySlack);
   if (r.status == Status::kTimeout) {
     std::string names;
     for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;

@@ -29,9 +29,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A peer that connects and then sends nothing (or dribbles bytes) must not hold a slot forever.
-constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
-// More connections than a job has threads that talk to the store: what is beyond is a flood.
-constexpr size_t kMaxConnections = 4096;
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
+// More connections than a job has threads that talk to the store: what is beyond is a flood. Kept well
+// under the usual 1024-descriptor limit, so a flood cannot starve the host process (rank 0's Gloo
+// sockets, its checkpoint files) of descriptors.
+constexpr size_t kMaxConnections = 512;
+// Connections that have not proved the secret yet: a stranger opening many of them evicts its own oldest
+// ones, never the job's authenticated connections.
+constexpr size_t kMaxUnauthenticated = 64;
+// Past this much unsent reply data, stop reading a connection's requests until it reads its replies.
+constexpr size_t kMaxPendingOut = 2 * static_cast<size_t>(kMaxFrameBytes);
 // Refusals are logged one line each up to this many, then counted only: a port scan must not flood
 // rank 0's output.
 constexpr int64_t kMaxRefusalLines = 20;
@@ -68,7 +75,7 @@ struct Conn {
 };
 
 struct Waiter {
-  int fd;
+  int fd;  // waiters of a connection are erased when it is dropped, so a reused fd never inherits them
   std::vector<std::string> keys;
   Clock::time_point deadline;
 };
@@ -83,6 +90,7 @@ struct StoreServer::Impl {
   int listen_fd = -1;
   int wake_fd = -1;
   std::atomic<int64_t> refused{0};
+  Clock::time_point accept_paused_until{};
   std::thread thread;
 
   std::map<int, Conn> conns;
@@ -180,7 +188,9 @@ struct StoreServer::Impl {
         break;
       case Op::kWait:
         if (!all_present(r.keys)) {
-          waiters.push_back({c.fd, r.keys, Clock::now() + std::chrono::milliseconds(r.number)});
+          // 0 means no timeout, as c10d's kNoTimeout; anything past a day is clamped to a day.
+          const int64_t ms = r.number == 0 ? 86'400'000 : std::min<int64_t>(r.number, 86'400'000);
+          waiters.push_back({c.fd, r.keys, Clock::now() + std::chrono::milliseconds(ms)});
           return;  // answered when the keys arrive or the time is up
         }
         break;
@@ -232,11 +242,14 @@ struct StoreServer::Impl {
 
   void on_readable(Conn& c) {
     char buf[64 * 1024];
+    // Never buffer more than one largest frame (and before the proof, one handshake frame): the frame
+    // check below then rejects a peer that sends more, instead of us holding it.
+    const size_t cap = 4 + (c.authed ? kMaxFrameBytes : kMaxHandshakeFrameBytes);
     for (;;) {
-      const ssize_t n = recv(c.fd, buf, sizeof buf, 0);
+      const ssize_t n = recv(c.fd, buf, std::min(sizeof buf, cap + 1 - std::min(cap, c.in.size())), 0);
       if (n > 0) {
         c.in.append(buf, static_cast<size_t>(n));
-        if (n < static_cast<ssize_t>(sizeof buf)) break;
+        if (c.in.size() > cap || n < static_cast<ssize_t>(sizeof buf)) break;
         continue;
       }
       if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -280,12 +293,25 @@ struct StoreServer::Impl {
       sockaddr_in sa{};
       socklen_t len = sizeof sa;
       const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
+      if (fd < 0) {
+        // Out of descriptors: pause accepting for a moment rather than spin on a readable listener.
+        if (errno == EMFILE || errno == ENFILE) accept_paused_until = Clock::now() + std::chrono::milliseconds(200);
+        return;
+      }
       if (conns.size() >= kMaxConnections) {
         close(fd);
         ++refused;
         continue;
       }
+      size_t unauthenticated = 0;
+      auto oldest = conns.end();
+      for (auto it = conns.begin(); it != conns.end(); ++it)
+        if (!it->second.authed && !it->second.closing) {
+          ++unauthenticated;
+          if (oldest == conns.end() || it->second.opened < oldest->second.opened) oldest = it;
+        }
+      if (unauthenticated >= kMaxUnauthenticated && oldest != conns.end())
+        refuse(oldest->second, "too many connections waiting to prove the secret; the oldest is dropped", false);
       const int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       Conn c;
@@ -306,13 +332,18 @@ struct StoreServer::Impl {
       for (const auto& w : waiters) next = std::min(next, w.deadline);
       for (auto& [fd, c] : conns)
         if (!c.authed) {
-          if (now - c.opened > kHandshakeTimeout && !c.closing) refuse(c, "it sent no handshake within 10 s", false);
-          next = std::min(next, c.opened + kHandshakeTimeout);
+          if (now - c.opened > kHandshakeTimeout && !c.closing) refuse(c, "it sent no handshake within 5 s", false);
+          next = std::min(next, c.opened + (c.closing ? kHandshakeTimeout * 2 : kHandshakeTimeout));
         }
       // Drop the connections that are done.
       for (auto it = conns.begin(); it != conns.end();) {
-        if (it->second.closing && it->second.out.empty()) {
-          close(it->first);
+        // A closing stranger that does not read its refusal is dropped anyway after twice the handshake time.
+        const bool stuck = !it->second.authed && now - it->second.opened > kHandshakeTimeout * 2;
+        if (it->second.closing && (it->second.out.empty() || stuck)) {
+          const int fd = it->first;
+          waiters.erase(std::remove_if(waiters.begin(), waiters.end(), [fd](const Waiter& w) { return w.fd == fd; }),
+                        waiters.end());
+          close(fd);
           it = conns.erase(it);
         } else {
           ++it;
@@ -320,12 +351,17 @@ struct StoreServer::Impl {
       }
       fds.clear();
       fds.push_back({wake_fd, POLLIN, 0});
-      fds.push_back({listen_fd, POLLIN, 0});
-      for (auto& [fd, c] : conns)
-        fds.push_back({fd, static_cast<short>((c.closing ? 0 : POLLIN) | (c.out.empty() ? 0 : POLLOUT)), 0});
+      fds.push_back({listen_fd, static_cast<short>(Clock::now() < accept_paused_until ? 0 : POLLIN), 0});
+      for (auto& [fd, c] : conns) {
+        const bool read = !c.closing && c.out.size() < kMaxPendingOut;
+        fds.push_back({fd, static_cast<short>((read ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
+      }
       const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
       const int n = poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(wait_ms + 1, 0, 1000)));
-      if (n < 0 && errno != EINTR) return;
+      if (n < 0 && errno != EINTR) {
+        log(std::string("cohort: store: poll failed: ") + std::strerror(errno) + "; the server stops");
+        return;
+      }
       if (fds[0].revents & POLLIN) return;
       if (fds[1].revents & POLLIN) accept_all();
       for (size_t i = 2; i < fds.size(); ++i) {
@@ -376,7 +412,15 @@ StoreServer::StoreServer(const std::string& bind_address, uint16_t port, std::st
   getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&sa), &len);
   s.port = ntohs(sa.sin_port);
   s.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  s.thread = std::thread([&s] { s.run(); });
+  if (s.wake_fd < 0) throw CommError(std::string("cannot create the store's wake-up descriptor: ") + std::strerror(errno));
+  s.thread = std::thread([&s] {
+    try {
+      s.run();
+    } catch (const std::exception& e) {
+      // Clients then fail with "did not answer", naming the store; say why here.
+      s.log(std::string("cohort: store: the server stopped: ") + e.what());
+    }
+  });
 }
 
 StoreServer::~StoreServer() = default;

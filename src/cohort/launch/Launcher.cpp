@@ -104,8 +104,11 @@ class ElasticRendezvous {
                             "start `cohort train` on more machines, or lower MIN in --nnodes MIN:MAX");
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
-      // A last call, so that machines starting a moment apart all make the first round.
-      const auto last_call = std::chrono::steady_clock::now() + kLastCall;
+      // A last call, so that machines starting a moment apart all make the first round; after a failure,
+      // long enough for every survivor to stop its workers (up to the grace period) and come back.
+      const auto last_call = std::chrono::steady_clock::now() + kLastCall +
+                             (round > 0 ? std::chrono::milliseconds(static_cast<int64_t>(o_.grace_s * 1000) + 2000)
+                                        : std::chrono::milliseconds(0));
       while (store_->add(k + "joined", 0) < o_.nnodes && std::chrono::steady_clock::now() < last_call)
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       store_->set(k + "closed", bytes(std::to_string(store_->add(k + "joined", 0))));
@@ -137,8 +140,24 @@ class ElasticRendezvous {
     try {
       if (!store_->check({key(round) + "failed"})) return {};
       return text(store_->get(key(round) + "failed"));
-    } catch (const std::exception& e) {
-      return std::string("the launchers' store on node 0 is gone (") + e.what() + ")";
+    } catch (const std::exception&) {
+      // Node 0's launcher is gone. If its machine died, our workers' collectives fail and say so; if it
+      // simply finished, ours are finishing too. Either way the workers decide, not this poll.
+      return {};
+    }
+  }
+
+  // This machine's workers all succeeded. Node 0 keeps the launchers' store up until every member is
+  // done (or one failed), so that no one mistakes its exit for a failure.
+  void finish(int round, int members) {
+    try {
+      store_->add(key(round) + "done", 1);
+      if (o_.node_rank != 0) return;
+      const auto start = std::chrono::steady_clock::now();
+      while (store_->add(key(round) + "done", 0) < members && !store_->check({key(round) + "failed"}) &&
+             std::chrono::steady_clock::now() - start < timeout_)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } catch (const std::exception&) {
     }
   }
 
@@ -354,6 +373,7 @@ int launch(const LaunchOptions& o) {
       if (g_interrupted) {
         std::cerr << "cohort: interrupted; stopping " << workers.size() << " worker(s)" << std::endl;
         stop_all(workers, o.grace_s);
+        if (rdzv) rdzv->mark_failed(attempt, "node " + std::to_string(o.node_rank) + " was interrupted");
         rc = 130;
         break;
       }
@@ -382,6 +402,7 @@ int launch(const LaunchOptions& o) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    if (rc == 0 && rdzv) rdzv->finish(attempt, now.nnodes);
     if (rc != 1 || attempt >= o.max_restarts) {
       if (rc == 1 && o.max_restarts > 0)
         std::cerr << "cohort: no restart left (--max-restarts " << o.max_restarts << " used up)" << std::endl;

@@ -59,6 +59,8 @@ std::string timestamp() {
   return os.str();
 }
 
+std::vector<uint8_t> store_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
 // Every rank must agree on the run directory; rank 0 picks it and shares it through the store.
 // Note [Every rank trains the same config]
 // Each machine parses its own command line, so a typo on one of them would otherwise train a job whose
@@ -269,13 +271,31 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   fs::path resume_dir, resume_from;
   if (resuming) {
     resume_dir = checkpoint::resolve_resume_dir(cfg.train.resume);
-    auto found = checkpoint::load_latest(resume_dir);
-    // A save cut off by a crash, or a file damaged since, is named and passed over for an older one.
-    if (lead)
-      for (const auto& why : found.skipped)
-        std::cerr << "cohort: warning: skipping checkpoint " << why << std::endl;
-    resume = std::move(found.checkpoint);
-    resume_from = found.dir;
+    // Rank 0 picks the save to resume from and tells the others: on a network file system another node's
+    // cached view of checkpoints/ may lag, and every rank must start from the same step.
+    std::string picked;
+    if (lead) {
+      try {
+        auto found = checkpoint::load_latest(resume_dir);
+        // A save cut off by a crash, or a file damaged since, is named and passed over for an older one.
+        for (const auto& why : found.skipped) std::cerr << "cohort: warning: skipping checkpoint " << why << std::endl;
+        resume = std::move(found.checkpoint);
+        resume_from = found.dir;
+        picked = found.dir.string();
+      } catch (const std::exception& e) {
+        if (world_size > 1) world.store->set("cohort/resume_from", store_bytes("!" + std::string(e.what())));
+        throw;
+      }
+      if (world_size > 1) world.store->set("cohort/resume_from", store_bytes(picked));
+    } else {
+      const auto v = world.store->get("cohort/resume_from");
+      picked.assign(v.begin(), v.end());
+      if (!picked.empty() && picked[0] == '!')
+        throw CheckpointError("rank 0 found nothing to resume from: " + picked.substr(1),
+                              "see rank 0's error");
+      resume_from = picked;
+      resume = checkpoint::load_any(resume_from, "last");
+    }
     if (cfg.run.dir.empty()) cfg.run.dir = resume_dir.parent_path().string();
   }
   check_same_config(config::to_json(cfg), world);
@@ -359,13 +379,24 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   // "last" goes to a fresh step directory, committed and pruned (checkpoint/Steps.h); "best" is one
   // pair of files that each save replaces.
   const fs::path ck_dir = run_dir / "checkpoints";
+  int64_t last_saved_step = -1, sharded_saves = 0;
+  double last_saved_best = -2;
   auto save = [&](const std::string& tag, int64_t epoch_of_next) {
     checkpoint::TrainState st{step, epoch_of_next, best, world_size, config_json.dump()};
     const bool last = tag == "last";
-    // Every rank picks the same new directory: all look before rank 0 creates it.
-    if (last && strategy->sharded()) comm.barrier("checkpoint: pick a directory")->wait();
-    const fs::path dir = last ? checkpoint::new_step_dir(ck_dir, step) : ck_dir;
-    if (last && strategy->sharded()) comm.barrier("checkpoint: directory picked")->wait();
+    // The end of training often saves the state the last periodic save already holds: a second copy
+    // would only push an older, distinct save out of retention. (step and best agree on every rank.)
+    if (last && step == last_saved_step && best == last_saved_best) return;
+    if (last) last_saved_step = step, last_saved_best = best;
+    fs::path dir = last ? checkpoint::new_step_dir(ck_dir, step) : ck_dir;
+    // A sharded save is written by every rank into one directory: rank 0 names it (another node's view
+    // of checkpoints/ may lag on a network file system).
+    if (last && strategy->sharded() && world_size > 1) {
+      const std::string key = "cohort/ckpt_dir/" + std::to_string(sharded_saves++);
+      if (lead) world.store->set(key, store_bytes(dir.string()));
+      const auto v = world.store->get(key);
+      dir = std::string(v.begin(), v.end());
+    }
     auto commit = [&] {
       if (last && lead) checkpoint::commit_step(ck_dir, dir, step, static_cast<int>(cfg.ckpt.keep_last));
     };

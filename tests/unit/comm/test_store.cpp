@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -230,6 +231,48 @@ TEST(AuthStore, OversizedAndMalformedFramesCloseTheConnectionNotTheServer) {
   EXPECT_EQ(good->get("still"), b("here"));
   EXPECT_GE(s.server->refused(), 2);
   EXPECT_NE(s.joined().find("over the limit"), std::string::npos) << s.joined();
+}
+
+TEST(AuthStore, StrangersHoldingConnectionsOpenCannotLockTheJobOut) {
+  Server s("secret");
+  // More idle connections than the server keeps waiting for a proof: the oldest strangers are dropped,
+  // and the job's own clients still get in at once.
+  std::vector<std::unique_ptr<Raw>> idle;
+  for (int i = 0; i < 100; ++i) idle.push_back(std::make_unique<Raw>(s.server->port()));
+  std::this_thread::sleep_for(200ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto client = c10::make_intrusive<AuthStore>("127.0.0.1", s.server->port(), "secret", 5s);
+  client->set("k", b("v"));
+  EXPECT_EQ(client->get("k"), b("v"));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_GE(s.server->refused(), 36);
+  EXPECT_NE(s.joined().find("too many connections waiting to prove the secret"), std::string::npos) << s.joined();
+}
+
+TEST(AuthStore, AClientThatLeavesMidWaitDoesNotLeaveItsWaitBehind) {
+  Server s("secret");
+  {
+    // By hand: prove the secret, send a WAIT with a long timeout, and hang up while it is pending.
+    Raw quitter(s.server->port());
+    std::string in;
+    char buf[512];
+    std::optional<FrameView> f;
+    while (!(f = next_frame(in, kMaxFrameBytes))) {
+      const ssize_t n = recv(quitter.fd, buf, sizeof buf, 0);
+      ASSERT_GT(n, 0);
+      in.append(buf, static_cast<size_t>(n));
+    }
+    const Nonce server_nonce = decode_hello(f->payload);
+    const Nonce mine = random_nonce();
+    quitter.send_bytes(frame(encode_auth(mine, client_proof("secret", server_nonce, mine))));
+    quitter.send_bytes(frame(encode_request({Op::kWait, {"later"}, {}, 2000})));
+    std::this_thread::sleep_for(100ms);
+  }
+  // The next connections may get the same descriptor number: they must never receive that WAIT's answer.
+  auto next = c10::make_intrusive<AuthStore>("127.0.0.1", s.server->port(), "secret", 5s);
+  next->set("later", b("now"));  // would wake the dead connection's wait
+  for (int i = 1; i <= 20; ++i) EXPECT_EQ(next->add("n", 1), i);
+  EXPECT_EQ(next->get("later"), b("now"));
 }
 
 std::string non_loopback_ipv4() {
