@@ -29,9 +29,10 @@
 #include "cohort/checkpoint/Sharded.h"
 #include "cohort/checkpoint/Steps.h"
 #include "cohort/parallel/Strategy.h"
+#include "cohort/train/CheckpointUpload.h"
 #include "cohort/train/Metrics.h"
+#include "cohort/train/RankAgreement.h"
 #include "cohort/train/Progress.h"
-#include "cohort/upload/S3.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/Memory.h"
@@ -50,66 +51,6 @@ const std::string kLookaheadPrefix = "lookahead.";
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string timestamp() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  std::ostringstream os;
-  os << std::put_time(&tm, "%Y%m%d-%H%M%S");
-  return os.str();
-}
-
-std::vector<uint8_t> store_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
-
-// Every rank must agree on the run directory; rank 0 picks it and shares it through the store.
-// Note [Every rank trains the same config]
-// Each machine parses its own command line, so a typo on one of them would otherwise train a job whose
-// ranks disagree (a different batch size, model width or learning rate) and fail later in a confusing
-// way, or not fail at all. Every rank posts its config to the store; rank 0 compares each with its own
-// and posts a verdict that every rank reads, so all of them stop with the same message naming the keys.
-void check_same_config(const nlohmann::json& mine, World& world) {
-  const int rank = world.info.rank, n = world.info.world_size;
-  if (n == 1) return;
-  auto bytes = [](const std::string& t) { return std::vector<uint8_t>(t.begin(), t.end()); };
-  if (rank != 0) world.store->set("cohort/config/" + std::to_string(rank), bytes(mine.dump()));
-  if (rank == 0) {
-    std::string verdict;
-    for (int r = 1; r < n && verdict.empty(); ++r) {
-      const auto got = world.store->get("cohort/config/" + std::to_string(r));
-      const auto theirs = nlohmann::json::parse(std::string(got.begin(), got.end()));
-      const auto keys = config::differing_keys(mine, theirs);
-      if (keys.empty()) continue;
-      verdict = "rank " + std::to_string(r) + " was started with a different config than rank 0:";
-      for (const auto& k : keys)
-        verdict += " " + k + " = " + (theirs.contains(k) ? theirs[k].dump() : "(absent)") + " on rank " +
-                   std::to_string(r) + " but " + (mine.contains(k) ? mine[k].dump() : "(absent)") + " on rank 0;";
-      verdict.pop_back();
-    }
-    world.store->set("cohort/config_verdict", bytes(verdict));
-  }
-  const auto v = world.store->get("cohort/config_verdict");
-  if (!v.empty())
-    throw ConfigError(std::string(v.begin(), v.end()),
-                      "start every machine with the same config file and overrides (only machine-local keys such as "
-                      "data.root, run.dir and train.threads may differ)");
-}
-
-fs::path agree_run_dir(const TrainConfig& cfg, World& world) {
-  if (world.info.rank == 0) {
-    fs::path dir = cfg.run.dir.empty() ? fs::path("runs") / timestamp() : fs::path(cfg.run.dir);
-    std::error_code ec;
-    fs::create_directories(dir / "checkpoints", ec);
-    if (ec)
-      throw Error("rank 0: cannot create run directory " + dir.string() + ": " + ec.message(),
-                  "pass a writable --run-dir");
-    dir = fs::absolute(dir);
-    const std::string s = dir.string();
-    world.store->set("cohort/run_dir", std::vector<uint8_t>(s.begin(), s.end()));
-    return dir;
-  }
-  const auto bytes = world.store->get("cohort/run_dir");
-  return fs::path(std::string(bytes.begin(), bytes.end()));
-}
 
 std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t begin, int64_t n) {
   return std::vector<int64_t>(v.begin() + begin, v.begin() + begin + n);
@@ -191,46 +132,6 @@ std::vector<double> gather_resources(log::ResourceMonitor& monitor, Communicator
   return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
 }
 
-// Note [A failed upload keeps the run]
-// Uploading the best checkpoint happens after it is safely on local disk, and only reads it. A failure
-// (credentials, network, the store) is printed with its cause and recorded in summary.json, and the run
-// still ends normally: the checkpoint it trained for stays where it was, and the upload can be retried
-// with the `aws` CLI from the printed path.
-nlohmann::json upload_checkpoint(const TrainConfig& cfg, const fs::path& run_dir) {
-  const fs::path ckpts = run_dir / "checkpoints";
-  const std::string tag =
-      fs::exists(ckpts / "best.safetensors") || fs::exists(ckpts / "best.manifest.json") ? "best" : "last";
-  nlohmann::json rec = {{"checkpoint", tag}, {"ok", false}};
-  const auto t0 = Clock::now();
-  try {
-    const auto opt = upload::S3Options::from_env(cfg.ckpt.s3_endpoint);
-    auto dest = upload::S3Url::parse(cfg.ckpt.upload);
-    if (!dest.key.empty() && dest.key.back() != '/') dest.key += '/';
-    dest.key += run_dir.filename().string() + "/";
-    rec["url"] = dest.str();
-    // Every file of the tag: the weights and state, or a sharded save's slices and manifest, with its
-    // commit marker last so a reader of the bucket never sees a marker before the slices.
-    std::vector<std::string> files;
-    for (const auto& e : fs::directory_iterator(ckpts)) {
-      const auto name = e.path().filename().string();
-      if (name.rfind(tag + ".", 0) == 0 && name != tag + ".commit") files.push_back(name);
-    }
-    std::sort(files.begin(), files.end());
-    if (fs::exists(ckpts / (tag + ".commit"))) files.push_back(tag + ".commit");
-    uint64_t bytes = 0;
-    for (const auto& file : files) bytes += upload::upload_file(opt, dest, ckpts / file);
-    rec["ok"] = true;
-    rec["bytes"] = bytes;
-    rec["seconds"] = seconds_since(t0);
-    std::cout << "cohort: uploaded checkpoints/" << tag << " (" << bytes << " bytes) to " << dest.str() << std::endl;
-  } catch (const Error& e) {
-    rec["error"] = e.what();
-    std::cerr << "cohort: warning: the upload of checkpoints/" << tag << " failed: " << e.describe()
-              << "\ncohort: the checkpoint is kept at " << (ckpts / (tag + ".safetensors")).string() << std::endl;
-  }
-  return rec;
-}
-
 }  // namespace
 
 int worker_threads(const TrainConfig& cfg, const WorldInfo& info) {
@@ -271,31 +172,15 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   fs::path resume_dir, resume_from;
   if (resuming) {
     resume_dir = checkpoint::resolve_resume_dir(cfg.train.resume);
-    // Rank 0 picks the save to resume from and tells the others: on a network file system another node's
-    // cached view of checkpoints/ may lag, and every rank must start from the same step.
-    std::string picked;
-    if (lead) {
-      try {
-        auto found = checkpoint::load_latest(resume_dir);
-        // A save cut off by a crash, or a file damaged since, is named and passed over for an older one.
-        for (const auto& why : found.skipped) std::cerr << "cohort: warning: skipping checkpoint " << why << std::endl;
-        resume = std::move(found.checkpoint);
-        resume_from = found.dir;
-        picked = found.dir.string();
-      } catch (const std::exception& e) {
-        if (world_size > 1) world.store->set("cohort/resume_from", store_bytes("!" + std::string(e.what())));
-        throw;
-      }
-      if (world_size > 1) world.store->set("cohort/resume_from", store_bytes(picked));
-    } else {
-      const auto v = world.store->get("cohort/resume_from");
-      picked.assign(v.begin(), v.end());
-      if (!picked.empty() && picked[0] == '!')
-        throw CheckpointError("rank 0 found nothing to resume from: " + picked.substr(1),
-                              "see rank 0's error");
-      resume_from = picked;
-      resume = checkpoint::load_any(resume_from, "last");
-    }
+    // Rank 0 picks the save to resume from (see decided_by_rank0): every rank must start from the same step.
+    resume_from = decided_by_rank0(world, "cohort/resume_from", [&] {
+      auto found = checkpoint::load_latest(resume_dir);
+      // A save cut off by a crash, or a file damaged since, is named and passed over for an older one.
+      for (const auto& why : found.skipped) std::cerr << "cohort: warning: skipping checkpoint " << why << std::endl;
+      resume = std::move(found.checkpoint);
+      return found.dir.string();
+    });
+    if (!lead) resume = checkpoint::load_any(resume_from, "last");
     if (cfg.run.dir.empty()) cfg.run.dir = resume_dir.parent_path().string();
   }
   check_same_config(config::to_json(cfg), world);
@@ -388,15 +273,13 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     // would only push an older, distinct save out of retention. (step and best agree on every rank.)
     if (last && step == last_saved_step && best == last_saved_best) return;
     if (last) last_saved_step = step, last_saved_best = best;
-    fs::path dir = last ? checkpoint::new_step_dir(ck_dir, step) : ck_dir;
-    // A sharded save is written by every rank into one directory: rank 0 names it (another node's view
-    // of checkpoints/ may lag on a network file system).
-    if (last && strategy->sharded() && world_size > 1) {
-      const std::string key = "cohort/ckpt_dir/" + std::to_string(sharded_saves++);
-      if (lead) world.store->set(key, store_bytes(dir.string()));
-      const auto v = world.store->get(key);
-      dir = std::string(v.begin(), v.end());
-    }
+    // A sharded save is written by every rank into one directory, which rank 0 names.
+    fs::path dir = ck_dir;
+    if (last && strategy->sharded())
+      dir = decided_by_rank0(world, "cohort/ckpt_dir/" + std::to_string(sharded_saves++),
+                             [&] { return checkpoint::new_step_dir(ck_dir, step).string(); });
+    else if (last)
+      dir = checkpoint::new_step_dir(ck_dir, step);
     auto commit = [&] {
       if (last && lead) checkpoint::commit_step(ck_dir, dir, step, static_cast<int>(cfg.ckpt.keep_last));
     };

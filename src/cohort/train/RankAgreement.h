@@ -1,0 +1,34 @@
+// What every rank must agree on before and while training, settled through the rendezvous store: the
+// config (Note [Every rank trains the same config]), the run directory, and any choice rank 0 makes from
+// what it sees on disk.
+//
+//   check_same_config(config::to_json(cfg), world);           // every rank stops, naming the keys
+//   const fs::path run_dir = agree_run_dir(cfg, world);
+//   auto dir = decided_by_rank0(world, "cohort/some_choice", [&] { return pick(); });
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cohort/comm/Rendezvous.h"
+#include "cohort/config/Config.h"
+
+namespace cohort::train {
+
+// Rank 0 runs `decide` and every rank returns its result; a single process just runs it. On a network
+// file system another node's view of a directory may lag, so choices made from the disk (the save to
+// resume from, a sharded save's directory) are made once. If `decide` throws on rank 0, the others
+// throw too, quoting it, instead of waiting for the store's timeout. `key` must be unique per decision.
+std::string decided_by_rank0(World& world, const std::string& key, const std::function<std::string()>& decide);
+
+// Throws ConfigError on every rank, naming the differing keys and values, when any rank's config differs
+// from rank 0's in a key that is not machine-local.
+void check_same_config(const nlohmann::json& mine, World& world);
+
+// The run directory rank 0 picks (run.dir, or runs/<timestamp>) and creates, as an absolute path.
+std::filesystem::path agree_run_dir(const TrainConfig& cfg, World& world);
+
+}  // namespace cohort::train
