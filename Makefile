@@ -34,6 +34,7 @@ bench: build
 	/usr/bin/python3 bench/resnet50_cpu.py --cohort ./$(BUILD)/cohort --out bench/results/resnet50_cpu.json
 	./$(BUILD)/bench/sharded_memory > bench/results/sharded_memory.json
 	/usr/bin/python3 bench/sharded_step.py --cohort ./$(BUILD)/cohort --out bench/results/sharded_step.json
+	./$(BUILD)/bench/store_latency > bench/results/store_latency.json
 
 # Every parser of outside input under libFuzzer, ASan and UBSan, FUZZ_SECONDS (60) each: bench/results/fuzz.json.
 fuzz: deps
