@@ -22,9 +22,13 @@ run: build
 	./$(BUILD)/cohort train
 
 # The fuzz smoke run (scripts/fuzz --smoke) builds its own clang + sanitizer tree in build-fuzz/.
+# scripts/check-nccl-compiles compiles the CUDA-only NCCL backend against the CUDA and NCCL headers in
+# /usr/local/cuda (no GPU needed) where they exist, so a CPU machine still catches its compile errors.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500
 	bash scripts/fuzz --smoke
+	@if [ -f /usr/local/cuda/include/nccl.h ]; then bash scripts/check-nccl-compiles; \
+	 else echo "check-nccl-compiles: skipped (no CUDA toolkit with nccl.h in /usr/local/cuda)"; fi
 
 bench: build
 	/usr/bin/python3 bench/ddp_scaling.py --cohort ./$(BUILD)/cohort --out bench/results/ddp_scaling.json

@@ -1,8 +1,10 @@
 #include "cohort/checkpoint/Checkpoint.h"
 
+#include <cmath>
 #include <map>
 
 #include <ATen/core/grad_mode.h>
+#include <nlohmann/json.hpp>
 
 #include "cohort/checkpoint/Sharded.h"
 #include "cohort/checkpoint/Steps.h"
@@ -85,6 +87,7 @@ void save(const fs::path& dir, const std::string& tag, const torch::nn::Module& 
   meta["best_test_accuracy"] = std::to_string(state.best_test_accuracy);
   meta["world_size"] = std::to_string(state.world_size);
   meta["config"] = state.config_json;
+  if (state.loss_scale > 0) meta["amp_scaler"] = scaler_json(state);
   save_safetensors(dir / (tag + ".state.safetensors"), optimizer_state, meta);
   remove_sharded(dir, tag);  // a sharded save of this tag from a run resumed under ddp is stale now
 }
@@ -97,7 +100,30 @@ TrainState parse_train_state(const SafetensorsFile& file, const std::string& sou
   s.world_size = to_i64(need(file, "world_size", source), "world_size", source);
   s.best_test_accuracy = to_f64(need(file, "best_test_accuracy", source), "best_test_accuracy", source);
   s.config_json = need(file, "config", source);
+  if (auto it = file.metadata.find("amp_scaler"); it != file.metadata.end()) parse_scaler_json(it->second, s, source);
   return s;
+}
+
+std::string scaler_json(const TrainState& s) {
+  return nlohmann::json{{"scale", s.loss_scale}, {"growth_tracker", s.loss_scale_growth_tracker},
+                        {"skipped_steps", s.skipped_steps}}
+      .dump();
+}
+
+void parse_scaler_json(const std::string& text, TrainState& s, const std::string& source) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    const double scale = j.at("scale").get<double>();
+    const auto tracker = j.at("growth_tracker").get<int64_t>();
+    const auto skipped = j.at("skipped_steps").get<int64_t>();
+    if (!(scale > 0 && std::isfinite(scale)) || tracker < 0 || skipped < 0) throw std::out_of_range("value out of range");
+    s.loss_scale = scale;
+    s.loss_scale_growth_tracker = tracker;
+    s.skipped_steps = skipped;
+  } catch (const std::exception& e) {
+    throw CheckpointError(source + ": the loss-scaler entry 'amp_scaler' is damaged (" + std::string(e.what()) + ")",
+                          "resume from an older checkpoint");
+  }
 }
 
 Checkpoint load(const fs::path& dir, const std::string& tag) {

@@ -28,7 +28,16 @@ struct TrainState {
   double best_test_accuracy = -1;
   int64_t world_size = 1;
   std::string config_json;
+  // fp16 loss scaling (amp::ScalerState), so a resumed run continues with the same scale. Written only
+  // when loss_scale > 0; files without it load with loss_scale 0 ("none saved").
+  double loss_scale = 0;
+  int64_t loss_scale_growth_tracker = 0;
+  int64_t skipped_steps = 0;
 };
+
+// The loss-scaler fields of `s` as a JSON object text, and back; both checkpoint kinds carry it.
+std::string scaler_json(const TrainState& s);
+void parse_scaler_json(const std::string& text, TrainState& s, const std::string& source);
 
 struct Checkpoint {
   NamedTensors model;

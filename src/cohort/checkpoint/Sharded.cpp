@@ -138,6 +138,7 @@ void save_sharded(const fs::path& dir, const std::string& tag, const NamedTensor
     m["best_test_accuracy"] = state.best_test_accuracy;
     m["world_size"] = world;
     m["config"] = state.config_json;
+    if (state.loss_scale > 0) m["amp_scaler"] = scaler_json(state);
     nlohmann::json files = nlohmann::json::array();
     for (int r = 0; r < world; ++r) files.push_back(shard_file_name(tag, r, world));
     m["files"] = files;
@@ -171,6 +172,7 @@ ShardedManifest parse_manifest(std::string_view text, const std::string& source)
     out.state.best_test_accuracy = m.at("best_test_accuracy").get<double>();
     out.state.world_size = int_at(m, "world_size");
     out.state.config_json = m.at("config").get<std::string>();
+    if (m.contains("amp_scaler")) parse_scaler_json(m.at("amp_scaler").get<std::string>(), out.state, source);
     out.version = m.contains("version") ? int_at(m, "version") : 0;
   } catch (const std::exception& e) {  // nlohmann::json::exception or BadField
     throw CheckpointError("checkpoint manifest " + source + " is incomplete: " + e.what(),

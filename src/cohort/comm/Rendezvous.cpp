@@ -15,6 +15,11 @@
 
 #include "cohort/comm/AuthStore.h"
 #include "cohort/comm/GlooCommunicator.h"
+#if COHORT_HAVE_NCCL
+#include <torch/cuda.h>
+
+#include "cohort/comm/NcclCommunicator.h"
+#endif
 #include "cohort/util/Error.h"
 #include "cohort/util/TorchCompat.h"
 
@@ -35,6 +40,28 @@ std::string interface_address(const std::string& ifname) {
   }
   freeifaddrs(list);
   return found;
+}
+
+CommunicatorPtr nccl_communicator(const World& world, std::chrono::milliseconds timeout) {
+  const WorldInfo& info = world.info;
+  const std::string who = "rank " + std::to_string(info.rank);
+#if COHORT_HAVE_NCCL
+  const int devices = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (info.local_rank >= devices) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    throw CommError(who + ": dist.backend=nccl needs one GPU per process, but local rank " +
+                        std::to_string(info.local_rank) + " sees " + std::to_string(devices) + " CUDA device(s)" +
+                        (visible ? " (CUDA_VISIBLE_DEVICES=" + std::string(visible) + ")" : ""),
+                    "start at most as many processes per machine as it has GPUs (--nproc-per-node), check "
+                    "nvidia-smi and CUDA_VISIBLE_DEVICES, or use dist.backend=gloo");
+  }
+  return NcclCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/nccl", world.store), info.rank,
+                                  info.world_size, info.local_rank, timeout);
+#else
+  throw CommError(who + ": dist.backend=nccl is not available: this cohort was built without CUDA (COHORT_CUDA=OFF: "
+                        "the LibTorch it was built against has no CUDA)",
+                  "build against a CUDA LibTorch (scripts/gpu-check shows how) or use dist.backend=gloo");
+#endif
 }
 
 }  // namespace
@@ -141,24 +168,22 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
                                         "its own RANK / SLURM_PROCID");
     }
   }
-  if (backend == "gloo") {
-    try {
+  if (backend != "gloo" && backend != "nccl")
+    throw CommError(who + ": unknown backend '" + backend + "'", "use dist.backend=gloo, or nccl on GPUs");
+  try {
+    if (backend == "gloo")
       world.comm = GlooCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", world.store),
                                             info.rank, info.world_size, local_address_for(info.master_addr),
                                             timeout);
-    } catch (const CommError& e) {
-      if (info.world_size > 1 && world.store->check({"cohort/duplicate_rank"})) {
-        const auto v = world.store->get("cohort/duplicate_rank");
-        throw CommError(std::string(e.what()) + "; the store says: " + std::string(v.begin(), v.end()),
-                        "give every machine its own --node-rank, or every process its own RANK");
-      }
-      throw;
+    else
+      world.comm = nccl_communicator(world, timeout);
+  } catch (const CommError& e) {
+    if (info.world_size > 1 && world.store->check({"cohort/duplicate_rank"})) {
+      const auto v = world.store->get("cohort/duplicate_rank");
+      throw CommError(std::string(e.what()) + "; the store says: " + std::string(v.begin(), v.end()),
+                      "give every machine its own --node-rank, or every process its own RANK");
     }
-  } else if (backend == "nccl") {
-    throw CommError(who + ": dist.backend=nccl is not built into this cohort (no CUDA in this LibTorch)",
-                    "use dist.backend=gloo on CPU machines");
-  } else {
-    throw CommError(who + ": unknown backend '" + backend + "'", "use dist.backend=gloo");
+    throw;
   }
   return world;
 }

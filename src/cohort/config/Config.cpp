@@ -209,6 +209,13 @@ const std::vector<Field>& fields() {
             "keep freed memory in the process for reuse (glibc malloc thresholds raised; ~10% faster steps)"),
       field("train.resume", &T::train, &TrainLoopConfig::resume,
             "run directory (or checkpoints directory) to resume from; same as --resume"),
+      field("train.device", &T::train, &TrainLoopConfig::device,
+            "where the model trains: cuda (GPU local_rank), cpu, or auto (cuda when LibTorch sees a GPU)",
+            {"auto", "cpu", "cuda"}),
+      field("train.channels_last", &T::train, &TrainLoopConfig::channels_last,
+            "conv nets: keep weights and images in channels-last (NHWC) memory format (faster tensor cores)"),
+      field("train.cudnn_benchmark", &T::train, &TrainLoopConfig::cudnn_benchmark,
+            "cuda: let cuDNN time its convolution algorithms for each shape and keep the fastest"),
       field("optim.name", &T::optim, &OptimConfig::name,
             "optimizer: sgd (momentum, Nesterov) or adamw (decoupled weight decay, torch.optim.AdamW)",
             {"sgd", "adamw"}),
@@ -280,6 +287,23 @@ const std::vector<Field>& fields() {
       field("dist.compress", &T::dist, &DistConfig::compress,
             "gradient compression hook: none, fp16 / bf16 (all-reduce in 16 bits) or powersgd",
             {"none", "fp16", "bf16", "powersgd"}),
+      field("dist.grad_dtype", &T::dist, &DistConfig::grad_dtype,
+            "dtype gradients are all-reduced in (PyTorch's fp16_compress_hook / bf16_compress_hook); the "
+            "same hook as dist.compress=fp16|bf16",
+            {"fp32", "bf16", "fp16"}),
+      field("amp.precision", &T::amp, &AmpConfig::precision,
+            "fp32; bf16 (autocast); fp16 (autocast + dynamic loss scaling, as torch.cuda.amp or Apex O1); "
+            "fp16-master (fp16 weights, fp32 batch norm, fp32 master weights in the optimizer, loss scaling: "
+            "Apex O2)",
+            {"fp32", "bf16", "fp16", "fp16-master"}),
+      field("amp.init_scale", &T::amp, &AmpConfig::init_scale, "fp16: initial loss scale", {}, positive<double>()),
+      field("amp.growth_interval", &T::amp, &AmpConfig::growth_interval,
+            "fp16: the loss scale grows after this many steps in a row without inf/NaN gradients", {},
+            positive<int64_t>()),
+      field("amp.growth_factor", &T::amp, &AmpConfig::growth_factor, "fp16: loss scale x this when it grows",
+            {}, positive<double>()),
+      field("amp.backoff_factor", &T::amp, &AmpConfig::backoff_factor,
+            "fp16: loss scale x this after an overflow (the step is skipped on every rank)", {}, in_range(0, 1)),
       field("powersgd.rank", &T::powersgd, &PowerSgdConfig::rank,
             "PowerSGD matrix approximation rank (higher: more exact, more bytes)", {}, positive<int64_t>()),
       field("powersgd.start_iter", &T::powersgd, &PowerSgdConfig::start_iter,
@@ -410,6 +434,22 @@ void validate(const TrainConfig& cfg) {
   if (cfg.dist.strategy != "ddp" && cfg.train.lookahead)
     throw ConfigError("train.lookahead works with dist.strategy=ddp only, not " + cfg.dist.strategy,
                       "use dist.strategy=ddp with train.lookahead (airbench's model is small enough to replicate)");
+  if (cfg.dist.grad_dtype != "fp32" && cfg.dist.compress != "none" && cfg.dist.compress != cfg.dist.grad_dtype)
+    throw ConfigError("dist.grad_dtype=" + cfg.dist.grad_dtype + " and dist.compress=" + cfg.dist.compress +
+                          " both pick the gradient hook",
+                      "set one of them: dist.grad_dtype is the same as dist.compress=fp16|bf16");
+  if (cfg.dist.strategy != "ddp" && cfg.dist.grad_dtype != "fp32")
+    throw ConfigError("dist.grad_dtype=" + cfg.dist.grad_dtype + " works with dist.strategy=ddp only, not " +
+                          cfg.dist.strategy,
+                      "set dist.grad_dtype=fp32, or dist.strategy=ddp");
+  // Sharded strategies keep a float32 master slice of parameters they also hold in float32; fp16
+  // weights with float32 masters exist for ddp only so far.
+  if (cfg.dist.strategy != "ddp" && cfg.amp.precision == "fp16-master")
+    throw ConfigError("amp.precision=fp16-master works with dist.strategy=ddp only so far, not " + cfg.dist.strategy,
+                      "use amp.precision=fp16 (float32 weights, fp16 compute, loss scaling) with " + cfg.dist.strategy);
+  if (cfg.amp.precision == "fp16-master" && cfg.train.lookahead)
+    throw ConfigError("train.lookahead averages the model's own weights, which amp.precision=fp16-master keeps in fp16",
+                      "use amp.precision=fp16 with train.lookahead");
   if (cfg.dist.first_bucket_mb > cfg.dist.bucket_mb)
     throw ConfigError("config key 'dist.first_bucket_mb' (" + std::to_string(cfg.dist.first_bucket_mb) +
                           ") is larger than dist.bucket_mb (" + std::to_string(cfg.dist.bucket_mb) + ")",

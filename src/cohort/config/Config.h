@@ -50,6 +50,9 @@ struct TrainLoopConfig {
   bool lookahead = false;
   int64_t whiten_bias_epochs = 0;
   std::string resume;
+  std::string device = "auto";
+  bool channels_last = false;
+  bool cudnn_benchmark = true;
 };
 
 struct OptimConfig {
@@ -95,7 +98,17 @@ struct DistConfig {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
   std::string compress = "none";
+  std::string grad_dtype = "fp32";
   std::string debug = "off";
+};
+
+// Mixed precision (amp.*), with torch.cuda.amp.GradScaler's defaults for dynamic loss scaling.
+struct AmpConfig {
+  std::string precision = "fp32";
+  double init_scale = 65536.0;
+  int64_t growth_interval = 2000;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
 };
 
 // PowerSGD's options (dist.compress=powersgd), with PyTorch's PowerSGDState defaults.
@@ -143,6 +156,7 @@ struct TrainConfig {
   LossConfig loss;
   DistConfig dist;
   PowerSgdConfig powersgd;
+  AmpConfig amp;
   CkptConfig ckpt;
   EvalConfig eval;
   LogConfig log;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "cohort/amp/GradScaler.h"
+#include "cohort/amp/MasterWeights.h"
 #include "cohort/models/Models.h"
 #include "cohort/parallel/compress/LowPrecisionHook.h"
 #include "cohort/parallel/compress/PowerSgd.h"
@@ -26,26 +28,20 @@ double clip_full_gradients(const std::vector<at::Tensor>& params, double clip_no
   return norm;
 }
 
-// Sum of every gradient element in float64: finite exactly when every element is (inf and NaN propagate,
-// and float32 values cannot overflow a double sum).
-double gradient_sum(const std::vector<at::Tensor>& params) {
-  at::NoGradGuard no_grad;
-  double sum = 0;
-  for (const auto& p : params)
-    if (p.grad().defined()) sum += p.grad().sum(at::kDouble).item<double>();
-  return sum;
-}
 
 class DdpStrategy : public Strategy {
  public:
   DdpStrategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, DdpOptions opts,
               std::shared_ptr<CommHook> hook)
-      : model_(model), ddp_(std::move(model), std::move(comm), opts) {
+      : model_(model), comm_(comm), ddp_(std::move(model), std::move(comm), opts) {
     ddp_.set_comm_hook(std::move(hook));
   }
   std::string name() const override { return "ddp"; }
   void build_optimizer(const OptimConfig& cfg) override {
-    optimizer_ = optim::make_optimizer(cfg, optim::split_groups(model_->named_parameters(), group_rule(cfg)));
+    // After wrapping, so the masters copy rank 0's weights. With fp32 parameters the masters are the
+    // parameters themselves and nothing below changes.
+    masters_ = amp::MasterWeights(model_->named_parameters());
+    optimizer_ = optim::make_optimizer(cfg, optim::split_groups(masters_.optimizer_params(), group_rule(cfg)));
   }
   void freeze(const std::string& name) override { optimizer_->freeze(name); }
   std::shared_ptr<void> gradient_sync(bool enabled) override {
@@ -55,14 +51,27 @@ class DdpStrategy : public Strategy {
   StepResult step(double lr, const StepOptions& o) override {
     // Gradients are already averaged and identical on every rank (an inf anywhere is an inf in the
     // sum), so each rank's check and norm are the global ones, without communication.
-    std::vector<at::Tensor> params;
+    // With loss scaling each rank also agrees explicitly: a flag reduced across ranks, not the averaged
+    // gradients alone, decides the skip (see Note [Every rank skips an overflowed step together]).
+    masters_.grads_to_master();
+    std::vector<at::Tensor> params, grads;
     for (const auto& g : optimizer_->groups()) params.insert(params.end(), g.params.begin(), g.params.end());
+    for (const auto& p : params) grads.push_back(p.grad());
     StepResult r;
-    r.nonfinite = !std::isfinite(gradient_sum(params));
+    r.nonfinite = amp::unscale_and_check(grads, 1.0 / o.loss_scale);
+    if (o.skip_nonfinite && comm_->size() > 1) {
+      auto flag = at::full({1}, r.nonfinite ? 1.0 : 0.0, at::kDouble);
+      comm_->all_reduce(flag, ReduceOp::kMax, "inf/NaN gradient flag")->wait();
+      r.nonfinite = flag.item<double>() > 0;
+    }
     if (o.clip_norm > 0 && !r.nonfinite) r.grad_norm = clip_full_gradients(params, o.clip_norm);
     r.skipped = r.nonfinite && o.skip_nonfinite;
-    if (!r.skipped) optimizer_->step(lr);
+    if (!r.skipped) {
+      optimizer_->step(lr);
+      masters_.master_to_model();
+    }
     optimizer_->zero_grad();
+    masters_.zero_model_grads();
     return r;
   }
   SyncBytes last_sync_bytes() const override {
@@ -76,11 +85,18 @@ class DdpStrategy : public Strategy {
     for (const auto& bucket : ddp_.reducer().plan()) b.grads += bucket.numel * c10::elementSize(bucket.dtype);
     for (const auto& p : model_->parameters())
       if (p.grad().defined()) b.grads += p.numel() * static_cast<int64_t>(p.element_size());
-    b.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
+    // fp32 master weights count as optimizer state, as the ZeRO paper's 12 bytes per parameter do.
+    b.optimizer = (optimizer_ ? optimizer_->state_bytes() : 0) + masters_.bytes();
     return b;
   }
-  optim::NamedState optimizer_state() override { return optimizer_->state_dict(); }
-  void load_optimizer_state(const optim::NamedState& full) override { optimizer_->load_state_dict(full); }
+  optim::NamedState optimizer_state() override {
+    auto state = optimizer_->state_dict();
+    for (auto& entry : masters_.state_dict()) state.push_back(std::move(entry));
+    return state;
+  }
+  void load_optimizer_state(const optim::NamedState& full) override {
+    optimizer_->load_state_dict(masters_.load_state_dict(full));
+  }
   HookState state_dict() override {
     return ddp_.reducer().comm_hook().state_dict(ddp_.reducer().communicator());
   }
@@ -90,7 +106,9 @@ class DdpStrategy : public Strategy {
 
  private:
   std::shared_ptr<torch::nn::Module> model_;
+  CommunicatorPtr comm_;
   DistributedDataParallel ddp_;
+  amp::MasterWeights masters_;
   std::unique_ptr<optim::Optimizer> optimizer_;
 };
 
@@ -101,7 +119,8 @@ optim::GroupRule group_rule(const OptimConfig& cfg) {
 }
 
 std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg) {
-  const auto& c = cfg.dist.compress;
+  // dist.grad_dtype=fp16|bf16 names the same hook as dist.compress=fp16|bf16 (validate() refuses a conflict).
+  const auto& c = cfg.dist.grad_dtype != "fp32" ? cfg.dist.grad_dtype : cfg.dist.compress;
   if (c == "fp16") return std::make_shared<LowPrecisionHook>(at::kHalf);
   if (c == "bf16") return std::make_shared<LowPrecisionHook>(at::kBFloat16);
   if (c == "powersgd") {

@@ -46,9 +46,15 @@ struct ShardState {
   nlohmann::json layout;
 };
 
+// Note [Every rank skips an overflowed step together]
+// Under fp16 loss scaling an inf or NaN gradient on any rank, in any shard, means the scale was too
+// high: every rank must skip the same update, or the replicas drift apart. So the flag is reduced
+// across ranks (a max, or a sum with the norm) before anything is decided, and the scaler updates from
+// that agreed flag on every rank alike.
 struct StepOptions {
   double clip_norm = 0;         // clip to this global L2 norm (0: no clipping)
   bool skip_nonfinite = false;  // a non-finite gradient on any rank skips the update everywhere (fp16 loss scaling)
+  double loss_scale = 1.0;      // the gradients are divided by this first (amp::GradScaler's scale)
 };
 
 struct StepResult {

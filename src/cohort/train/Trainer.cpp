@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include "cohort/amp/MixedPrecision.h"
 #include "cohort/checkpoint/Checkpoint.h"
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/data/Batch.h"
@@ -23,13 +24,15 @@
 #include "cohort/log/TensorBoard.h"
 #include "cohort/models/Airbench.h"
 #include "cohort/models/Models.h"
-#include "cohort/models/TestTimeAugmentation.h"
 #include "cohort/optim/Ema.h"
 #include "cohort/optim/Schedule.h"
 #include "cohort/checkpoint/Sharded.h"
 #include "cohort/checkpoint/Steps.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/train/CheckpointUpload.h"
+#include "cohort/train/Device.h"
+#include "cohort/train/Evaluate.h"
+#include "cohort/train/FaultInjection.h"
 #include "cohort/train/Metrics.h"
 #include "cohort/train/RankAgreement.h"
 #include "cohort/train/Progress.h"
@@ -52,9 +55,6 @@ const std::string kLookaheadPrefix = "lookahead.";
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 
-std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t begin, int64_t n) {
-  return std::vector<int64_t>(v.begin() + begin, v.begin() + begin + n);
-}
 
 // Initial weights for fine-tuning. A classifier head of another class count (1000 ImageNet classes in
 // the file, 10 here) keeps its fresh initialization; every other tensor must match by name and shape.
@@ -74,39 +74,6 @@ void whiten_from_data(models::AirbenchNet& net, data::Source& train) {
   std::vector<int64_t> first(static_cast<size_t>(std::min<int64_t>(5000, train.size())));
   for (size_t i = 0; i < first.size(); ++i) first[i] = static_cast<int64_t>(i);
   net.init_whitening(train.batch(first, data::AugmentOptions{}).images);
-}
-
-// Consecutive slices of `order`: `count` batches of `size` from batch `first` on; the last one is short
-// when `order` runs out (evaluation), never for training, whose batches are whole by construction.
-std::vector<std::vector<int64_t>> batches_of(const std::vector<int64_t>& order, int64_t size, int64_t first,
-                                             int64_t count) {
-  std::vector<std::vector<int64_t>> out;
-  for (int64_t b = first; b < first + count; ++b) {
-    const int64_t begin = b * size;
-    const int64_t n = std::min<int64_t>(size, static_cast<int64_t>(order.size()) - begin);
-    if (n <= 0) break;
-    out.push_back(slice(order, begin, n));
-  }
-  return out;
-}
-
-MetricSums evaluate(models::Classifier& model, data::Source& test, const data::DistributedSampler& sampler,
-                    int64_t batch_size, int64_t prefetch, int64_t tta, Communicator& comm) {
-  torch::NoGradGuard no_grad;
-  model.eval();
-  MetricWindow window;
-  const auto mine = sampler.eval_indices();
-  const int64_t count = (static_cast<int64_t>(mine.size()) + batch_size - 1) / batch_size;
-  data::Loader loader(test, batches_of(mine, batch_size, 0, count), data::AugmentOptions{}, prefetch);
-  while (auto batch = loader.next()) {
-    auto logits = tta > 0 ? models::tta_logits(model, batch->images, static_cast<int>(tta)) : model.forward(batch->images);
-    // The window weights each batch's mean by its size, so the global average is exact whatever the
-    // per-rank batch counts.
-    auto loss = torch::nn::functional::cross_entropy(logits, batch->labels);
-    window.add(logits, batch->labels, loss.item<double>());
-  }
-  model.train();
-  return window.reduce(comm, "evaluation metrics");
 }
 
 std::string percent(double v) {
@@ -197,6 +164,15 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     load_pretrained(*model, cfg.model.pretrained, lead);
   else if (auto* airbench = dynamic_cast<models::AirbenchNet*>(model.get()))
     whiten_from_data(*airbench, *data.train);
+  // Device and precision before wrapping, so the strategy's buckets and masters take the final dtypes.
+  // See Note [The mixed-precision dtype contract] in amp/MixedPrecision.h.
+  const c10::Device device = training_device(cfg.train.device, info.local_rank);
+  configure_device(device, cfg.train.cudnn_benchmark);
+  amp::MixedPrecision precision(cfg.amp, device, lead);
+  model->to(device);
+  if (cfg.train.channels_last) to_channels_last(*model);
+  precision.prepare_model(*model);
+  const EvalPlacement placement{device, cfg.train.channels_last, &precision};
 
   // Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
   auto strategy = make_strategy(cfg, model, world.comm);
@@ -218,6 +194,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     strategy->load_optimizer_state(opt_state);
     strategy->load_state_dict(strategy_state);
     if (lookahead && !lookahead_state.empty()) lookahead->load_state_dict(lookahead_state);
+    const auto& st = resume.state;
+    if (precision.scaling() && st.loss_scale > 0)
+      precision.load_scaler({st.loss_scale, st.loss_scale_growth_tracker, st.skipped_steps});
   }
 
   data::DistributedSampler sampler(data.train->size(), world_size, rank, /*shuffle=*/true, cfg.train.seed,
@@ -268,6 +247,10 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   double last_saved_best = -2;
   auto save = [&](const std::string& tag, int64_t epoch_of_next) {
     checkpoint::TrainState st{step, epoch_of_next, best, world_size, config_json.dump()};
+    if (precision.scaling()) {
+      const auto& sc = precision.scaler().state();
+      st.loss_scale = sc.scale, st.loss_scale_growth_tracker = sc.growth_tracker, st.skipped_steps = sc.skipped_steps;
+    }
     const bool last = tag == "last";
     // The end of training often saves the state the last periodic save already holds: a second copy
     // would only push an older, distinct save out of retention. (step and best agree on every rank.)
@@ -316,6 +299,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   const char* fault_rank_env = std::getenv("COHORT_FAULT_RANK");
   const int64_t fault_step = fault_env ? std::atoll(fault_env) : 0;
   const int fault_rank = fault_rank_env ? std::atoi(fault_rank_env) : 1;
+  // COHORT_FAULT_NONFINITE_STEPS="3,8": rank COHORT_FAULT_RANK's gradient gets an inf (odd steps) or a NaN
+  // (even steps) after backward of those steps, as an fp16 overflow on one rank would.
+  const auto nonfinite_steps = fault_steps_from_env("COHORT_FAULT_NONFINITE_STEPS");
   // Model-state bytes, sampled in the session's first step with gradients present (after backward) and
   // with optimizer state present (after the update): the larger of each.
   StateBytes state_bytes;
@@ -325,7 +311,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
 
   auto run_eval = [&](int64_t epoch) {
     if (!cfg.eval.enabled) return;
-    const auto r = evaluate(*model, *data.test, test_sampler, cfg.eval.batch_size, prefetch, cfg.eval.tta, comm);
+    const auto r =
+        evaluate(*model, *data.test, test_sampler, cfg.eval.batch_size, prefetch, cfg.eval.tta, comm, placement);
     test_accuracy = r.top1();
     last_eval_step = step;
     const bool improved = test_accuracy > best;
@@ -367,20 +354,30 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
       double step_loss = 0;
       for (int64_t micro = 0; micro < accum; ++micro) {
         auto b = *loader.next();
+        const auto images = images_to(b.images, device, cfg.train.channels_last);
+        const auto labels = b.labels.to(device);
         auto sync = strategy->gradient_sync(micro == accum - 1);
-        auto logits = model->forward(b.images);
+        at::Tensor logits;
+        {
+          auto autocast = precision.autocast();
+          logits = precision.logits(model->forward(precision.input(images)));
+        }
         auto loss = torch::nn::functional::cross_entropy(
-            logits, b.labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg.loss.label_smoothing));
-        (accum > 1 ? loss / static_cast<double>(accum) : loss).backward();
+            logits, labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg.loss.label_smoothing));
+        precision.scale(accum > 1 ? loss / static_cast<double>(accum) : loss).backward();
         if (step == first_step) state_bytes = max_bytes(state_bytes, strategy->state_bytes());
         const double l = loss.item<double>();
-        window.add(logits, b.labels, l);
+        window.add(logits, labels, l);
         step_loss += l / static_cast<double>(accum);
       }
-      const auto stepped = strategy->step(schedule.lr(step), {cfg.optim.clip_grad_norm, /*skip_nonfinite=*/false});
-      // In fp32 a non-finite gradient is divergence, not an overflow to skip: stop with the last good
-      // checkpoint kept rather than train on NaN weights. Every rank sees the same answer.
-      if (stepped.nonfinite)
+      if (rank == fault_rank && nonfinite_steps.count(step + 1)) poison_gradient(*model, step + 1);
+      const auto stepped = strategy->step(schedule.lr(step), {cfg.optim.clip_grad_norm, precision.scaling(),
+                                                              precision.loss_scale()});
+      // Under loss scaling an overflow skips the step on every rank and lowers the scale. In fp32 or bf16 a
+      // non-finite gradient is divergence, not an overflow to skip: stop with the last good checkpoint
+      // kept rather than train on NaN weights. Every rank sees the same answer.
+      precision.after_step(stepped.nonfinite, step + 1);
+      if (stepped.nonfinite && !precision.scaling())
         throw Error("step " + std::to_string(step + 1) + ": the gradient holds inf or NaN (loss of this rank's last batch: " +
                         std::to_string(step_loss) + "); the weights were not updated",
                     "lower optim.lr or set optim.clip_grad_norm, and check the data; resume from the last checkpoint with "
@@ -407,13 +404,19 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         const double ips = window_images / std::max(seconds_since(window_start), 1e-9);
         const auto res = gather_resources(monitor, comm, world_size);
         if (lead) {
-          metrics.write({{"kind", "train"}, {"step", step}, {"epoch", epoch}, {"loss", g.loss()}, {"top1", g.top1()},
-                         {"top5", g.top5()}, {"lr", schedule.lr(step - 1)}, {"images_per_second", ips},
-                         {"step_loss_rank0", step_loss}, {"train_seconds", train_seconds},
-                         {"sync_bytes", strategy->last_sync_bytes().wire},
-                         {"sync_bytes_uncompressed", strategy->last_sync_bytes().dense},
-                         {"grad_norm", window_grad_norm < 0 ? nlohmann::json() : nlohmann::json(window_grad_norm)},
-                         {"time", std::time(nullptr)}});
+          nlohmann::json train_rec = {
+              {"kind", "train"}, {"step", step}, {"epoch", epoch}, {"loss", g.loss()}, {"top1", g.top1()},
+              {"top5", g.top5()}, {"lr", schedule.lr(step - 1)}, {"images_per_second", ips},
+              {"step_loss_rank0", step_loss}, {"train_seconds", train_seconds},
+              {"sync_bytes", strategy->last_sync_bytes().wire},
+              {"sync_bytes_uncompressed", strategy->last_sync_bytes().dense},
+              {"grad_norm", window_grad_norm < 0 ? nlohmann::json() : nlohmann::json(window_grad_norm)},
+              {"time", std::time(nullptr)}};
+          if (precision.scaling()) {
+            train_rec["loss_scale"] = precision.loss_scale();
+            train_rec["skipped_steps"] = precision.scaler().state().skipped_steps;
+          }
+          metrics.write(train_rec);
           nlohmann::json rss = nlohmann::json::array(), cpu = nlohmann::json::array(),
                          gpu_util = nlohmann::json::array(), gpu_mem = nlohmann::json::array();
           for (int r = 0; r < world_size; ++r) {
@@ -450,6 +453,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
             tensorboard->add_scalar("train/lr", schedule.lr(step - 1), step);
             tensorboard->add_scalar("train/images_per_second", ips, step);
             tensorboard->add_scalar("train/sync_bytes", static_cast<double>(strategy->last_sync_bytes().wire), step);
+            if (precision.scaling()) tensorboard->add_scalar("amp/loss_scale", precision.loss_scale(), step);
           }
           if (progress.mode() == Progress::Mode::kPlain) {
             std::cout << "epoch " << epoch + 1 << "/" << cfg.train.epochs << " step " << step << "/" << total_steps
@@ -530,7 +534,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         {"images_per_second", result.images_per_second}, {"test_accuracy", test_accuracy < 0 ? nlohmann::json() : nlohmann::json(test_accuracy)},
         {"best_test_accuracy", best < 0 ? nlohmann::json() : nlohmann::json(best)}, {"peak_rss_bytes", per_rank}, {"resources", resources},
         {"gpu_monitor", monitor.gpu_available() ? "nvml" : monitor.nvml().why_unavailable()},
-        {"precision", "fp32"}, {"bad_files_skipped", bad_files}, {"threads_per_worker", at::get_num_threads()},
+        {"precision", cfg.amp.precision}, {"amp", precision.summary()}, {"device", device.str()},
+        {"bad_files_skipped", bad_files}, {"threads_per_worker", at::get_num_threads()},
         {"optimizer", cfg.optim.name}, {"clip_grad_norm", cfg.optim.clip_grad_norm}, {"restarts", info.restart_count},
         {"compress", cfg.dist.compress}, {"sync_bytes_per_step", sync.wire},
         {"sync_bytes_per_step_uncompressed", sync.dense},
@@ -563,6 +568,7 @@ EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const 
   World world = rendezvous(info, cfg.dist.backend, timeout);
   auto data = data::open_datasets(cfg, info.rank, info.local_world_size, /*need_train=*/false);
   auto model = models::build(cfg.model, data.test->channels(), data.test->image_size());
+  const EvalPlacement placement{training_device(cfg.train.device, info.local_rank), cfg.train.channels_last, nullptr};
   if (fs::is_directory(checkpoint)) {
     const auto dir = checkpoint::resolve_resume_dir(checkpoint);
     const bool best = fs::exists(dir / "best.safetensors") || fs::exists(dir / "best.manifest.json");
@@ -573,7 +579,10 @@ EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const 
   }
   data::DistributedSampler sampler(data.test->size(), info.world_size, info.rank, false, cfg.train.seed, false);
   const int64_t prefetch = cfg.data.name == "imagefolder" ? cfg.data.prefetch : 0;
-  const auto r = evaluate(*model, *data.test, sampler, cfg.eval.batch_size, prefetch, cfg.eval.tta, *world.comm);
+  model->to(placement.device);
+  if (placement.channels_last) to_channels_last(*model);
+  const auto r =
+      evaluate(*model, *data.test, sampler, cfg.eval.batch_size, prefetch, cfg.eval.tta, *world.comm, placement);
   EvalResult e{r.loss(), r.top1(), r.top5(), static_cast<int64_t>(r.count)};
   if (info.rank == 0) {
     const nlohmann::json j = {{"checkpoint", fs::absolute(checkpoint).string()}, {"model", cfg.model.name},

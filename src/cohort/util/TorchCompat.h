@@ -10,6 +10,8 @@
 
 #include <torch/version.h>
 
+#include <ATen/autocast_mode.h>
+
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -39,6 +41,39 @@ inline ::c10d::TCPStoreOptions tcp_store_options(uint16_t port, bool is_server, 
   opts.useLibUV = false;
 #endif
   return opts;
+}
+
+// Autocast state per device type. 1.13 has one function pair per device (set_cpu_enabled,
+// set_autocast_gpu_dtype...); 2.4+ has device-generic ones and deprecates the old (FACTS.md).
+inline bool autocast_enabled(c10::DeviceType device) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+
+inline at::ScalarType autocast_dtype(c10::DeviceType device) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+inline void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dtype) {
+#if TORCH_VERSION_MAJOR >= 2
+  at::autocast::set_autocast_dtype(device, dtype);
+  at::autocast::set_autocast_enabled(device, enabled);
+#else
+  if (device == c10::DeviceType::CPU) {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+    at::autocast::set_cpu_enabled(enabled);
+  } else {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+    at::autocast::set_enabled(enabled);
+  }
+#endif
 }
 
 }  // namespace cohort::compat

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "cohort/amp/GradScaler.h"
 #include "cohort/models/Models.h"
 #include "cohort/util/Error.h"
 
@@ -206,12 +207,14 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     // Each rank sees only its slices, so an inf in one rank's slice must reach every rank: one
     // all-reduce carries both the sum (finite exactly when every element is) and the squared norm.
     // Shards are disjoint and padding is zero, so the squares summed over ranks are the full norm's.
-    double sum = 0, sq = 0;
-    for (const auto& u : units_) {
-      sum += u.grad_shard.sum(at::kDouble).item<double>();
-      if (o.clip_norm > 0) sq += u.grad_shard.to(at::kDouble).pow(2).sum().item<double>();
-    }
-    auto t = at::tensor({std::isfinite(sum) ? 0.0 : 1.0, sq}, at::kDouble);
+    // See Note [Every rank skips an overflowed step together].
+    std::vector<at::Tensor> shards;
+    for (const auto& u : units_) shards.push_back(u.grad_shard);
+    const bool local_nonfinite = amp::unscale_and_check(shards, 1.0 / o.loss_scale);
+    double sq = 0;
+    if (o.clip_norm > 0)
+      for (const auto& u : units_) sq += u.grad_shard.to(at::kDouble).pow(2).sum().item<double>();
+    auto t = at::tensor({local_nonfinite ? 1.0 : 0.0, sq}, at::kDouble);
     if (world_ > 1) comm_->all_reduce(t, ReduceOp::kSum, "gradient check and norm")->wait();
     StepResult r;
     r.nonfinite = t[0].item<double>() > 0;

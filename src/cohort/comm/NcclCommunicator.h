@@ -1,0 +1,68 @@
+// The NCCL backend of cohort::Communicator, for CUDA tensors: one NCCL communicator per process on the
+// GPU of its local rank, collectives on a stream of its own, and a watchdog that aborts the communicator
+// when a collective outlives timeout(), so that a dead or diverging rank ends in a CommError, not a hang.
+//
+//   auto comm = cohort::NcclCommunicator::create(store, rank, world, local_rank, std::chrono::seconds(300));
+//   auto h = comm->all_reduce(grads, cohort::ReduceOp::kSum, "bucket 0");
+//   h->wait();   // the current CUDA stream waits for the result; the host does not
+//
+// wait() is asynchronous for the host, as c10d's Work::wait is for NCCL: it orders the caller's current
+// stream after the collective and returns (Note [Sync streams and recordStream] in the .cpp says why
+// the tensors may then be freed at once). A collective that times out after that surfaces as a
+// CommError from the next call on the communicator (and a line on stderr); barrier()'s wait() blocks
+// the host and throws itself. Call collectives from one thread, in the same order on every rank.
+//
+// Compiled only when cohort is built against a LibTorch with CUDA (COHORT_CUDA=ON, which defines
+// COHORT_HAVE_NCCL); otherwise dist.backend=nccl fails in rendezvous() with a message saying so.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "cohort/comm/Communicator.h"
+
+namespace cohort {
+
+namespace detail {
+struct NcclState;  // the NCCL communicator, its stream and the watchdog; shared with handles in flight
+}  // namespace detail
+
+class NcclCommunicator : public Communicator {
+ public:
+  // Rank 0 creates NCCL's unique id and publishes it in `store` (give each communicator its own
+  // prefix); every rank then joins on device `device_index` (its local rank). Throws CommError when the
+  // device does not exist or the ranks do not all join within `timeout`.
+  static CommunicatorPtr create(c10::intrusive_ptr<c10d::Store> store, int rank, int size, int device_index,
+                                std::chrono::milliseconds timeout);
+
+  explicit NcclCommunicator(std::shared_ptr<detail::NcclState> state);
+  // Destroys the NCCL communicator, or aborts it when a collective failed, is still in flight, or an
+  // exception is unwinding (the peers may be gone, and a clean destroy would wait for them).
+  ~NcclCommunicator() override;
+
+  int rank() const override;
+  int size() const override;
+  std::string backend_name() const override { return "nccl"; }
+  std::chrono::milliseconds timeout() const override;
+
+  // Tensors must be contiguous, on this communicator's device or on the host, of type float, half,
+  // bfloat16, double, int32, int64 or uint8; anything else throws CommError. Host tensors are staged
+  // through the device and their wait() blocks the host (Note [Host tensors through NCCL] in the .cpp).
+  HandlePtr all_reduce(const at::Tensor& tensor, ReduceOp op, const std::string& what) override;
+  HandlePtr broadcast(const at::Tensor& tensor, int root, const std::string& what) override;
+  HandlePtr all_gather(const at::Tensor& output, const at::Tensor& input, const std::string& what) override;
+  HandlePtr reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
+                           const std::string& what) override;
+  // An all-reduce of one element; its wait() blocks the host until every rank has arrived.
+  HandlePtr barrier(const std::string& what) override;
+
+  // Not implemented for NCCL yet: warns once. NCCL_DEBUG=INFO logs every collective of every rank.
+  void set_debug(bool on) override;
+
+ private:
+  std::shared_ptr<detail::NcclState> state_;
+};
+
+}  // namespace cohort
