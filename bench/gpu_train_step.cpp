@@ -1,7 +1,9 @@
 // cohort's training step on one device, timed on synthetic data: the C++ side of bench/gpu_compare.py,
 // whose peer is bench/peers/torch_train_step.py (same arguments, same JSON keys; read its docstring for
 // what a step is). It uses the library's own pieces: models::build, optim::Sgd, amp::MixedPrecision
-// (autocast, loss scaling), amp::MasterWeights (fp16-master) and amp::unscale_and_check.
+// (autocast, loss scaling), amp::MasterWeights (fp16-master) and amp::unscale_and_check. It calls them
+// without a Strategy: a strategy needs a communicator, pip's LibTorch may have no Gloo, and at world size
+// 1 the ddp strategy's step is this same sequence.
 //
 //   build-gpu/bench/gpu_train_step --model resnet50 --batch 256 --precision bf16 --channels-last --steps 50
 //   build/bench/gpu_train_step --device cpu --model resnet18 --batch 4 --image 64 --steps 2   # CPU smoke run

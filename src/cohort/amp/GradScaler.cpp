@@ -8,11 +8,11 @@
 
 namespace cohort::amp {
 
-GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
-  if (options_.enabled && !(options_.init_scale > 0 && std::isfinite(options_.init_scale)))
-    throw ConfigError("amp.init_scale must be a positive finite number, got " + std::to_string(options_.init_scale),
+GradScaler::GradScaler(const AmpConfig& cfg, bool enabled) : cfg_(cfg), enabled_(enabled) {
+  if (enabled_ && !(cfg_.init_scale > 0 && std::isfinite(cfg_.init_scale)))
+    throw ConfigError("amp.init_scale must be a positive finite number, got " + std::to_string(cfg_.init_scale),
                       "the default is 65536");
-  state_.scale = options_.init_scale;
+  state_.scale = cfg_.init_scale;
 }
 
 at::Tensor GradScaler::scale(const at::Tensor& loss) const {
@@ -24,13 +24,13 @@ bool GradScaler::update(bool found_inf) {
   if (found_inf) {
     ++state_.skipped_steps;
     state_.growth_tracker = 0;
-    state_.scale *= options_.backoff_factor;
+    state_.scale *= cfg_.backoff_factor;
     return true;
   }
-  if (++state_.growth_tracker < options_.growth_interval) return false;
+  if (++state_.growth_tracker < cfg_.growth_interval) return false;
   state_.growth_tracker = 0;
   // As PyTorch: growing must not overflow the scale itself to inf.
-  const double grown = state_.scale * options_.growth_factor;
+  const double grown = state_.scale * cfg_.growth_factor;
   if (!std::isfinite(static_cast<float>(grown))) return false;
   state_.scale = grown;
   return true;

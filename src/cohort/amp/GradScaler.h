@@ -3,7 +3,7 @@
 // update, skip the update and halve the scale when any gradient overflowed, and double the scale after
 // `growth_interval` clean steps in a row.
 //
-//   cohort::amp::GradScaler scaler({.enabled = true});
+//   cohort::amp::GradScaler scaler(cfg.amp, /*enabled=*/true);   // amp.init_scale, growth_interval...
 //   scaler.scale(loss).backward();
 //   const bool overflow = cohort::amp::unscale_and_check(grads, 1.0 / scaler.scale());  // then agree across ranks
 //   if (!overflow_anywhere) optimizer.step();
@@ -18,15 +18,9 @@
 
 #include <ATen/ATen.h>
 
-namespace cohort::amp {
+#include "cohort/config/Config.h"
 
-struct GradScalerOptions {
-  bool enabled = false;
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
-};
+namespace cohort::amp {
 
 // What a checkpoint keeps so a resumed run continues with the same scale.
 struct ScalerState {
@@ -37,9 +31,11 @@ struct ScalerState {
 
 class GradScaler {
  public:
-  explicit GradScaler(GradScalerOptions options);
+  // The rule's constants come from amp.* (init_scale, growth_interval, growth_factor, backoff_factor).
+  // Disabled, the scale is 1 and update() does nothing.
+  GradScaler(const AmpConfig& cfg, bool enabled);
 
-  bool enabled() const { return options_.enabled; }
+  bool enabled() const { return enabled_; }
   // 1 when disabled, so callers can divide by it unconditionally.
   double scale() const { return enabled() ? state_.scale : 1.0; }
   // loss x scale (the loss itself when disabled).
@@ -51,7 +47,8 @@ class GradScaler {
   void load_state(const ScalerState& s);
 
  private:
-  GradScalerOptions options_;
+  AmpConfig cfg_;
+  bool enabled_;
   ScalerState state_;
 };
 

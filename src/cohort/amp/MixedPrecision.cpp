@@ -16,26 +16,12 @@ Precision parse_precision(const std::string& name) {
   throw ConfigError("amp.precision '" + name + "' is not a precision cohort knows", "use fp32, bf16, fp16 or fp16-master");
 }
 
-namespace {
-
-GradScalerOptions scaler_options(const AmpConfig& cfg, Precision p) {
-  GradScalerOptions o;
-  o.enabled = p == Precision::kFp16 || p == Precision::kFp16Master;
-  o.init_scale = cfg.init_scale;
-  o.growth_factor = cfg.growth_factor;
-  o.backoff_factor = cfg.backoff_factor;
-  o.growth_interval = cfg.growth_interval;
-  return o;
-}
-
-}  // namespace
-
 MixedPrecision::MixedPrecision(const AmpConfig& cfg, c10::Device device, bool lead)
     : precision_(parse_precision(cfg.precision)),
       name_(cfg.precision),
       device_(device),
       lead_(lead),
-      scaler_(scaler_options(cfg, precision_)) {
+      scaler_(cfg, /*enabled=*/precision_ == Precision::kFp16 || precision_ == Precision::kFp16Master) {
   if (precision_ == Precision::kFp16Master && device_.is_cpu())
     throw ConfigError("amp.precision=fp16-master needs a CUDA device: LibTorch's CPU kernels for convolution, "
                       "matrix products and batch norm do not take fp16 weights",

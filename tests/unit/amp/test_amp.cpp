@@ -27,10 +27,9 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 amp::GradScaler scaler(int64_t growth_interval = 2000) {
-  amp::GradScalerOptions o;
-  o.enabled = true;
-  o.growth_interval = growth_interval;
-  return amp::GradScaler(o);
+  AmpConfig cfg;
+  cfg.growth_interval = growth_interval;
+  return amp::GradScaler(cfg, /*enabled=*/true);
 }
 
 }  // namespace
@@ -55,7 +54,7 @@ TEST(GradScaler, StartsAtInitScaleBacksOffOnOverflowAndGrowsAfterTheInterval) {
 }
 
 TEST(GradScaler, DisabledScalerLeavesTheLossAlone) {
-  amp::GradScaler s(amp::GradScalerOptions{});
+  amp::GradScaler s(AmpConfig{}, /*enabled=*/false);
   EXPECT_EQ(s.scale(), 1.0);
   auto loss = at::full({1}, 3.0);
   EXPECT_TRUE(s.scale(loss).equal(loss));

@@ -1,10 +1,8 @@
 #include "cohort/parallel/ddp/Reducer.h"
 
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/functions/accumulate_grad.h>
-#include <torch/csrc/autograd/variable.h>
 
+#include "cohort/parallel/GradReadyHook.h"
 #include "cohort/util/Error.h"
 
 namespace cohort {
@@ -14,29 +12,8 @@ namespace cohort {
 struct Reducer::HookState {
   std::mutex mutex;
   Reducer* reducer = nullptr;
+  std::function<void(size_t)> fire;  // what the hooks call; locks `mutex`, does nothing once reducer is null
 };
-
-namespace {
-
-// Fires after AccumulateGrad has written param.grad() (FACTS.md: the portable "gradient is
-// accumulated" callback in 1.13 and 2.x).
-class GradReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  GradReadyHook(std::weak_ptr<void> state, size_t index, void (*fire)(void*, size_t))
-      : state_(std::move(state)), index_(index), fire_(fire) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    if (auto s = state_.lock()) fire_(s.get(), index_);
-    return outputs;
-  }
-
- private:
-  std::weak_ptr<void> state_;
-  size_t index_;
-  void (*fire_)(void*, size_t);
-};
-
-}  // namespace
 
 Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, CommunicatorPtr comm,
                  ReducerOptions options)
@@ -67,19 +44,15 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
   ready_.assign(params_.size(), false);
 
   hook_state_->reducer = this;
-  auto fire = [](void* state, size_t index) {
-    auto* s = static_cast<HookState*>(state);
-    std::lock_guard<std::mutex> lock(s->mutex);
-    if (s->reducer) s->reducer->on_gradient_ready(index);
+  hook_state_->fire = [state = hook_state_.get()](size_t index) {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    if (state->reducer) state->reducer->on_gradient_ready(index);
   };
-  std::shared_ptr<void> weak_target = hook_state_;
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = 0; i < params_.size(); ++i)
     COHORT_ASSERT(params_[i].requires_grad(), "DDP parameters must require grad: " + names_[i]);
-    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
-    acc->add_post_hook(std::make_unique<GradReadyHook>(weak_target, i, fire));
-    // Autograd holds accumulators weakly; keeping them here keeps our hooks attached.
-    grad_accumulators_.push_back(std::move(acc));
-  }
+  // The hooks hold the function weakly through its HookState (an aliasing pointer).
+  grad_accumulators_ = attach_grad_ready_hooks(
+      params_, std::shared_ptr<std::function<void(size_t)>>(hook_state_, &hook_state_->fire));
 }
 
 Reducer::~Reducer() {

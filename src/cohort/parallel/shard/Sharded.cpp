@@ -6,32 +6,14 @@
 #include <mutex>
 
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/functions/accumulate_grad.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include "cohort/amp/GradScaler.h"
 #include "cohort/models/Models.h"
+#include "cohort/parallel/GradReadyHook.h"
 #include "cohort/util/Error.h"
 
 namespace cohort {
 namespace {
-
-// Fires after AccumulateGrad has written param.grad() (FACTS.md: the portable "gradient is accumulated"
-// callback in 1.13 and 2.x). Holds the strategy weakly: autograd may outlive it.
-class GradReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  GradReadyHook(std::weak_ptr<std::function<void(size_t)>> fire, size_t index) : fire_(std::move(fire)), index_(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    if (auto f = fire_.lock()) (*f)(index_);
-    return outputs;
-  }
-
- private:
-  std::weak_ptr<std::function<void(size_t)>> fire_;
-  size_t index_;
-};
 
 // Note [Freeing a unit's parameters]
 // A unit's parameters are views into one flat buffer (param.set_data), so autograd's saved tensors and
@@ -420,11 +402,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
 
   void attach_hooks() {
     fire_ = std::make_shared<std::function<void(size_t)>>([this](size_t i) { on_gradient_ready(i); });
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
-      acc->add_post_hook(std::make_unique<GradReadyHook>(fire_, i));
-      grad_accumulators_.push_back(std::move(acc));  // autograd holds accumulators weakly
-    }
+    grad_accumulators_ = attach_grad_ready_hooks(params_, fire_);
   }
 
   // Every rank must have built the same parameters (names and shapes), or the flat layouts differ and
@@ -581,7 +559,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   std::vector<Slot> slots_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::shared_ptr<std::function<void(size_t)>> fire_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
+  std::vector<std::shared_ptr<void>> grad_accumulators_;
   void note(const char* what, size_t u) {
     if (tracing_) events_.push_back(std::string(what) + " " + std::to_string(u));
   }

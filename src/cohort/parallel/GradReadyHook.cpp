@@ -1,0 +1,37 @@
+#include "cohort/parallel/GradReadyHook.h"
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/variable.h>
+
+namespace cohort {
+namespace {
+
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  GradReadyHook(std::weak_ptr<std::function<void(size_t)>> fire, size_t index) : fire_(std::move(fire)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    if (auto f = fire_.lock()) (*f)(index_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<std::function<void(size_t)>> fire_;
+  size_t index_;
+};
+
+}  // namespace
+
+std::vector<std::shared_ptr<void>> attach_grad_ready_hooks(const std::vector<at::Tensor>& params,
+                                                           std::weak_ptr<std::function<void(size_t)>> fire) {
+  std::vector<std::shared_ptr<void>> accumulators;
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params[i]);
+    acc->add_post_hook(std::make_unique<GradReadyHook>(fire, i));
+    accumulators.push_back(std::move(acc));
+  }
+  return accumulators;
+}
+
+}  // namespace cohort
