@@ -450,6 +450,15 @@ void validate(const TrainConfig& cfg) {
   if (cfg.amp.precision == "fp16-master" && cfg.train.lookahead)
     throw ConfigError("train.lookahead averages the model's own weights, which amp.precision=fp16-master keeps in fp16",
                       "use amp.precision=fp16 with train.lookahead");
+  // As torch.cuda.amp.GradScaler: a growth that does not grow or a backoff that does not shrink (or
+  // zeroes the scale) would turn an overflow into a skip on every step.
+  if (cfg.amp.growth_factor <= 1.0)
+    throw ConfigError("config key 'amp.growth_factor' must be > 1, got " + std::to_string(cfg.amp.growth_factor),
+                      "the loss scale grows by this factor; the default is 2");
+  if (cfg.amp.backoff_factor <= 0.0 || cfg.amp.backoff_factor >= 1.0)
+    throw ConfigError("config key 'amp.backoff_factor' must be between 0 and 1 (exclusive), got " +
+                          std::to_string(cfg.amp.backoff_factor),
+                      "the loss scale shrinks by this factor after an overflow; the default is 0.5");
   if (cfg.dist.first_bucket_mb > cfg.dist.bucket_mb)
     throw ConfigError("config key 'dist.first_bucket_mb' (" + std::to_string(cfg.dist.first_bucket_mb) +
                           ") is larger than dist.bucket_mb (" + std::to_string(cfg.dist.bucket_mb) + ")",

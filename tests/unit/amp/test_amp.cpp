@@ -292,3 +292,16 @@ TEST(GradDtype, PicksTheLowPrecisionHookAndRefusesAConflict) {
   cfg.dist.strategy = "zero2";
   EXPECT_THROW(config::validate(cfg), ConfigError);
 }
+
+TEST(AmpConfig, GrowthMustGrowAndBackoffMustShrink) {
+  EXPECT_NO_THROW(config::load(std::nullopt, {"amp.precision=fp16", "amp.growth_factor=1.5", "amp.backoff_factor=0.25"}));
+  for (const std::string bad : {"amp.growth_factor=1", "amp.growth_factor=0.5", "amp.backoff_factor=0",
+                                "amp.backoff_factor=1"}) {
+    try {
+      config::load(std::nullopt, {bad});
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad.substr(0, bad.find('='))), std::string::npos) << e.what();
+    }
+  }
+}
