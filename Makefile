@@ -39,6 +39,12 @@ bench: build
 	./$(BUILD)/bench/sharded_memory > bench/results/sharded_memory.json
 	/usr/bin/python3 bench/sharded_step.py --cohort ./$(BUILD)/cohort --out bench/results/sharded_step.json
 	./$(BUILD)/bench/store_latency > bench/results/store_latency.json
+	/usr/bin/python3 bench/gpu_compare.py --device cpu --cohort-bench ./$(BUILD)/bench/gpu_train_step \
+	  --python /usr/bin/python3 --rounds 3 --r50-model resnet18 --r50-batch 32 --r50-image 64 --r50-classes 10 \
+	  --r50-steps 6 --r50-warmup 2 --precisions fp32,bf16 --ab-batch 256 --ab-dataset-size 2048 --ab-epochs 1 \
+	  --ab-precision bf16 --ab-warmup 2 --out-dir bench/out/cpu-precision
+	cp bench/out/cpu-precision/gpu_resnet50.json bench/results/cpu_precision_resnet18.json
+	cp bench/out/cpu-precision/gpu_airbench.json bench/results/cpu_precision_airbench.json
 
 # Every parser of outside input under libFuzzer, ASan and UBSan, FUZZ_SECONDS (60) each: bench/results/fuzz.json.
 fuzz: deps

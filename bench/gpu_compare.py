@@ -178,7 +178,7 @@ def bench_resnet50(a, runner, smi):
 
 
 def bench_airbench(a, runner, smi):
-    out = header(a, smi, f"airbench94, {a.ab_epochs} epochs of a synthetic CIFAR-10-shaped dataset on the GPU")
+    out = header(a, smi, f"airbench94, {a.ab_epochs} epochs of a synthetic CIFAR-10-shaped dataset resident on the {'GPU' if a.device == 'cuda' else 'CPU'}")
     out.update({"model": "airbench94", "batch": a.ab_batch, "epochs": a.ab_epochs,
                 "dataset_size": a.ab_dataset_size, "precision": a.ab_precision, "warmup": a.ab_warmup})
     args = ["--model", "airbench94", "--batch", str(a.ab_batch), "--image", "32", "--classes", "10",
