@@ -54,8 +54,6 @@ const std::string kLookaheadPrefix = "lookahead.";
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-
-
 // Initial weights for fine-tuning. A classifier head of another class count (1000 ImageNet classes in
 // the file, 10 here) keeps its fresh initialization; every other tensor must match by name and shape.
 void load_pretrained(models::Classifier& model, const std::string& path, bool lead) {

@@ -107,8 +107,6 @@ TEST_F(NcclCommunicatorTest, RejectsTensorsItCannotCarry) {
       EXPECT_FALSE(e.hint().empty()) << e.what();
     }
   };
-  expect_comm_error([&] { comm_->all_reduce(at::ones({4}), ReduceOp::kSum, "cpu grads"); }, "CUDA");
-  expect_comm_error([&] { comm_->all_gather(at::zeros({4}), cuda_arange(4), "cpu output"); }, "output");
   expect_comm_error([&] { comm_->all_reduce(cuda_arange(12).view({3, 4}).t(), ReduceOp::kSum, "t"); },
                     "contiguous");
   expect_comm_error([&] { comm_->broadcast(cuda_arange(4).to(at::kBool), 0, "mask"); }, "Bool");
@@ -116,6 +114,24 @@ TEST_F(NcclCommunicatorTest, RejectsTensorsItCannotCarry) {
   auto t = cuda_arange(3);
   comm_->all_reduce(t, ReduceOp::kSum, "after")->wait();
   EXPECT_TRUE(t.equal(cuda_arange(3)));
+}
+
+// Note [Host tensors through NCCL]: the trainer's metric sums and flags are host tensors. They are
+// staged through the GPU, and their wait() returns with the result back on the host.
+TEST_F(NcclCommunicatorTest, HostTensorsAreStagedThroughTheDevice) {
+  auto sums = at::arange(4, at::kDouble);
+  comm_->all_reduce(sums, ReduceOp::kSum, "metric sums")->wait();
+  EXPECT_TRUE(sums.is_cpu());
+  EXPECT_TRUE(sums.equal(at::arange(4, at::kDouble)));
+  auto gathered = at::zeros({3}, at::kLong);
+  comm_->all_gather(gathered, at::full({3}, 7, at::kLong), "bad file counts")->wait();
+  EXPECT_TRUE(gathered.equal(at::full({3}, 7, at::kLong)));
+  auto mixed = at::zeros({4});  // a host output of a device input
+  comm_->all_gather(mixed, cuda_arange(4), "host output")->wait();
+  EXPECT_TRUE(mixed.equal(at::arange(4, at::kFloat)));
+  auto flag = at::full({1}, 1.0, at::kDouble);
+  comm_->all_reduce(flag, ReduceOp::kMax, "inf/NaN gradient flag")->wait();
+  EXPECT_EQ(flag.item<double>(), 1.0);
 }
 
 // Rank 1 never starts: rank 0's setup must end in a CommError after the timeout, not hang in NCCL's
