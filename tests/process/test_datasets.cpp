@@ -122,3 +122,22 @@ TEST(Datasets, AirbenchOnCifarFilesWithLookaheadTtaAndAlternatingFlips) {
   has_lookahead = bytes.find("lookahead.whiten.weight") != std::string::npos;
   EXPECT_TRUE(has_lookahead);
 }
+
+// data.device_resident keeps Fashion-MNIST on the training device (the CPU here) and builds batches with
+// tensor ops there: two workers train the very same losses and test accuracy as the host path.
+TEST(Datasets, DeviceResidentDataTrainsTheSameNumbersAsTheHostPath) {
+  const auto host_dir = fresh_dir("resident-host"), dev_dir = fresh_dir("resident-dev");
+  const std::vector<std::string> common = {"--nproc-per-node", "2", "data.crop_padding=2", "train.max_steps=6"};
+  auto host = cohort_train(quick_args(host_dir, common));
+  ASSERT_EQ(host.exit_code, 0) << host.output;
+  auto extra = common;
+  extra.push_back("data.device_resident=true");
+  auto dev = cohort_train(quick_args(dev_dir, extra));
+  ASSERT_EQ(dev.exit_code, 0) << dev.output;
+  EXPECT_NE(dev.output.find("data fashion-mnist (on cpu)"), std::string::npos) << dev.output;
+  EXPECT_EQ(host.output.find("(on cpu)"), std::string::npos) << host.output;
+  const auto want = losses_by_step(host_dir), got = losses_by_step(dev_dir);
+  ASSERT_EQ(got.size(), 6u);
+  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  EXPECT_EQ(read_json(dev_dir / "summary.json")["test_accuracy"], read_json(host_dir / "summary.json")["test_accuracy"]);
+}

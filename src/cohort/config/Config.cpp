@@ -182,6 +182,9 @@ const std::vector<Field>& fields() {
       field("data.on_bad_file", &T::data, &DataConfig::on_bad_file,
             "imagefolder: a corrupt or non-JPEG file is skipped and named in the log (skip), or an error (fail)",
             {"skip", "fail"}),
+      field("data.device_resident", &T::data, &DataConfig::device_resident,
+            "keep the whole in-memory dataset (fashion-mnist, mnist, cifar10) on the training device and "
+            "gather, augment and normalize batches there: no host-to-device copy per step; the same numbers"),
       field("data.train_limit", &T::data, &DataConfig::train_limit,
             "use only the first N training images (0: all)", {}, non_negative<int64_t>()),
       field("data.test_limit", &T::data, &DataConfig::test_limit,
@@ -429,6 +432,10 @@ void validate(const TrainConfig& cfg) {
     throw ConfigError("dist.compress=" + cfg.dist.compress + " works with dist.strategy=ddp only, not " +
                           cfg.dist.strategy,
                       "set dist.compress=none, or dist.strategy=ddp");
+  if (cfg.data.device_resident && cfg.data.name == "imagefolder")
+    throw ConfigError("data.device_resident keeps an in-memory dataset on the device; data.name=imagefolder is "
+                          "decoded from JPEG files batch by batch",
+                      "remove data.device_resident, or use fashion-mnist, mnist or cifar10");
   // The lookahead average writes the weights directly; sharded strategies update their master slices
   // and would overwrite it at the next step.
   if (cfg.dist.strategy != "ddp" && cfg.train.lookahead)
@@ -442,11 +449,6 @@ void validate(const TrainConfig& cfg) {
     throw ConfigError("dist.grad_dtype=" + cfg.dist.grad_dtype + " works with dist.strategy=ddp only, not " +
                           cfg.dist.strategy,
                       "set dist.grad_dtype=fp32, or dist.strategy=ddp");
-  // Sharded strategies keep a float32 master slice of parameters they also hold in float32; fp16
-  // weights with float32 masters exist for ddp only so far.
-  if (cfg.dist.strategy != "ddp" && cfg.amp.precision == "fp16-master")
-    throw ConfigError("amp.precision=fp16-master works with dist.strategy=ddp only so far, not " + cfg.dist.strategy,
-                      "use amp.precision=fp16 (float32 weights, fp16 compute, loss scaling) with " + cfg.dist.strategy);
   if (cfg.amp.precision == "fp16-master" && cfg.train.lookahead)
     throw ConfigError("train.lookahead averages the model's own weights, which amp.precision=fp16-master keeps in fp16",
                       "use amp.precision=fp16 with train.lookahead");

@@ -38,6 +38,7 @@ struct DataConfig {
   int64_t prefetch = 2;
   std::string on_bad_file = "skip";
   std::string flip = "random";
+  bool device_resident = false;
 };
 
 struct TrainLoopConfig {

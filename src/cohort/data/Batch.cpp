@@ -11,17 +11,12 @@
 #include "cohort/util/Rng.h"
 
 namespace cohort::data {
-namespace {
 
-// Every uint8 value normalizes to one float, so a 256-entry table replaces the per-pixel arithmetic and
-// makes the result bit-for-bit the scalar formula (x / 255 - mean) / std evaluated in float.
 std::array<float, 256> normalize_table(float mean, float std) {
   std::array<float, 256> table{};
   for (int v = 0; v < 256; ++v) table[v] = (static_cast<float>(v) / 255.0f - mean) / std;
   return table;
 }
-
-}  // namespace
 
 AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index) {
   AugmentParams p;

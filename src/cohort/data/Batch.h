@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -48,6 +49,11 @@ struct AugmentParams {
 // flip, dx, dy. All three are drawn even when hflip is off or the padding is 0, so turning one
 // augmentation off does not change the other. Identity when augmentation is disabled.
 AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index);
+
+// Every uint8 value normalizes to one float, so a 256-entry table replaces the per-pixel arithmetic and
+// makes the result bit-for-bit the scalar formula (x / 255 - mean) / std evaluated in float, on any
+// device (a GPU divides by a scalar as a multiplication by its reciprocal, which rounds differently).
+std::array<float, 256> normalize_table(float mean, float std);
 
 // Gathers dataset samples indices[0..count) into a batch. Indices must lie in [0, dataset.size()).
 Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t count,

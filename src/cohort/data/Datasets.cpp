@@ -1,15 +1,20 @@
 #include "cohort/data/Datasets.h"
 
 #include "cohort/data/Cifar10.h"
+#include "cohort/data/DeviceResident.h"
 #include "cohort/data/FashionMnist.h"
 #include "cohort/data/ImageFolder.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::data {
 
-Splits open_datasets(const TrainConfig& cfg, int rank, int local_world_size, bool need_train) {
+Splits open_datasets(const TrainConfig& cfg, int rank, int local_world_size, bool need_train, c10::Device device) {
   const auto& d = cfg.data;
   Splits s;
+  auto in_memory = [&](ImageDataset ds, int64_t image_size) {
+    return d.device_resident ? device_resident(std::move(ds), device, image_size)
+                             : data::in_memory(std::move(ds), image_size);
+  };
   if (d.name == "fashion-mnist" || d.name == "mnist") {
     for (const bool train : {true, false}) {
       if (train && !need_train) continue;

@@ -7,6 +7,8 @@
 
 #include <memory>
 
+#include <c10/core/Device.h>
+
 #include "cohort/config/Config.h"
 #include "cohort/data/Source.h"
 
@@ -19,7 +21,9 @@ struct Splits {
 
 // Throws cohort::DataError naming a missing or malformed file, cohort::ConfigError for a dataset that
 // does not fit the config (model.num_classes smaller than the classes found).
-// need_train=false (`cohort eval`) leaves `train` empty.
-Splits open_datasets(const TrainConfig& cfg, int rank, int local_world_size, bool need_train = true);
+// need_train=false (`cohort eval`) leaves `train` empty. Under data.device_resident the in-memory
+// datasets are kept whole on `device` (data/DeviceResident.h).
+Splits open_datasets(const TrainConfig& cfg, int rank, int local_world_size, bool need_train = true,
+                     c10::Device device = c10::Device(c10::kCPU));
 
 }  // namespace cohort::data

@@ -30,8 +30,10 @@ std::unique_ptr<Source> in_memory(ImageDataset dataset, int64_t image_size) {
   return std::make_unique<InMemory>(std::move(dataset), image_size);
 }
 
-Loader::Loader(Source& source, std::vector<std::vector<int64_t>> batches, AugmentOptions aug, int64_t prefetch)
-    : source_(source), batches_(std::move(batches)), aug_(aug), depth_(static_cast<size_t>(std::max<int64_t>(0, prefetch))) {
+Loader::Loader(Source& source, std::vector<std::vector<int64_t>> batches, AugmentOptions aug, int64_t prefetch,
+               bool pin)
+    : source_(source), batches_(std::move(batches)), aug_(aug), depth_(static_cast<size_t>(std::max<int64_t>(0, prefetch))),
+      pin_(pin) {
   if (depth_ > 0) thread_ = std::thread([this] { produce(); });
 }
 
@@ -52,7 +54,7 @@ void Loader::produce() {
       if (stop_) return;
     }
     try {
-      Batch b = source_.batch(batches_[i], aug_);
+      Batch b = make(i);
       std::lock_guard<std::mutex> lock(mu_);
       ready_.push_back(std::move(b));
     } catch (...) {
@@ -65,9 +67,18 @@ void Loader::produce() {
   }
 }
 
+Batch Loader::make(size_t i) {
+  Batch b = source_.batch(batches_[i], aug_);
+  if (pin_ && b.images.device().is_cpu()) {
+    b.images = b.images.pin_memory();
+    b.labels = b.labels.pin_memory();
+  }
+  return b;
+}
+
 std::optional<Batch> Loader::next() {
   if (next_index_ >= batches_.size()) return std::nullopt;
-  if (depth_ == 0) return source_.batch(batches_[next_index_++], aug_);
+  if (depth_ == 0) return make(next_index_++);
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return !ready_.empty() || error_; });
   if (ready_.empty() && error_) std::rethrow_exception(error_);

@@ -45,9 +45,12 @@ std::unique_ptr<Source> in_memory(ImageDataset dataset, int64_t image_size = 0);
 // Produces source.batch(batches[i], aug) for i = 0, 1, ... in order. prefetch == 0: on the caller's thread
 // when next() is called; prefetch > 0: up to that many batches ahead on a background thread. An exception
 // in the background (a corrupt file under data.on_bad_file=fail) is rethrown by next().
+// pin: copy each host batch into page-locked memory (on the background thread when there is one), as
+// torch's DataLoader(pin_memory=True) does, so its copy to the GPU is asynchronous. Needs CUDA.
 class Loader {
  public:
-  Loader(Source& source, std::vector<std::vector<int64_t>> batches, AugmentOptions aug, int64_t prefetch);
+  Loader(Source& source, std::vector<std::vector<int64_t>> batches, AugmentOptions aug, int64_t prefetch,
+         bool pin = false);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -57,8 +60,10 @@ class Loader {
   void produce();
   Source& source_;
   std::vector<std::vector<int64_t>> batches_;
+  Batch make(size_t i);
   AugmentOptions aug_;
   size_t depth_;
+  bool pin_;
   size_t next_index_ = 0;  // next batch handed out
   std::mutex mu_;
   std::condition_variable changed_;

@@ -28,10 +28,11 @@ MetricSums evaluate(models::Classifier& model, data::Source& test, const data::D
   MetricWindow window;
   const auto mine = sampler.eval_indices();
   const int64_t count = (static_cast<int64_t>(mine.size()) + batch_size - 1) / batch_size;
-  data::Loader loader(test, batches_of(mine, batch_size, 0, count), data::AugmentOptions{}, prefetch);
+  data::Loader loader(test, batches_of(mine, batch_size, 0, count), data::AugmentOptions{}, prefetch,
+                      /*pin=*/place.device.is_cuda());
   while (auto batch = loader.next()) {
     auto images = images_to(batch->images, place.device, place.channels_last);
-    const auto labels = batch->labels.to(place.device);
+    const auto labels = batch->labels.to(place.device, /*non_blocking=*/batch->labels.is_pinned());
     at::Tensor logits;
     {
       auto autocast = place.precision ? place.precision->autocast() : nullptr;

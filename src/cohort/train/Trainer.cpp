@@ -22,7 +22,6 @@
 #include "cohort/data/DistributedSampler.h"
 #include "cohort/log/ResourceMonitor.h"
 #include "cohort/log/TensorBoard.h"
-#include "cohort/models/Airbench.h"
 #include "cohort/models/Models.h"
 #include "cohort/optim/Ema.h"
 #include "cohort/optim/Schedule.h"
@@ -33,6 +32,7 @@
 #include "cohort/train/Device.h"
 #include "cohort/train/Evaluate.h"
 #include "cohort/train/FaultInjection.h"
+#include "cohort/train/InitialWeights.h"
 #include "cohort/train/Metrics.h"
 #include "cohort/train/RankAgreement.h"
 #include "cohort/train/Progress.h"
@@ -53,26 +53,6 @@ const std::string kStrategyPrefix = "strategy.";
 const std::string kLookaheadPrefix = "lookahead.";
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Initial weights for fine-tuning. A classifier head of another class count (1000 ImageNet classes in
-// the file, 10 here) keeps its fresh initialization; every other tensor must match by name and shape.
-void load_pretrained(models::Classifier& model, const std::string& path, bool lead) {
-  const auto file = checkpoint::load_safetensors(path);
-  const auto replaced =
-      checkpoint::load_weights(model, file.tensors, path, {"fc.weight", "fc.bias", "head.weight", "head.bias"});
-  if (!lead) return;
-  std::cout << "cohort: pretrained weights from " << path << " (" << file.tensors.size() << " tensors)";
-  for (size_t i = 0; i < replaced.size(); ++i) std::cout << (i ? ", " : "; new classifier head: ") << replaced[i];
-  std::cout << std::endl;
-}
-
-// airbench's first layer whitens 2x2 patches with statistics of the training images: the same first
-// images (no augmentation) on every rank, so every rank computes the same weights.
-void whiten_from_data(models::AirbenchNet& net, data::Source& train) {
-  std::vector<int64_t> first(static_cast<size_t>(std::min<int64_t>(5000, train.size())));
-  for (size_t i = 0; i < first.size(); ++i) first[i] = static_cast<int64_t>(i);
-  net.init_whitening(train.batch(first, data::AugmentOptions{}).images);
-}
 
 std::string percent(double v) {
   if (v < 0) return "n/a";
@@ -153,18 +133,14 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   log::ResourceMonitor monitor(cfg.log.monitor_s, run_dir / ("resources.rank" + std::to_string(rank) + ".jsonl"),
                                info.local_rank);
 
-  auto data = data::open_datasets(cfg, rank, info.local_world_size);
+  const c10::Device device = training_device(cfg.train.device, info.local_rank);
+  auto data = data::open_datasets(cfg, rank, info.local_world_size, /*need_train=*/true, device);
   torch::manual_seed(cfg.train.seed);
   auto model = models::build(cfg.model, data.train->channels(), data.train->image_size());
-  if (resuming)
-    checkpoint::load_weights(*model, resume.model, (resume_from / "last.safetensors").string());
-  else if (!cfg.model.pretrained.empty())
-    load_pretrained(*model, cfg.model.pretrained, lead);
-  else if (auto* airbench = dynamic_cast<models::AirbenchNet*>(model.get()))
-    whiten_from_data(*airbench, *data.train);
+  initial_weights(*model, cfg, *data.train, resuming ? &resume.model : nullptr,
+                  (resume_from / "last.safetensors").string(), lead);
   // Device and precision before wrapping, so the strategy's buckets and masters take the final dtypes.
   // See Note [The mixed-precision dtype contract] in amp/MixedPrecision.h.
-  const c10::Device device = training_device(cfg.train.device, info.local_rank);
   configure_device(device, cfg.train.cudnn_benchmark);
   amp::MixedPrecision precision(cfg.amp, device, lead);
   model->to(device);
@@ -189,6 +165,12 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
       else
         opt_state.emplace_back(name, t);
     }
+    // A sharded save's weights are its float32 masters (its shards hold nothing else): under fp16-master
+    // they become the masters again, not the fp16 weights rounded from them. A ddp save names its own.
+    const bool has_masters = std::any_of(opt_state.begin(), opt_state.end(),
+                                         [](const auto& e) { return e.first.rfind("master.", 0) == 0; });
+    if (precision.precision() == amp::Precision::kFp16Master && !has_masters)
+      for (const auto& [name, t] : resume.model) opt_state.emplace_back("master." + name, t);
     strategy->load_optimizer_state(opt_state);
     strategy->load_state_dict(strategy_state);
     if (lookahead && !lookahead_state.empty()) lookahead->load_state_dict(lookahead_state);
@@ -232,7 +214,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     metrics = JsonLines(run_dir / "metrics.jsonl");
     if (cfg.log.tensorboard) tensorboard = std::make_unique<log::EventWriter>(run_dir);
     util::write_file_atomic(run_dir / "config.json", config_json.dump(2) + "\n");
-    std::cout << "cohort: " << world_size << " worker(s), model " << cfg.model.name << ", " << strategy->name()
+    std::cout << "cohort: " << world_size << " worker(s), model " << cfg.model.name << ", data " << data.train->name()
+              << ", " << strategy->name()
               << " over " << comm.backend_name() << ", global batch " << global_batch << ", " << total_steps
               << " steps (" << steps_per_epoch << "/epoch), run dir " << run_dir.string()
               << (resuming ? ", resuming at step " + std::to_string(step) : "") << std::endl;
@@ -346,14 +329,15 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     // The batches this epoch will train on, from where a resumed run left off to the epoch's end or stop_step.
     const int64_t epoch_first = step % steps_per_epoch;
     const int64_t epoch_steps = std::min(steps_per_epoch, epoch_first + stop_step - step) - epoch_first;
-    data::Loader loader(*data.train, batches_of(order, batch, epoch_first * accum, epoch_steps * accum), aug, prefetch);
+    data::Loader loader(*data.train, batches_of(order, batch, epoch_first * accum, epoch_steps * accum), aug, prefetch,
+                        /*pin=*/device.is_cuda());
     for (int64_t s = step % steps_per_epoch; s < steps_per_epoch && step < stop_step; ++s) {
       const auto t0 = Clock::now();
       double step_loss = 0;
       for (int64_t micro = 0; micro < accum; ++micro) {
         auto b = *loader.next();
         const auto images = images_to(b.images, device, cfg.train.channels_last);
-        const auto labels = b.labels.to(device);
+        const auto labels = b.labels.to(device, /*non_blocking=*/b.labels.is_pinned());
         auto sync = strategy->gradient_sync(micro == accum - 1);
         at::Tensor logits;
         {
@@ -564,9 +548,9 @@ EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const 
   at::set_num_threads(worker_threads(cfg, info));
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
   World world = rendezvous(info, cfg.dist.backend, timeout);
-  auto data = data::open_datasets(cfg, info.rank, info.local_world_size, /*need_train=*/false);
-  auto model = models::build(cfg.model, data.test->channels(), data.test->image_size());
   const EvalPlacement placement{training_device(cfg.train.device, info.local_rank), cfg.train.channels_last, nullptr};
+  auto data = data::open_datasets(cfg, info.rank, info.local_world_size, /*need_train=*/false, placement.device);
+  auto model = models::build(cfg.model, data.test->channels(), data.test->image_size());
   if (fs::is_directory(checkpoint)) {
     const auto dir = checkpoint::resolve_resume_dir(checkpoint);
     const bool best = fs::exists(dir / "best.safetensors") || fs::exists(dir / "best.manifest.json");

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "unit/ThreadRanks.h"
+#include "unit/parallel/SaveShards.h"
 #include "cohort/checkpoint/Sharded.h"
 #include "cohort/models/Models.h"
 #include "cohort/optim/Sgd.h"
@@ -118,14 +119,8 @@ RunResult train(const RunSpec& spec) {
     }
     if (auto* sharded = dynamic_cast<cohort::ShardedStrategy*>(strategy.get())) {
       out.params[rank] = sharded->full_parameters();
-      if (!spec.save_dir.empty()) {
-        auto st = strategy->shard_state();
-        cohort::checkpoint::TrainState ts;
-        ts.step = spec.first_step + spec.steps;
-        ts.world_size = spec.world;
-        ts.config_json = "{}";
-        cohort::checkpoint::save_sharded(spec.save_dir, "last", st.tensors, st.layout, ts, *comm);
-      }
+      if (!spec.save_dir.empty())
+        cohort::testing::save_shards(*strategy, spec.first_step + spec.steps, spec.world, spec.save_dir, *comm);
     } else {
       for (const auto& p : model->named_parameters()) out.params[rank].emplace_back(p.key(), p.value().detach().clone());
     }

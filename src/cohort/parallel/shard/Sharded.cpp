@@ -10,10 +10,13 @@
 #include "cohort/amp/GradScaler.h"
 #include "cohort/models/Models.h"
 #include "cohort/parallel/GradReadyHook.h"
+#include "cohort/parallel/shard/Units.h"
 #include "cohort/util/Error.h"
 
 namespace cohort {
 namespace {
+
+using shard::broadcast_from_rank0;
 
 // Note [Freeing a unit's parameters]
 // A unit's parameters are views into one flat buffer (param.set_data), so autograd's saved tensors and
@@ -37,55 +40,6 @@ int64_t bytes_of(const at::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
 }
 
-// Makes `tensors` equal to rank 0's, one flat broadcast per dtype.
-void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, Communicator& comm, const std::string& what) {
-  if (comm.size() == 1 || tensors.empty()) return;
-  at::NoGradGuard no_grad;
-  std::map<c10::ScalarType, std::vector<at::Tensor>> by_type;
-  for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
-  for (auto& [type, ts] : by_type) {
-    std::vector<at::Tensor> flat_parts;
-    for (const auto& t : ts) flat_parts.push_back(t.reshape(-1));
-    auto flat = at::cat(flat_parts);
-    comm.broadcast(flat, 0, what)->wait();
-    int64_t off = 0;
-    for (auto& t : ts) {
-      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-      off += t.numel();
-    }
-  }
-}
-
-std::vector<shard::ParamSpec> trainable_specs(torch::nn::Module& model) {
-  std::vector<shard::ParamSpec> out;
-  for (const auto& item : model.named_parameters(true))
-    if (item.value().requires_grad()) out.push_back({item.key(), item.value().sizes().vec()});
-  return out;
-}
-
-// ZeRO's units are gradient buckets; FSDP's are the model's blocks (unit 0: the root, every parameter
-// under no block's prefix).
-std::vector<std::vector<size_t>> plan_units(torch::nn::Module& model, const std::vector<shard::ParamSpec>& specs,
-                                            const ShardedOptions& options) {
-  if (options.stage != ShardStage::kFsdp) {
-    const auto cap = std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * (1 << 20) / 4));
-    return shard::ShardPlan::bucket_units(specs, cap);
-  }
-  auto* classifier = dynamic_cast<models::Classifier*>(&model);
-  const auto prefixes = classifier ? classifier->units(options.fsdp_unit) : std::vector<std::string>{};
-  std::vector<std::vector<size_t>> units(prefixes.size() + 1);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    size_t u = 0;
-    for (size_t k = 0; k < prefixes.size(); ++k)
-      if (specs[i].name.rfind(prefixes[k], 0) == 0) {
-        u = k + 1;
-        break;
-      }
-    units[u].push_back(i);
-  }
-  return units;
-}
-
 class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
  public:
   ShardedImpl(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, ShardedOptions options)
@@ -102,7 +56,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
       buffer_names_.push_back(item.key());
       buffers_.push_back(item.value());
     }
-    check_replicas_match();
+    shard::check_replicas_match(names_, params_, *comm_, name());
     broadcast_from_rank0(params_, *comm_, name() + " initial parameters");
     broadcast_from_rank0(buffers_, *comm_, name() + " initial buffers");
     plan_ = shard::ShardPlan(specs(), make_units(), world_);
@@ -159,11 +113,12 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
       for (const auto& r : plan_.ranges(u, rank_)) {
         auto piece = units_[u].master.narrow(0, r.shard_offset, r.length).detach();
         piece.set_requires_grad(true);
-        piece.mutable_grad() = units_[u].grad_shard.narrow(0, r.shard_offset, r.length);
+        // 16-bit units get float32 gradients at each step (Note [Sharding 16-bit weights]).
+        if (!sixteen_bit(u)) piece.mutable_grad() = units_[u].grad_shard.narrow(0, r.shard_offset, r.length);
         auto& g = all[optim::group_index(names_[r.param], params_[r.param].dim(), rule)];
         g.names.push_back(names_[r.param]);
         g.params.push_back(piece);
-        slots_.push_back({u, r});
+        slots_.push_back({u, r, piece});
       }
     }
     std::vector<optim::ParamGroup> groups;
@@ -190,12 +145,12 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     // all-reduce carries both the sum (finite exactly when every element is) and the squared norm.
     // Shards are disjoint and padding is zero, so the squares summed over ranks are the full norm's.
     // See Note [Every rank skips an overflowed step together].
-    std::vector<at::Tensor> shards;
-    for (const auto& u : units_) shards.push_back(u.grad_shard);
-    const bool local_nonfinite = amp::unscale_and_check(shards, 1.0 / o.loss_scale);
+    std::vector<at::Tensor> grads;  // float32: the shards themselves, or copies of 16-bit ones
+    for (const auto& u : units_) grads.push_back(u.grad_shard.to(at::kFloat));
+    const bool local_nonfinite = amp::unscale_and_check(grads, 1.0 / o.loss_scale);
     double sq = 0;
     if (o.clip_norm > 0)
-      for (const auto& u : units_) sq += u.grad_shard.to(at::kDouble).pow(2).sum().item<double>();
+      for (const auto& g : grads) sq += g.to(at::kDouble).pow(2).sum().item<double>();
     auto t = at::tensor({local_nonfinite ? 1.0 : 0.0, sq}, at::kDouble);
     if (world_ > 1) comm_->all_reduce(t, ReduceOp::kSum, "gradient check and norm")->wait();
     StepResult r;
@@ -204,20 +159,20 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
       r.grad_norm = std::sqrt(t[1].item<double>());
       const double coef = o.clip_norm / (r.grad_norm + 1e-6);
       if (coef < 1)
-        for (auto& u : units_) u.grad_shard.mul_(coef);
+        for (auto& g : grads) g.mul_(coef);
     }
     r.skipped = r.nonfinite && o.skip_nonfinite;
-    if (!r.skipped) optimizer_->step(lr);
+    if (!r.skipped) {
+      for (auto& slot : slots_)
+        if (sixteen_bit(slot.unit))
+          slot.piece.mutable_grad() = grads[slot.unit].narrow(0, slot.range.shard_offset, slot.range.length);
+      optimizer_->step(lr);
+      for (auto& slot : slots_)
+        if (sixteen_bit(slot.unit)) slot.piece.mutable_grad().reset();
+    }
     for (auto& u : units_) (u.flat_grad.defined() ? u.flat_grad : u.grad_shard).zero_();
     if (r.skipped) return r;  // the slices did not change, so the gathered parameters are current
-    // Updated slices go back to every rank for the units that stay whole; fsdp's others gather lazily.
-    for (size_t u = 0; u < units_.size(); ++u)
-      if (units_[u].persistent) {
-        units_[u].state = Gather::kSharded;
-        start_gather(u);
-      }
-    for (size_t u = 0; u < units_.size(); ++u)
-      if (units_[u].persistent) ensure_gathered(u);
+    regather_persistent();
     return r;
   }
 
@@ -226,13 +181,16 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   StateBytes state_bytes() const override {
     StateBytes b;
     for (const auto& u : units_) {
-      b.params += static_cast<int64_t>(u.full.storage().nbytes()) + bytes_of(u.master);
+      // A float32 master is the sharded parameter itself; a 16-bit unit's is optimizer state, as in
+      // ZeRO's 12 bytes (and the ddp strategy's masters).
+      b.params += static_cast<int64_t>(u.full.storage().nbytes());
+      (u.full.scalar_type() == at::kFloat ? b.params : b.optimizer) += bytes_of(u.master);
       b.grads += u.flat_grad.defined() ? bytes_of(u.flat_grad) : bytes_of(u.grad_shard);  // zero1: a view
     }
     // Gradients autograd holds outside the shards right now (between a no_sync backward and the step).
     if (options_.stage != ShardStage::kZero1)
       for (const auto& p : params_) b.grads += bytes_of(p.grad());
-    b.optimizer = optimizer_ ? optimizer_->state_bytes() : 0;
+    b.optimizer += optimizer_ ? optimizer_->state_bytes() : 0;
     return b;
   }
 
@@ -281,21 +239,35 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   void load_optimizer_state(const optim::NamedState& full) override {
     COHORT_ASSERT(optimizer_, "build_optimizer before load_optimizer_state");
     std::map<std::string, at::Tensor> by_name(full.begin(), full.end());
+    // This rank's piece of the full per-parameter tensor `kind.<name>`, or undefined if none was saved.
+    auto slice = [&](const std::string& kind, const Slot& s) -> at::Tensor {
+      const auto key = kind + "." + names_[s.range.param];
+      auto it = by_name.find(key);
+      if (it == by_name.end()) return {};
+      if (it->second.numel() != plan_.params()[s.range.param].numel())
+        throw CheckpointError("optimizer state '" + key + "' has " + std::to_string(it->second.numel()) +
+                                  " elements but the parameter has " +
+                                  std::to_string(plan_.params()[s.range.param].numel()),
+                              "resume with the model configuration the checkpoint was saved with");
+      return it->second.reshape(-1).narrow(0, s.range.param_offset, s.range.length);
+    };
     optim::NamedState mine;
     for (const auto& kind : optimizer_->state_kinds())
-      for (const auto& s : slots_) {
-        const auto key = kind + "." + names_[s.range.param];
-        auto it = by_name.find(key);
-        if (it == by_name.end()) continue;
-        if (it->second.numel() != plan_.params()[s.range.param].numel())
-          throw CheckpointError("optimizer state '" + key + "' has " + std::to_string(it->second.numel()) +
-                                    " elements but the parameter has " +
-                                    std::to_string(plan_.params()[s.range.param].numel()),
-                                "resume with the model configuration the checkpoint was saved with");
-        mine.emplace_back(key, it->second.reshape(-1).narrow(0, s.range.param_offset, s.range.length).clone());
-      }
+      for (const auto& s : slots_)
+        if (auto t = slice(kind, s); t.defined()) mine.emplace_back(kind + "." + names_[s.range.param], t.clone());
     if (by_name.count("step")) mine.emplace_back("step", by_name["step"]);
     optimizer_->load_state_dict(mine);
+    // fp16-master's float32 weights (master.<name>: from a ddp save, or a sharded save's weights, which
+    // are its masters) become this rank's master slices, more exact than the 16-bit weights rounded
+    // from them; the units are gathered again so the weights are the rounded masters.
+    at::NoGradGuard no_grad;
+    bool masters = false;
+    for (const auto& s : slots_)
+      if (auto t = slice("master", s); t.defined()) {
+        units_[s.unit].master.narrow(0, s.range.shard_offset, s.range.length).copy_(t);
+        masters = true;
+      }
+    if (masters) regather_persistent();
   }
 
   HookState state_dict() override { return {}; }
@@ -305,26 +277,28 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   // head) is gathered when the model's forward starts and, in training, stays gathered until its
   // gradients are reduced at the end of backward, as FSDP2 keeps its root; the other units are gathered
   // around their own forward and backward.
+  // A block is one unit, or one per dtype under fp16-master (see parallel/shard/Units.h); the unit
+  // numbers in the trace are the plan's.
   at::Tensor run_model(const std::function<at::Tensor()>& forward) override {
-    ensure_gathered(0);
-    if (units_.size() > 1) start_gather(1);
+    gather_block(0);
+    if (blocks_.size() > 1) prefetch_block(1);
     at::Tensor out = forward();
-    if (!out.requires_grad() && !units_[0].persistent) free_unit(0);
+    if (!out.requires_grad()) free_block(0);
     return out;
   }
 
   at::Tensor run(size_t index, const std::function<at::Tensor()>& forward) override {
-    const size_t u = index + 1;
-    COHORT_ASSERT(u < units_.size(), "model ran unit " + std::to_string(index) + " but fsdp planned " +
-                                         std::to_string(units_.size() - 1));
-    ensure_gathered(u);
-    if (u + 1 < units_.size()) start_gather(u + 1);  // prefetch: the next unit's gather overlaps this forward
-    note("forward", u);
+    const size_t b = index + 1;
+    COHORT_ASSERT(b < blocks_.size(), "model ran unit " + std::to_string(index) + " but fsdp planned " +
+                                          std::to_string(blocks_.size() - 1));
+    gather_block(b);
+    if (b + 1 < blocks_.size()) prefetch_block(b + 1);  // the next block's gather overlaps this forward
+    for (size_t u : blocks_[b]) note("forward", u);
     at::Tensor out = forward();
     if (out.requires_grad()) {
-      out.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
+      out.register_hook([this, b](const at::Tensor&) { pre_backward(b); });
     }
-    if (!units_[u].persistent) free_unit(u);
+    free_block(b);
     return out;
   }
 
@@ -334,6 +308,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     at::Tensor full;        // the unit's flat parameters; params are views into it
     size_t nbytes = 0;      // full's storage size when allocated
     at::Tensor master;      // this rank's float32 slice, which the optimizer updates
+    at::Tensor gather_src;  // 16-bit units: the master rounded to the weights' dtype, while its gather runs
     at::Tensor grad_shard;  // this rank's slice of the averaged gradient
     at::Tensor flat_grad;   // zero1: the full gradients, which params' .grad are views of
     bool persistent = true; // stays gathered (every unit of zero1/zero2, fsdp's root)
@@ -347,7 +322,9 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   struct Slot {
     size_t unit;
     shard::Range range;
+    at::Tensor piece;  // the optimizer's tensor: a view into the unit's master
   };
+  bool sixteen_bit(size_t u) const { return units_[u].full.scalar_type() != at::kFloat; }
 
   std::vector<shard::ParamSpec> specs() const {
     std::vector<shard::ParamSpec> out;
@@ -362,28 +339,42 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
         throw ConfigError("dist.strategy=fsdp needs a cohort model (a models::Classifier) to find its units",
                           "use zero2 for other modules");
     }
-    return plan_units(*model_, specs(), options_);
+    std::vector<c10::ScalarType> dtypes;
+    for (const auto& p : params_) dtypes.push_back(p.scalar_type());
+    auto layout = shard::plan_units(*model_, specs(), dtypes, options_);
+    blocks_ = std::move(layout.blocks);
+    return std::move(layout.units);
   }
 
+  // Note [Sharding 16-bit weights]
+  // Under fp16-master a unit's flat parameters, gradients and gradient collectives are in the weights'
+  // dtype (2 bytes, as ZeRO's 2Ψ), while the slice the optimizer updates is a float32 master (ZeRO's
+  // 4Ψ/N of the 12). At the step the 16-bit gradient slice is copied to float32 before unscaling (so
+  // small gradients do not underflow), the optimizer updates the master, and the gather sends the master
+  // rounded to 16 bits. float32 units keep their master as the sharded parameter itself.
   void build_units() {
     at::NoGradGuard no_grad;
-    const auto options = params_.front().options();
     for (size_t u = 0; u < plan_.units().size(); ++u) {
       const auto& unit = plan_.unit(u);
+      // Units are single-dtype (Units.h); an empty one takes float32.
+      const auto options = unit.params.empty() ? params_.front().options().dtype(at::kFloat)
+                                               : params_[unit.params.front()].options();
       UnitState s;
       s.full = at::zeros({unit.padded}, options);
       s.nbytes = static_cast<size_t>(unit.padded) * s.full.element_size();
       for (size_t k = 0; k < unit.params.size(); ++k) {
         auto& p = params_[unit.params[k]];
-        if (p.scalar_type() != at::kFloat)
-          throw ConfigError(name() + " shards float32 parameters; '" + names_[unit.params[k]] + "' is " +
-                                std::string(c10::toString(p.scalar_type())),
-                            "keep the model in float32 (mixed precision casts at run time)");
+        const auto type = p.scalar_type();
+        if (type != at::kFloat && type != at::kHalf && type != at::kBFloat16)
+          throw ConfigError(name() + " shards float32, float16 and bfloat16 parameters; '" + names_[unit.params[k]] +
+                                "' is " + std::string(c10::toString(type)),
+                            "keep the model in float32 (amp.precision casts at run time)");
         auto view = s.full.narrow(0, unit.offsets[k], p.numel()).view(p.sizes());
         view.copy_(p);
         p.set_data(view);
       }
-      s.master = s.full.narrow(0, rank_ * unit.shard, unit.shard).clone();
+      s.master = at::empty({unit.shard}, options.dtype(at::kFloat));
+      s.master.copy_(s.full.narrow(0, rank_ * unit.shard, unit.shard));
       s.grad_shard = at::zeros({unit.shard}, options);
       s.persistent = options_.stage != ShardStage::kFsdp;
       if (options_.stage == ShardStage::kZero1) {
@@ -405,26 +396,6 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     grad_accumulators_ = attach_grad_ready_hooks(params_, fire_);
   }
 
-  // Every rank must have built the same parameters (names and shapes), or the flat layouts differ and
-  // the collectives would mix unrelated numbers; a hash of them is compared with rank 0's.
-  void check_replicas_match() {
-    if (world_ == 1) return;
-    size_t h = 1469598103934665603ull;
-    auto mix = [&h](size_t v) { h = (h ^ v) * 1099511628211ull; };
-    for (size_t i = 0; i < params_.size(); ++i) {
-      mix(std::hash<std::string>{}(names_[i]));
-      for (auto d : params_[i].sizes()) mix(static_cast<size_t>(d));
-    }
-    auto mine = at::full({1}, static_cast<int64_t>(h & 0x7fffffffffffffffull), at::kLong);
-    auto all = at::zeros({world_}, at::kLong);
-    comm_->all_gather(all, mine, name() + " model check")->wait();
-    for (int r = 1; r < world_; ++r)
-      if (all[r].item<int64_t>() != all[0].item<int64_t>())
-        throw CommError("rank " + std::to_string(rank_) + ": " + name() + ": rank " + std::to_string(r) +
-                            " built a model whose parameter names or shapes differ from rank 0's",
-                        "every rank must build the same model with the same config");
-  }
-
   void start_gather(size_t u) {
     auto& s = units_[u];
     if (s.state != Gather::kSharded) return;
@@ -434,7 +405,9 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
       s.state = Gather::kGathered;
       return;
     }
-    s.gather = comm_->all_gather(s.full, s.master, name() + " unit " + std::to_string(u) + " parameters");
+    // The source must outlive the asynchronous gather (Note [Sharding 16-bit weights]).
+    s.gather_src = s.master.to(s.full.scalar_type());
+    s.gather = comm_->all_gather(s.full, s.gather_src, name() + " unit " + std::to_string(u) + " parameters");
     s.state = Gather::kGathering;
     note("gather", u);
   }
@@ -446,6 +419,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
       note("wait", u);
       s.gather->wait();
       s.gather.reset();
+      s.gather_src = at::Tensor();
       s.state = Gather::kGathered;
     }
   }
@@ -454,6 +428,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     auto& s = units_[u];
     if (s.state == Gather::kGathering) s.gather->wait();
     s.gather.reset();
+    s.gather_src = at::Tensor();
     release_storage(s.full);
     s.state = Gather::kSharded;
     note("free", u);
@@ -470,13 +445,36 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
   }
 
-  // Autograd reached unit u's output: its backward is next, so its parameters must be whole, and the
-  // unit before it (next in backward) starts gathering now.
-  void pre_backward(size_t u) {
+  // Autograd reached block b's output: its backward is next, so its parameters must be whole, and the
+  // block before it (next in backward) starts gathering now.
+  void pre_backward(size_t b) {
     if (!in_backward_) begin_backward();
-    note("backward", u);
-    ensure_gathered(u);
-    if (u > 1) start_gather(u - 1);
+    for (size_t u : blocks_[b]) note("backward", u);
+    gather_block(b);
+    if (b > 1) prefetch_block(b - 1);
+  }
+
+  // Updated slices go back to every rank for the units that stay whole; fsdp's others gather lazily.
+  void regather_persistent() {
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (units_[u].persistent) {
+        units_[u].state = Gather::kSharded;
+        start_gather(u);
+      }
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (units_[u].persistent) ensure_gathered(u);
+  }
+
+  void gather_block(size_t b) {
+    for (size_t u : blocks_[b]) start_gather(u);
+    for (size_t u : blocks_[b]) ensure_gathered(u);
+  }
+  void prefetch_block(size_t b) {
+    for (size_t u : blocks_[b]) start_gather(u);
+  }
+  void free_block(size_t b) {
+    for (size_t u : blocks_[b])
+      if (!units_[u].persistent) free_unit(u);
   }
 
   void on_gradient_ready(size_t i) {
@@ -494,7 +492,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     s.done = true;
     if (backward_synced_) {
       const auto& unit = plan_.unit(u);
-      auto flat = at::zeros({unit.padded}, s.master.options());
+      auto flat = at::zeros({unit.padded}, s.grad_shard.options());
       for (size_t k = 0; k < unit.params.size(); ++k) {
         auto& p = params_[unit.params[k]];
         if (p.grad().defined()) flat.narrow(0, unit.offsets[k], p.numel()).copy_(p.grad().reshape(-1));
@@ -555,6 +553,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   std::vector<std::string> names_, buffer_names_;
   std::vector<at::Tensor> params_, buffers_;
   shard::ShardPlan plan_;
+  std::vector<std::vector<size_t>> blocks_;  // fsdp: the units of each block, the root first
   std::vector<UnitState> units_;
   std::vector<Slot> slots_;
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -575,8 +574,8 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
 }  // namespace
 
 shard::ShardPlan plan_shards(torch::nn::Module& model, const ShardedOptions& options, int world) {
-  const auto specs = trainable_specs(model);
-  return shard::ShardPlan(specs, plan_units(model, specs, options), world);
+  const auto specs = shard::trainable_specs(model);
+  return shard::ShardPlan(specs, shard::plan_units(model, specs, shard::trainable_dtypes(model), options).units, world);
 }
 
 std::unique_ptr<ShardedStrategy> make_sharded_strategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,

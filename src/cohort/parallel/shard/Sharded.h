@@ -1,6 +1,8 @@
 // ZeRO-1, ZeRO-2 and FSDP (ZeRO-3) behind cohort::Strategy. Parameters are flattened into units (see
 // ShardPlan); each rank keeps a float32 master copy of its slice of every unit and the optimizer state
-// for that slice only.
+// for that slice only. Under amp.precision=fp16-master the units hold fp16 weights and gradients (batch
+// norm's stay float32, in units of their own) and only the slices' masters are float32: ZeRO's mixed-
+// precision layout (Note [Sharding 16-bit weights]).
 //   zero1  full gradients as DDP has them; at the step each unit is reduce-scattered, the slice updated,
 //          and the parameters all-gathered.
 //   zero2  each unit's gradients are reduce-scattered during backward as soon as the unit's last
