@@ -1,12 +1,9 @@
 #include "cohort/comm/GlooCommunicator.h"
 
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <future>
-#include <thread>
+#include <memory>
 #include <sstream>
 
+#include "cohort/comm/PeerWatch.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/TorchCompat.h"
 
@@ -105,18 +102,8 @@ class GlooCommunicatorImpl : public Communicator {
  public:
   GlooCommunicatorImpl(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, c10::intrusive_ptr<c10d::Store> store, int rank,
                        int size, std::chrono::milliseconds timeout)
-      : pg_(std::move(pg)), store_(std::move(store)), rank_(rank), size_(size), timeout_(timeout) {
-    if (size_ > 1) heartbeat_ = std::thread([this] { beat(); });
-  }
-
-  ~GlooCommunicatorImpl() override {
-    {
-      std::lock_guard<std::mutex> lock(beat_mutex_);
-      stopping_ = true;
-    }
-    beat_cv_.notify_all();
-    if (heartbeat_.joinable()) heartbeat_.join();
-  }
+      : pg_(std::move(pg)), rank_(rank), size_(size), timeout_(timeout),
+        watch_(std::make_shared<comm::PeerWatch>(std::move(store), rank, size)) {}
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -227,19 +214,13 @@ class GlooCommunicatorImpl : public Communicator {
   }
 
  private:
-  enum class Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter, kBarrier };
-  static const char* kind_name(int64_t k) {
-    static const char* names[] = {"?", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"};
-    return k >= 1 && k <= 5 ? names[k] : "?";
-  }
+  using Kind = comm::CollectiveKind;
 
   // See Communicator::set_debug. Each rank's (kind, dtype, element count) is all-gathered through the
   // process group directly (not through our own collectives, which would check themselves) and compared.
   void verify(Kind kind, const at::Tensor& t, const std::string& what) {
     if (!debug_ || size_ == 1) return;
-    const int64_t dtype = t.defined() ? static_cast<int64_t>(t.scalar_type()) : -1;
-    const int64_t numel = t.defined() ? t.numel() : 0;
-    auto mine = at::tensor({static_cast<int64_t>(kind), dtype, numel}, at::kLong);
+    auto mine = comm::collective_signature(kind, t);
     auto all = at::zeros({size_, 3}, at::kLong);
     std::vector<std::vector<at::Tensor>> outs(1);
     for (int r = 0; r < size_; ++r) outs[0].push_back(all[r]);
@@ -247,107 +228,22 @@ class GlooCommunicatorImpl : public Communicator {
     c10d::AllgatherOptions opts;
     opts.timeout = timeout_;
     GlooHandle(pg_->allgather(outs, ins, opts), context("debug check of the next collective", what)).wait();
-    auto describe = [](const int64_t* row) {
-      std::string s = std::string(kind_name(row[0]));
-      if (row[0] != static_cast<int64_t>(Kind::kBarrier))
-        s += " on " + std::to_string(row[2]) + " x " +
-             (row[1] >= 0 ? std::string(c10::toString(static_cast<c10::ScalarType>(row[1]))) : "?");
-      return s;
-    };
-    const int64_t* a = all.data_ptr<int64_t>();
-    std::string diff;
-    for (int r = 0; r < size_; ++r)
-      if (!std::equal(a + 3 * r, a + 3 * r + 3, a + 3 * rank_)) diff += "; rank " + std::to_string(r) + " called " + describe(a + 3 * r);
-    if (!diff.empty())
-      throw CommError("collective #" + std::to_string(seq_ + 1) + " differs across ranks: rank " + std::to_string(rank_) +
-                          " called " + describe(a + 3 * rank_) + " ('" + what + "')" + diff,
-                      "every rank must call the same collectives in the same order with the same shapes; "
-                      "look for rank-dependent branches around this one");
+    comm::check_same_collective(all, rank_, watch_->issued() + 1, what);
   }
 
-  // Note [Naming the ranks that did not arrive]
-  // Gloo's timeout says only that the collective did not complete, not who is missing. Two records in
-  // the store tell more. Each rank writes the sequence number of the last collective it issued (one small
-  // write per collective): ranks below this collective's number never reached it (hung elsewhere, or
-  // calling something else). And a heartbeat thread per rank bumps a counter every second: a rank whose
-  // counter stands still while we watch has stopped answering altogether (SIGSTOP, a frozen machine),
-  // even if it had issued the collective. The query runs on its own thread with a bound, because the
-  // store lives on rank 0, which may itself be the rank that stopped.
+  // See Note [Naming the ranks that did not arrive] in comm/PeerWatch.cpp.
   Context context(const char* kind, const std::string& what) {
-    const uint64_t seq = ++seq_;
-    if (size_ > 1) put(store_, "cohort/issued/" + std::to_string(rank_), seq);
-    auto store = store_;
-    const int size = size_, rank = rank_;
-    return Context{kind, what, seq, rank_, size_, timeout_, [store, size, rank](uint64_t at) {
-                     return diagnose(store, size, rank, at);
-                   }};
-  }
-
-  static void put(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, uint64_t value) {
-    const auto text = std::to_string(value);
-    try {
-      store->set(key, std::vector<uint8_t>(text.begin(), text.end()));
-    } catch (const std::exception&) {
-      // The store is gone (rank 0 died): the collective itself will fail and say so.
-    }
-  }
-
-  static uint64_t read(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key) {
-    if (!store->check({key})) return 0;
-    const auto v = store->get(key);
-    return std::stoull(std::string(v.begin(), v.end()));
-  }
-
-  void beat() {
-    for (uint64_t n = 1;; ++n) {
-      put(store_, "cohort/beat/" + std::to_string(rank_), n);  // not under the lock: the store may be slow
-      std::unique_lock<std::mutex> lock(beat_mutex_);
-      if (beat_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) return;
-    }
-  }
-
-  static std::string diagnose(c10::intrusive_ptr<c10d::Store> store, int size, int self, uint64_t seq) {
-    auto result = std::make_shared<std::promise<std::string>>();
-    auto answer = result->get_future();
-    std::thread([store, size, self, seq, result] {
-      try {
-        std::vector<uint64_t> before(size), issued(size);
-        for (int r = 0; r < size; ++r) before[r] = read(store, "cohort/beat/" + std::to_string(r));
-        std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-        std::string silent, missing;
-        for (int r = 0; r < size; ++r) {
-          if (r == self) continue;
-          if (read(store, "cohort/beat/" + std::to_string(r)) == before[r])
-            silent += (silent.empty() ? "" : ",") + std::to_string(r);
-          const uint64_t last = read(store, "cohort/issued/" + std::to_string(r));
-          if (last < seq)
-            missing += (missing.empty() ? "" : ",") + std::to_string(r) + " (last issued #" + std::to_string(last) + ")";
-        }
-        std::string out;
-        if (!silent.empty()) out = "rank(s) " + silent + " stopped answering (no heartbeat for 2.5 s)";
-        if (!missing.empty()) out += (out.empty() ? "" : "; ") + std::string("rank(s) ") + missing + " never issued it";
-        if (out.empty()) out = "every rank is alive and issued it, so it stalled inside the collective";
-        result->set_value(out);
-      } catch (const std::exception& e) {
-        result->set_value(std::string("the store did not answer (") + e.what() + ")");
-      }
-    }).detach();
-    if (answer.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
-      return "the store on rank 0 did not answer within 5 s: rank 0 itself may be the one that stopped";
-    return answer.get();
+    const uint64_t seq = watch_->issue();
+    return Context{kind, what, seq, rank_, size_, timeout_,
+                   [watch = watch_](uint64_t at) { return watch->diagnose(at); }};
   }
 
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
-  c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
-  std::atomic<uint64_t> seq_{0};
   bool debug_ = false;
-  std::thread heartbeat_;
-  std::mutex beat_mutex_;
-  std::condition_variable beat_cv_;
-  bool stopping_ = false;
+  std::shared_ptr<comm::PeerWatch> watch_;  // shared with pending handles' diagnosis
 };
 
 }  // namespace

@@ -95,16 +95,19 @@ std::string nccl_error(ncclComm_t comm, ncclResult_t r) {
 // One launched collective, as the watchdog and the handle see it.
 struct NcclWork {
   std::string desc;  // "all_reduce 'bucket 3' (collective #12) on rank 0 of 8"
+  uint64_t seq;      // 12: what PeerWatch::diagnose asks about
   std::shared_ptr<at::cuda::CUDAEvent> end;  // recorded on the comm stream after the collective
   Clock::time_point launched;
 };
 
 struct NcclState {
-  NcclState(int rank_, int size_, int device_, std::chrono::milliseconds timeout_, ncclComm_t comm_)
+  NcclState(int rank_, int size_, int device_, std::chrono::milliseconds timeout_, ncclComm_t comm_,
+            c10::intrusive_ptr<c10d::Store> store)
       : rank(rank_), size(size_), device(static_cast<c10::DeviceIndex>(device_)), timeout(timeout_), comm(comm_),
         // High priority, as in c10d: a bucket's all-reduce should not queue behind backward kernels.
         stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
-        barrier_buf(at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device))) {}
+        barrier_buf(at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device))),
+        peers(std::make_shared<comm::PeerWatch>(std::move(store), rank_, size_)) {}
 
   const int rank;
   const int size;
@@ -113,8 +116,8 @@ struct NcclState {
   ncclComm_t comm;  // null once destroyed; freed by ncclCommAbort once `aborted`
   const c10::cuda::CUDAStream stream;
   const at::Tensor barrier_buf;
-  uint64_t seq = 0;
-  bool warned_debug = false;
+  const std::shared_ptr<comm::PeerWatch> peers;  // sequence numbers, heartbeat, who is missing
+  bool debug = false;
 
   // One mutex for the NCCL communicator and the watchdog's view, so that an abort can never race a
   // call into the communicator it frees. NCCL calls return at once (Note [Nonblocking NCCL calls]), so
@@ -154,12 +157,13 @@ struct NcclState {
                     failure_hint);
   }
 
-  void timed_out_locked(const NcclWork& w) {
+  // `who`: PeerWatch::diagnose's finding, asked without holding `mu` (it takes seconds).
+  void timed_out_locked(const NcclWork& w, const std::string& who) {
     std::string others;
     for (int r = 0; r < size; ++r)
       if (r != rank) others += (others.empty() ? "" : ",") + std::to_string(r);
     fail_locked(w.desc, w.desc + " did not complete within " + seconds(timeout) + ": of ranks {" + others +
-                            "}, at least one did not reach it or died in it",
+                            "}, at least one did not reach it or died in it; " + who,
                 "rerun with NCCL_DEBUG=INFO and check that every rank reached this collective (look for a "
                 "rank-dependent branch, or a rank that failed first: see its error), or raise dist.timeout_s");
   }
@@ -203,8 +207,14 @@ struct NcclState {
         if (async != ncclSuccess && async != ncclInProgress)
           fail_locked(desc, desc + " failed: " + nccl_error(comm, async),
                       "a peer rank exited or its network link broke; rerun with NCCL_DEBUG=INFO to see which");
-        else if (!works.empty() && Clock::now() - works.front()->launched > timeout)
-          timed_out_locked(*works.front());
+        else if (!works.empty() && Clock::now() - works.front()->launched > timeout) {
+          const auto late = works.front();
+          lock.unlock();
+          const std::string who = peers->diagnose(late->seq);
+          lock.lock();
+          // It may have completed, or a caller may have failed it, while we asked.
+          if (!stopping && failure.empty() && !late->end->query()) timed_out_locked(*late, who);
+        }
       } catch (const std::exception& e) {  // a CUDA error from the event query: the device is unusable
         const std::string desc = works.empty() ? "the NCCL communicator" : works.front()->desc;
         fail_locked(desc, desc + ": CUDA error: " + e.what(), "see the first CUDA error of this rank above");
@@ -230,7 +240,8 @@ struct NcclState {
   // launch() checks the tensors (the first is the input), then runs `collective` in this order.
   std::shared_ptr<NcclWork> launch(const char* kind, const std::string& what, const std::vector<at::Tensor>& tensors,
                                    const std::function<ncclResult_t(ncclDataType_t, cudaStream_t)>& collective) {
-    const std::string desc = describe(kind, what, ++seq);
+    const uint64_t seq = peers->issue();
+    const std::string desc = describe(kind, what, seq);
     for (size_t i = 0; i < tensors.size(); ++i) check(tensors[i], i == 0 ? "input" : "output", desc);
     const ncclDataType_t dtype = *to_nccl(tensors[0].scalar_type());
     c10::cuda::CUDAGuard guard(device);
@@ -239,7 +250,7 @@ struct NcclState {
     ready.block(stream);
     for (const auto& t : tensors) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
     call(desc, [&] { return collective(dtype, stream.stream()); });
-    auto work = std::make_shared<NcclWork>(NcclWork{desc, std::make_shared<at::cuda::CUDAEvent>(), Clock::now()});
+    auto work = std::make_shared<NcclWork>(NcclWork{desc, seq, std::make_shared<at::cuda::CUDAEvent>(), Clock::now()});
     work->end->record(stream);
     std::lock_guard<std::mutex> lock(mu);
     works.push_back(work);
@@ -328,10 +339,14 @@ class NcclHandle : public Handle {
         std::lock_guard<std::mutex> lock(state_->mu);
         state_->throw_if_failed_locked(work_->desc);
         if (work_->end->query()) return;
-        if (Clock::now() - work_->launched > state_->timeout) {
-          state_->timed_out_locked(*work_);
-          state_->throw_if_failed_locked(work_->desc);
-        }
+      }
+      if (Clock::now() - work_->launched > state_->timeout) {
+        const std::string who = state_->peers->diagnose(work_->seq);
+        std::lock_guard<std::mutex> lock(state_->mu);
+        state_->throw_if_failed_locked(work_->desc);
+        if (work_->end->query()) return;  // it arrived while we asked
+        state_->timed_out_locked(*work_, who);
+        state_->throw_if_failed_locked(work_->desc);
       }
       std::this_thread::sleep_for(step);
       step = std::min(step * 2, std::chrono::microseconds(20000));
@@ -398,7 +413,7 @@ CommunicatorPtr NcclCommunicator::create(c10::intrusive_ptr<c10d::Store> store, 
   }
   std::shared_ptr<detail::NcclState> state;
   try {
-    state = std::make_shared<detail::NcclState>(rank, size, device_index, timeout, comm);
+    state = std::make_shared<detail::NcclState>(rank, size, device_index, timeout, comm, store);
   } catch (...) {  // out of device memory for the barrier's buffer, say
     ncclCommAbort(comm);
     throw;
@@ -415,15 +430,16 @@ int NcclCommunicator::rank() const { return state_->rank; }
 int NcclCommunicator::size() const { return state_->size; }
 std::chrono::milliseconds NcclCommunicator::timeout() const { return state_->timeout; }
 
-void NcclCommunicator::set_debug(bool on) {
-  // The Gloo backend's check all-gathers each collective's signature on the host before running it; for
-  // NCCL that would need a device all-gather and a host sync per collective. Not done yet.
-  if (on && !state_->warned_debug) {
-    state_->warned_debug = true;
-    std::cerr << "cohort: warning: dist.debug=detail does not check collectives with the NCCL backend yet; "
-                 "NCCL_DEBUG=INFO logs each rank's collectives"
-              << std::endl;
-  }
+void NcclCommunicator::set_debug(bool on) { state_->debug = on; }
+
+// A host-blocking all-gather per collective: slow, as c10d's TORCH_DISTRIBUTED_DEBUG=DETAIL is, and only
+// under dist.debug=detail. It goes through gather(), not all_gather(), which would check itself.
+void NcclCommunicator::verify(comm::CollectiveKind kind, const at::Tensor& t, const std::string& what) {
+  if (!state_->debug || state_->size == 1) return;
+  const auto mine = comm::collective_signature(kind, t);
+  auto all = at::zeros({state_->size, 3}, at::kLong);
+  gather(all, mine, "debug check of the next collective ('" + what + "')")->wait();
+  comm::check_same_collective(all, state_->rank, state_->peers->issued() + 1, what);
 }
 
 // Note [Host tensors through NCCL]
@@ -448,6 +464,7 @@ HandlePtr handle_for(const std::shared_ptr<detail::NcclState>& state, std::share
 }  // namespace
 
 HandlePtr NcclCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp op, const std::string& what) {
+  verify(comm::CollectiveKind::kAllReduce, tensor, what);
   const auto t = on_device(tensor, state_->device);
   auto work = state_->launch("all_reduce", what, {t}, [&](ncclDataType_t dtype, cudaStream_t st) {
     return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype, detail::to_nccl(op), state_->comm, st);
@@ -456,6 +473,7 @@ HandlePtr NcclCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp op, co
 }
 
 HandlePtr NcclCommunicator::broadcast(const at::Tensor& tensor, int root, const std::string& what) {
+  verify(comm::CollectiveKind::kBroadcast, tensor, what);
   const auto t = on_device(tensor, state_->device);
   auto work = state_->launch("broadcast", what, {t}, [&](ncclDataType_t dtype, cudaStream_t st) {
     return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dtype, root, state_->comm, st);
@@ -464,6 +482,11 @@ HandlePtr NcclCommunicator::broadcast(const at::Tensor& tensor, int root, const 
 }
 
 HandlePtr NcclCommunicator::all_gather(const at::Tensor& output, const at::Tensor& input, const std::string& what) {
+  verify(comm::CollectiveKind::kAllGather, input, what);
+  return gather(output, input, what);
+}
+
+HandlePtr NcclCommunicator::gather(const at::Tensor& output, const at::Tensor& input, const std::string& what) {
   COHORT_ASSERT(output.numel() == input.numel() * size() && output.scalar_type() == input.scalar_type(),
                 "all_gather output must hold size() chunks of input's type");
   const auto in = on_device(input, state_->device);
@@ -478,6 +501,7 @@ HandlePtr NcclCommunicator::reduce_scatter(const at::Tensor& output, const at::T
                                            const std::string& what) {
   COHORT_ASSERT(input.numel() == output.numel() * size() && output.scalar_type() == input.scalar_type(),
                 "reduce_scatter input must hold size() chunks of output's type");
+  verify(comm::CollectiveKind::kReduceScatter, output, what);
   // NCCL allows output == input's chunk `rank` (in place), which the Communicator contract promises. Host
   // tensors are staged separately; the copy back writes the result into the aliased chunk all the same.
   const auto in = on_device(input, state_->device);
@@ -490,6 +514,7 @@ HandlePtr NcclCommunicator::reduce_scatter(const at::Tensor& output, const at::T
 }
 
 HandlePtr NcclCommunicator::barrier(const std::string& what) {
+  verify(comm::CollectiveKind::kBarrier, at::Tensor(), what);
   const at::Tensor& buf = state_->barrier_buf;  // zeros: summing it changes nothing
   auto work = state_->launch("barrier", what, {buf}, [&](ncclDataType_t dtype, cudaStream_t st) {
     return ncclAllReduce(buf.data_ptr(), buf.data_ptr(), 1, dtype, ncclSum, state_->comm, st);

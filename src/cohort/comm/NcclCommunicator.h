@@ -11,6 +11,8 @@
 // the tensors may then be freed at once). A collective that times out after that surfaces as a
 // CommError from the next call on the communicator (and a line on stderr); barrier()'s wait() blocks
 // the host and throws itself. Call collectives from one thread, in the same order on every rank.
+// As with Gloo, a timeout names the ranks that never issued the collective or stopped answering
+// (comm/PeerWatch, through the store), and set_debug(true) checks every collective's signature first.
 //
 // Compiled only when cohort is built against a LibTorch with CUDA (COHORT_CUDA=ON, which defines
 // COHORT_HAVE_NCCL); otherwise dist.backend=nccl fails in rendezvous() with a message saying so.
@@ -22,6 +24,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "cohort/comm/Communicator.h"
+#include "cohort/comm/PeerWatch.h"
 
 namespace cohort {
 
@@ -58,10 +61,14 @@ class NcclCommunicator : public Communicator {
   // An all-reduce of one element; its wait() blocks the host until every rank has arrived.
   HandlePtr barrier(const std::string& what) override;
 
-  // Not implemented for NCCL yet: warns once. NCCL_DEBUG=INFO logs every collective of every rank.
+  // dist.debug=detail: before each collective, every rank's (kind, dtype, size) is all-gathered (a
+  // host-blocking NCCL all-gather of 3 numbers) and compared; a difference is a CommError naming each
+  // rank's call.
   void set_debug(bool on) override;
 
  private:
+  void verify(comm::CollectiveKind kind, const at::Tensor& t, const std::string& what);
+  HandlePtr gather(const at::Tensor& output, const at::Tensor& input, const std::string& what);
   std::shared_ptr<detail::NcclState> state_;
 };
 

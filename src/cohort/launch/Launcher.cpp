@@ -299,7 +299,6 @@ int launch(const LaunchOptions& o) {
     throw LaunchError("--node-rank " + std::to_string(o.node_rank) + " is not in [0, --nnodes " +
                           std::to_string(o.nnodes) + ")",
                       "number machines 0..nnodes-1, each with its own --node-rank");
-  const int world_size = o.nnodes * o.nproc_per_node;
 
   // Every job's store demands a secret (Note [Store handshake]). On one machine the launcher starts every
   // worker, so it can make one up; across machines the user must give the same one to every launcher.

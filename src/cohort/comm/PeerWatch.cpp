@@ -1,0 +1,132 @@
+#include "cohort/comm/PeerWatch.h"
+
+#include <algorithm>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "cohort/util/Error.h"
+
+namespace cohort::comm {
+namespace {
+
+void put(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, uint64_t value) {
+  const auto text = std::to_string(value);
+  try {
+    store->set(key, std::vector<uint8_t>(text.begin(), text.end()));
+  } catch (const std::exception&) {
+    // The store is gone (rank 0 died): the collective itself will fail and say so.
+  }
+}
+
+uint64_t read(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key) {
+  if (!store->check({key})) return 0;
+  const auto v = store->get(key);
+  return std::stoull(std::string(v.begin(), v.end()));
+}
+
+const char* kind_name(int64_t k) {
+  static const char* names[] = {"?", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"};
+  return k >= 1 && k <= 5 ? names[k] : "?";
+}
+
+std::string describe(const int64_t* row) {
+  std::string s = kind_name(row[0]);
+  if (row[0] != static_cast<int64_t>(CollectiveKind::kBarrier))
+    s += " on " + std::to_string(row[2]) + " x " +
+         (row[1] >= 0 ? std::string(c10::toString(static_cast<c10::ScalarType>(row[1]))) : "?");
+  return s;
+}
+
+}  // namespace
+
+// Note [Naming the ranks that did not arrive]
+// A backend's timeout says only that the collective did not complete, not who is missing. Two records
+// in the store tell more. Each rank writes the sequence number of the last collective it issued (one
+// small write per collective): ranks below this collective's number never reached it (hung elsewhere,
+// or calling something else). And a heartbeat thread per rank bumps a counter every second: a rank
+// whose counter stands still while we watch has stopped answering altogether (SIGSTOP, a frozen
+// machine), even if it had issued the collective. The query runs on its own thread with a bound,
+// because the store lives on rank 0, which may itself be the rank that stopped.
+PeerWatch::PeerWatch(c10::intrusive_ptr<c10d::Store> store, int rank, int size)
+    : store_(std::move(store)), rank_(rank), size_(size) {
+  if (size_ > 1) heartbeat_ = std::thread([this] { beat(); });
+}
+
+PeerWatch::~PeerWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+uint64_t PeerWatch::issue() {
+  const uint64_t seq = ++seq_;
+  if (size_ > 1) put(store_, "cohort/issued/" + std::to_string(rank_), seq);
+  return seq;
+}
+
+void PeerWatch::beat() {
+  for (uint64_t n = 1;; ++n) {
+    put(store_, "cohort/beat/" + std::to_string(rank_), n);  // not under the lock: the store may be slow
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) return;
+  }
+}
+
+std::string PeerWatch::diagnose(uint64_t seq) const {
+  auto result = std::make_shared<std::promise<std::string>>();
+  auto answer = result->get_future();
+  // Detached, with its own references: it may outlive this PeerWatch when the store hangs.
+  std::thread([store = store_, size = size_, self = rank_, seq, result] {
+    try {
+      std::vector<uint64_t> before(size);
+      for (int r = 0; r < size; ++r) before[r] = read(store, "cohort/beat/" + std::to_string(r));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      std::string silent, missing;
+      for (int r = 0; r < size; ++r) {
+        if (r == self) continue;
+        if (read(store, "cohort/beat/" + std::to_string(r)) == before[r])
+          silent += (silent.empty() ? "" : ",") + std::to_string(r);
+        const uint64_t last = read(store, "cohort/issued/" + std::to_string(r));
+        if (last < seq)
+          missing += (missing.empty() ? "" : ",") + std::to_string(r) + " (last issued #" + std::to_string(last) + ")";
+      }
+      std::string out;
+      if (!silent.empty()) out = "rank(s) " + silent + " stopped answering (no heartbeat for 2.5 s)";
+      if (!missing.empty()) out += (out.empty() ? "" : "; ") + std::string("rank(s) ") + missing + " never issued it";
+      if (out.empty()) out = "every rank is alive and issued it, so it stalled inside the collective";
+      result->set_value(out);
+    } catch (const std::exception& e) {
+      result->set_value(std::string("the store did not answer (") + e.what() + ")");
+    }
+  }).detach();
+  if (answer.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
+    return "the store on rank 0 did not answer within 5 s: rank 0 itself may be the one that stopped";
+  return answer.get();
+}
+
+at::Tensor collective_signature(CollectiveKind kind, const at::Tensor& t) {
+  const int64_t dtype = t.defined() ? static_cast<int64_t>(t.scalar_type()) : -1;
+  const int64_t numel = t.defined() ? t.numel() : 0;
+  return at::tensor({static_cast<int64_t>(kind), dtype, numel}, at::kLong);
+}
+
+void check_same_collective(const at::Tensor& all, int rank, uint64_t seq, const std::string& what) {
+  const auto rows = all.contiguous();
+  const int64_t* a = rows.data_ptr<int64_t>();
+  std::string diff;
+  for (int64_t r = 0; r < rows.size(0); ++r)
+    if (!std::equal(a + 3 * r, a + 3 * r + 3, a + 3 * rank)) diff += "; rank " + std::to_string(r) + " called " + describe(a + 3 * r);
+  if (!diff.empty())
+    throw CommError("collective #" + std::to_string(seq) + " differs across ranks: rank " + std::to_string(rank) +
+                        " called " + describe(a + 3 * rank) + " ('" + what + "')" + diff,
+                    "every rank must call the same collectives in the same order with the same shapes; "
+                    "look for rank-dependent branches around this one");
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,56 @@
+// What a backend's own timeout cannot say: which ranks did not arrive at a collective, and whether a
+// collective differs across ranks. Used by the Gloo and the NCCL communicators alike, through the job's
+// rendezvous store (see Note [Naming the ranks that did not arrive] in PeerWatch.cpp).
+//
+//   cohort::comm::PeerWatch watch(store, rank, size);   // starts this rank's heartbeat
+//   const uint64_t seq = watch.issue();                 // before launching collective #seq
+//   ... on a timeout: msg += "; " + watch.diagnose(seq);
+//   // "rank(s) 2 stopped answering (no heartbeat for 2.5 s)" or "rank(s) 1 (last issued #41) never issued it"
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace cohort::comm {
+
+class PeerWatch {
+ public:
+  PeerWatch(c10::intrusive_ptr<c10d::Store> store, int rank, int size);
+  ~PeerWatch();
+  PeerWatch(const PeerWatch&) = delete;
+  PeerWatch& operator=(const PeerWatch&) = delete;
+
+  // The next collective's sequence number, recorded in the store as this rank's last issued one.
+  uint64_t issue();
+  uint64_t issued() const { return seq_; }  // the last number issue() gave
+  // Which ranks never issued collective `seq` or stopped beating; takes 2.5 s, at most 5 s (the store
+  // lives on rank 0, which may be the rank that stopped). Safe to call from any thread.
+  std::string diagnose(uint64_t seq) const;
+
+ private:
+  void beat();
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_, size_;
+  std::atomic<uint64_t> seq_{0};  // collectives may be issued from autograd's threads too
+  std::thread heartbeat_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+};
+
+// dist.debug=detail: the (kind, dtype, element count) of the collective a rank is about to run, which
+// every rank all-gathers through its backend and compares with check_same_collective.
+enum class CollectiveKind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+at::Tensor collective_signature(CollectiveKind kind, const at::Tensor& t);  // int64 [3], on the CPU
+// `all`: the gathered signatures, int64 [size, 3] on the CPU. Throws CommError naming every rank that
+// called something else, and what.
+void check_same_collective(const at::Tensor& all, int rank, uint64_t seq, const std::string& what);
+
+}  // namespace cohort::comm
