@@ -24,7 +24,7 @@
 // exist only inside the model's forward, so its fp16 rows step on the zero gradient shards it holds;
 // what is counted, the resident state after the step, is the same.
 //
-// Run: ./build/bench/sharded_memory > bench/results/sharded_memory.json   (about 5 minutes, ~9 GiB)
+// Run: ./build/bench/sharded_memory > bench/results/sharded_memory.json   (about 7 minutes, ~9 GiB)
 #include <iostream>
 #include <map>
 

@@ -43,13 +43,16 @@ std::string describe(const int64_t* row) {
 }  // namespace
 
 // Note [Naming the ranks that did not arrive]
-// A backend's timeout says only that the collective did not complete, not who is missing. Two records
-// in the store tell more. Each rank writes the sequence number of the last collective it issued (one
-// small write per collective): ranks below this collective's number never reached it (hung elsewhere,
-// or calling something else). And a heartbeat thread per rank bumps a counter every second: a rank
-// whose counter stands still while we watch has stopped answering altogether (SIGSTOP, a frozen
-// machine), even if it had issued the collective. The query runs on its own thread with a bound,
-// because the store lives on rank 0, which may itself be the rank that stopped.
+// A backend's timeout says only that the collective did not complete, not who is missing. A heartbeat
+// thread per rank tells more: every second it bumps a counter in the store and publishes the sequence
+// number of the last collective the rank issued. After a timeout we watch for 2.5 s. A rank whose
+// counter stands still has stopped answering altogether (SIGSTOP, a frozen machine). A rank that beats
+// but whose last issued number is below this collective's never reached it (hung elsewhere, or calling
+// something else); its number is current, since it beat at least twice while we watched. (A silent
+// rank's number may be a second old, so it is not quoted.) The collectives themselves only bump an
+// atomic counter: a store write per collective would put a round trip to rank 0 on every bucket's
+// launch. The query runs on its own thread with a bound, because the store lives on rank 0, which may
+// itself be the rank that stopped.
 PeerWatch::PeerWatch(c10::intrusive_ptr<c10d::Store> store, int rank, int size)
     : store_(std::move(store)), rank_(rank), size_(size) {
   if (size_ > 1) heartbeat_ = std::thread([this] { beat(); });
@@ -64,21 +67,19 @@ PeerWatch::~PeerWatch() {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
-uint64_t PeerWatch::issue() {
-  const uint64_t seq = ++seq_;
-  if (size_ > 1) put(store_, "cohort/issued/" + std::to_string(rank_), seq);
-  return seq;
-}
+uint64_t PeerWatch::issue() { return ++seq_; }
 
 void PeerWatch::beat() {
   for (uint64_t n = 1;; ++n) {
-    put(store_, "cohort/beat/" + std::to_string(rank_), n);  // not under the lock: the store may be slow
+    // Not under the lock: the store may be slow.
+    put(store_, "cohort/issued/" + std::to_string(rank_), seq_.load());
+    put(store_, "cohort/beat/" + std::to_string(rank_), n);
     std::unique_lock<std::mutex> lock(mu_);
     if (cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) return;
   }
 }
 
-std::string PeerWatch::diagnose(uint64_t seq) const {
+std::string PeerWatch::diagnose(uint64_t seq) const noexcept try {
   auto result = std::make_shared<std::promise<std::string>>();
   auto answer = result->get_future();
   // Detached, with its own references: it may outlive this PeerWatch when the store hangs.
@@ -90,8 +91,10 @@ std::string PeerWatch::diagnose(uint64_t seq) const {
       std::string silent, missing;
       for (int r = 0; r < size; ++r) {
         if (r == self) continue;
-        if (read(store, "cohort/beat/" + std::to_string(r)) == before[r])
+        if (read(store, "cohort/beat/" + std::to_string(r)) == before[r]) {
           silent += (silent.empty() ? "" : ",") + std::to_string(r);
+          continue;
+        }
         const uint64_t last = read(store, "cohort/issued/" + std::to_string(r));
         if (last < seq)
           missing += (missing.empty() ? "" : ",") + std::to_string(r) + " (last issued #" + std::to_string(last) + ")";
@@ -108,6 +111,8 @@ std::string PeerWatch::diagnose(uint64_t seq) const {
   if (answer.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
     return "the store on rank 0 did not answer within 5 s: rank 0 itself may be the one that stopped";
   return answer.get();
+} catch (const std::exception& e) {  // no thread to be had, say: the timeout's own message stands
+  return std::string("could not ask the store which ranks are missing (") + e.what() + ")";
 }
 
 at::Tensor collective_signature(CollectiveKind kind, const at::Tensor& t) {

@@ -27,12 +27,14 @@ class PeerWatch {
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
 
-  // The next collective's sequence number, recorded in the store as this rank's last issued one.
+  // The next collective's sequence number. Only a counter: the heartbeat publishes it each second, so
+  // the collective's own path never waits on the store.
   uint64_t issue();
   uint64_t issued() const { return seq_; }  // the last number issue() gave
-  // Which ranks never issued collective `seq` or stopped beating; takes 2.5 s, at most 5 s (the store
-  // lives on rank 0, which may be the rank that stopped). Safe to call from any thread.
-  std::string diagnose(uint64_t seq) const;
+  // Which ranks stopped beating, and which live ones never issued collective `seq`; takes 2.5 s, at
+  // most 5 s (the store lives on rank 0, which may be the rank that stopped). Safe to call from any
+  // thread; never throws (a failure to ask is the answer).
+  std::string diagnose(uint64_t seq) const noexcept;
 
  private:
   void beat();

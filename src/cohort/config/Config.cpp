@@ -184,7 +184,8 @@ const std::vector<Field>& fields() {
             {"skip", "fail"}),
       field("data.device_resident", &T::data, &DataConfig::device_resident,
             "keep the whole in-memory dataset (fashion-mnist, mnist, cifar10) on the training device and "
-            "gather, augment and normalize batches there: no host-to-device copy per step; the same numbers"),
+            "gather, augment and normalize batches there: no pixels copied per step; the host path's numbers "
+            "(up to float rounding when a GPU also resizes, data.image_size)"),
       field("data.train_limit", &T::data, &DataConfig::train_limit,
             "use only the first N training images (0: all)", {}, non_negative<int64_t>()),
       field("data.test_limit", &T::data, &DataConfig::test_limit,

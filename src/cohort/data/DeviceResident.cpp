@@ -37,27 +37,29 @@ class DeviceResident final : public Source {
       throw ConfigError("data.crop_padding must be >= 0, got " + std::to_string(aug.crop_padding),
                         "pass data.crop_padding=2, or 0 for no random crop");
     const auto count = static_cast<int64_t>(indices.size());
-    for (int64_t i : indices)
+    // The indices and the per-sample draws, made on the host (augment_params: the host path's draws),
+    // travel in one copy, from pinned memory on a GPU so that it does not wait for the device.
+    auto host = at::zeros({4, count}, at::kLong);  // rows: index, dy, dx, flip
+    auto* rows = host.data_ptr<int64_t>();
+    for (int64_t b = 0; b < count; ++b) {
+      const int64_t i = indices[b];
       COHORT_ASSERT(i >= 0 && i < n_, "device_resident: sample index " + std::to_string(i) + " outside [0, " +
                                           std::to_string(n_) + ")");
-    const auto idx = at::tensor(indices, at::kLong).to(device_);
+      const auto a = augment_params(aug, i);  // identity when augmentation is off
+      rows[b] = i, rows[count + b] = a.dy, rows[2 * count + b] = a.dx, rows[3 * count + b] = a.flip ? 1 : 0;
+    }
+    const auto params = device_.is_cuda() ? host.pin_memory().to(device_, /*non_blocking=*/true) : host;
+    const auto idx = params[0];
     at::Tensor pixels = images_.index_select(0, idx);  // uint8 [B, C, H, W]
     const int64_t c = pixels.size(1), h = pixels.size(2), w = pixels.size(3);
     if (aug.enabled && count > 0) {
       // make_batch's transform as two gathers: out[b, :, y, x] = in[b, :, y + dy, x' + dx] with
       // x' = W-1-x under a flip, over a zero-padded copy so shifts outside the image read 0 intensity.
       const int64_t p = aug.crop_padding;
-      std::vector<int64_t> dy(count), dx(count), flip(count);
-      for (int64_t b = 0; b < count; ++b) {
-        const auto a = augment_params(aug, indices[b]);
-        dy[b] = a.dy, dx[b] = a.dx, flip[b] = a.flip ? 1 : 0;
-      }
       const auto opts = at::TensorOptions().dtype(at::kLong).device(device_);
-      const auto ys = at::arange(h, opts).view({1, h}) + at::tensor(dy, at::kLong).to(device_).view({count, 1}) + p;
+      const auto ys = at::arange(h, opts).view({1, h}) + params[1].view({count, 1}) + p;
       const auto xs_plain = at::arange(w, opts).view({1, w});
-      const auto flipped = at::tensor(flip, at::kLong).to(device_).view({count, 1});
-      const auto xs = xs_plain + flipped * (w - 1 - 2 * xs_plain) +
-                      at::tensor(dx, at::kLong).to(device_).view({count, 1}) + p;
+      const auto xs = xs_plain + params[3].view({count, 1}) * (w - 1 - 2 * xs_plain) + params[2].view({count, 1}) + p;
       auto padded = p > 0 ? at::constant_pad_nd(pixels, {p, p, p, p}, 0) : pixels;
       auto rows = padded.gather(2, ys.view({count, 1, h, 1}).expand({count, c, h, padded.size(3)}));
       pixels = rows.gather(3, xs.view({count, 1, 1, w}).expand({count, c, h, w}));

@@ -88,6 +88,7 @@ struct Spec {
 };
 
 struct Result {
+  std::map<std::string, at::Tensor> masters;  // float32 weights by name: the masters (or the fp32 weight)
   std::vector<double> losses;       // the global batch's mean loss per step
   std::vector<Named> params;        // [rank] full parameters at the end
   std::vector<Named> shards;        // [rank] shard_state() tensors (sharded strategies)
@@ -122,6 +123,9 @@ Result train(const Spec& spec) {
   }
   const auto& data = all_data();
   Result out;
+  // Sharded masters are read back through a checkpoint, whose weights are the reassembled masters.
+  const fs::path save_dir = !spec.save_dir.empty() ? spec.save_dir
+                                                   : fs::temp_directory_path() / ("cohort_fp16m_run_" + std::to_string(::getpid()));
   std::vector<std::vector<double>> losses(spec.world);
   out.params.resize(spec.world);
   out.shards.resize(spec.world);
@@ -148,12 +152,20 @@ Result train(const Spec& spec) {
       out.params[rank] = sharded->full_parameters();
       out.shards[rank] = strategy->shard_state().tensors;
       out.shard_numel[rank] = sharded->plan().shard_numel();
-      if (!spec.save_dir.empty())
-        cohort::testing::save_shards(*strategy, spec.first_step + spec.steps, spec.world, spec.save_dir, *comm);
+      cohort::testing::save_shards(*strategy, spec.first_step + spec.steps, spec.world, save_dir, *comm);
     } else {
       for (const auto& p : model->named_parameters()) out.params[rank].emplace_back(p.key(), p.value().detach().clone());
+      if (rank == 0) {
+        for (const auto& p : model->named_parameters()) out.masters[p.key()] = p.value().detach().to(at::kFloat);
+        for (const auto& [name, t] : strategy->optimizer_state())
+          if (name.rfind("master.", 0) == 0) out.masters[name.substr(7)] = t.clone();
+      }
     }
   });
+  if (spec.strategy != "ddp") {
+    for (const auto& [name, t] : cohort::checkpoint::load_sharded(save_dir, "last").model) out.masters[name] = t;
+    if (spec.save_dir.empty()) fs::remove_all(save_dir);
+  }
   for (int s = 0; s < spec.steps; ++s) {
     double g = 0;
     for (const auto& l : losses) g += l[s] / spec.world;  // equal slices, no batch statistics
@@ -171,6 +183,15 @@ Result train(const Spec& spec) {
 // average is off by far more.
 constexpr double kLossTol = 2e-3;
 constexpr double kParamTol = 4e-3;
+// The float32 masters see the same rounding differences only through lr x (one fp16 ulp of a gradient):
+// measured at most 2.5e-5 for SGD (lr 0.02, momentum; 8 steps move them by ~1e-2) and 4e-7 for AdamW
+// (lr 1e-4; 8 steps move them by up to 8e-4). A strategy that skipped the masters, a slice or a step
+// would be off by the movement.
+double master_tol(const std::string& optimizer) { return optimizer == "adamw" ? 1e-5 : 1e-4; }
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
 
 TEST(ShardedFp16Master, Zero1Zero2FsdpMatchDdpWithFp16WeightsAndFloat32Masters) {
   for (int world : {2, 3}) {
@@ -200,7 +221,13 @@ TEST(ShardedFp16Master, Zero1Zero2FsdpMatchDdpWithFp16WeightsAndFloat32Masters) 
           EXPECT_LE((g.to(at::kDouble) - w.to(at::kDouble)).abs().max().item<double>(), kParamTol) << what << ": " << name;
           for (int r = 1; r < world; ++r)
             EXPECT_TRUE(got.params[r][i].second.equal(g)) << what << ": rank " << r << " differs in " << name;
+          EXPECT_LE(max_diff(got.masters.at(name), want.masters.at(name)), master_tol(opt)) << what << ": master of " << name;
         }
+        // The masters moved: the run is not one that a frozen strategy would also match.
+        torch::manual_seed(21);
+        const HalfNet start;
+        for (const auto& p : start.named_parameters())
+          EXPECT_GT(max_diff(want.masters.at(p.key()), p.value()), 10 * master_tol(opt)) << opt << ": " << p.key();
       }
     }
   }
@@ -279,6 +306,10 @@ TEST(ShardedFp16Master, SavedAt2ResumesAt3WithTheMastersNotTheRoundedWeights) {
   const auto again = cohort::checkpoint::load_sharded(reshard.save_dir, "last");
   std::map<std::string, at::Tensor> saved(ck.model.begin(), ck.model.end());
   for (const auto& [name, t] : again.model) EXPECT_TRUE(t.equal(saved.at(name))) << name << " lost its master";
+  // And so are AdamW's moments and step count.
+  std::map<std::string, at::Tensor> moments(ck.optimizer.begin(), ck.optimizer.end());
+  ASSERT_EQ(again.optimizer.size(), moments.size());
+  for (const auto& [name, t] : again.optimizer) EXPECT_TRUE(t.equal(moments.at(name))) << name << " changed in the reshard";
   fs::remove_all(reshard.save_dir);
   Spec rest = reshard;
   rest.steps = 5;

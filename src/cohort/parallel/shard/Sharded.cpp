@@ -1,5 +1,6 @@
 #include "cohort/parallel/shard/Sharded.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -260,13 +261,14 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     // fp16-master's float32 weights (master.<name>: from a ddp save, or a sharded save's weights, which
     // are its masters) become this rank's master slices, more exact than the 16-bit weights rounded
     // from them; the units are gathered again so the weights are the rounded masters.
+    // Whether to gather again is a collective decision: taken from the names saved, the same on every
+    // rank, not from this rank's slots (a rank may own only padding, or only float32 parameters).
     at::NoGradGuard no_grad;
-    bool masters = false;
     for (const auto& s : slots_)
-      if (auto t = slice("master", s); t.defined()) {
+      if (auto t = slice("master", s); t.defined())
         units_[s.unit].master.narrow(0, s.range.shard_offset, s.range.length).copy_(t);
-        masters = true;
-      }
+    const bool masters = std::any_of(names_.begin(), names_.end(),
+                                     [&](const std::string& n) { return by_name.count("master." + n) > 0; });
     if (masters) regather_persistent();
   }
 

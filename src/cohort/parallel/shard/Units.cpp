@@ -46,8 +46,10 @@ UnitLayout plan_units(torch::nn::Module& model, const std::vector<ParamSpec>& sp
   std::vector<size_t> all(specs.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   if (options.stage != ShardStage::kFsdp) {
-    const auto cap = std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * (1 << 20) / 4));
     for (const auto& group : by_dtype(all, dtypes)) {
+      // dist.bucket_mb is bytes: a unit of fp16 parameters holds twice the elements of a float32 one.
+      const auto width = static_cast<double>(c10::elementSize(dtypes[group.front()]));
+      const auto cap = std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * (1 << 20) / width));
       std::vector<ParamSpec> sub;
       for (size_t i : group) sub.push_back(specs[i]);
       for (const auto& unit : ShardPlan::bucket_units(sub, cap)) {

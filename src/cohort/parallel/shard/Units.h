@@ -1,7 +1,8 @@
 // How the sharded strategies cut a model into units, before any tensor is flattened: ZeRO's units are
 // gradient buckets, FSDP's are the model's blocks. A unit is one flat buffer, so it holds one dtype;
 // under amp.precision=fp16-master a block's fp16 weights and its fp32 batch norm become two units of
-// the same block (FSDP gathers and frees them together). Internal to parallel/shard.
+// the same block (FSDP gathers both before the block runs, and frees each once its gradients are
+// reduced). Internal to parallel/shard.
 //
 //   auto layout = cohort::shard::plan_units(model, specs, dtypes, options);
 //   cohort::shard::ShardPlan plan(specs, layout.units, world);
