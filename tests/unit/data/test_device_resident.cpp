@@ -86,6 +86,34 @@ TEST(DeviceResident, AugmentationActuallyMovesPixels) {
   EXPECT_FALSE(dev->batch(idx, aug).images.equal(dev->batch(idx, AugmentOptions{}).images));
 }
 
+// On the GPU machine (scripts/gpu-check runs these first): the same batches from CUDA, and pinned host
+// batches from the loader.
+TEST(DeviceResident, OnCudaTheBatchesAreTheHostPaths) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  auto host = data::in_memory(rgb_dataset(50));
+  auto dev = data::device_resident(rgb_dataset(50), c10::Device(c10::kCUDA, 0));
+  AugmentOptions aug;
+  aug.enabled = true;
+  aug.crop_padding = 2;
+  const std::vector<int64_t> idx = {3, 1, 49, 7, 7, 20};
+  const auto a = host->batch(idx, aug), b = dev->batch(idx, aug);
+  EXPECT_TRUE(b.images.is_cuda());
+  EXPECT_TRUE(a.images.equal(b.images.cpu()));
+  EXPECT_TRUE(a.labels.equal(b.labels.cpu()));
+}
+
+TEST(DeviceResident, CudaLoaderPinsHostBatches) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device (pinned memory)";
+  auto host = data::in_memory(rgb_dataset(50));
+  for (int64_t prefetch : {0, 2}) {
+    data::Loader loader(*host, {{0, 1, 2}, {3, 4}}, AugmentOptions{}, prefetch, /*pin=*/true);
+    while (auto b = loader.next()) {
+      EXPECT_TRUE(b->images.is_pinned()) << "prefetch " << prefetch;
+      EXPECT_TRUE(b->labels.is_pinned()) << "prefetch " << prefetch;
+    }
+  }
+}
+
 TEST(DeviceResident, ImagefolderIsRefusedWithTheReason) {
   try {
     config::load_from_string("", "test", {"data.name=imagefolder", "data.root=/tmp", "data.device_resident=true"});
