@@ -17,6 +17,9 @@
 
 namespace cohort::amp {
 
+// The training-state names of fp32 master weights: "master.<parameter name>", for every strategy.
+inline const std::string kMasterPrefix = "master.";
+
 // Casts every parameter and buffer of `model` to fp16, except those of batch-norm modules, which stay
 // fp32 as Apex O2's keep_batchnorm_fp32 does: their statistics would lose too much in fp16, and cuDNN
 // takes fp16 activations with fp32 batch-norm weights.

@@ -12,15 +12,25 @@
 #include "cohort/util/Error.h"
 
 namespace cohort {
+
+at::Tensor squared_sum(const std::vector<at::Tensor>& tensors) {
+  at::Tensor sq;
+  for (const auto& t : tensors) {
+    if (!t.defined()) continue;
+    auto s = t.to(at::kDouble).pow(2).sum();
+    sq = sq.defined() ? sq + s : s;  // added in order, as a host loop would
+  }
+  return sq.defined() ? sq : at::zeros({}, at::kDouble);
+}
+
 namespace {
 
 // torch.nn.utils.clip_grad_norm_: scale every gradient by max_norm / (norm + 1e-6) when that is below 1.
 double clip_full_gradients(const std::vector<at::Tensor>& params, double clip_norm) {
   at::NoGradGuard no_grad;
-  double sq = 0;
-  for (const auto& p : params)
-    if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
-  const double norm = std::sqrt(sq);
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) grads.push_back(p.grad());
+  const double norm = std::sqrt(squared_sum(grads).item<double>());
   const double coef = clip_norm / (norm + 1e-6);
   if (coef < 1)
     for (const auto& p : params)

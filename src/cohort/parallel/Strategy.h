@@ -57,6 +57,10 @@ struct StepOptions {
   double loss_scale = 1.0;      // the gradients are divided by this first (amp::GradScaler's scale)
 };
 
+// The sum of squares of the defined tensors, in float64 on their device: one host sync for whoever
+// reads it, however many tensors (a global gradient norm is its square root).
+at::Tensor squared_sum(const std::vector<at::Tensor>& tensors);
+
 struct StepResult {
   double grad_norm = -1;   // the global norm before clipping, when clipping computed it
   bool nonfinite = false;  // some gradient element on some rank was inf or NaN (every rank gets the same answer)

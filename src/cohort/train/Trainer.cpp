@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include "cohort/amp/MasterWeights.h"
 #include "cohort/amp/MixedPrecision.h"
 #include "cohort/checkpoint/Checkpoint.h"
 #include "cohort/comm/Rendezvous.h"
@@ -168,9 +169,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     // A sharded save's weights are its float32 masters (its shards hold nothing else): under fp16-master
     // they become the masters again, not the fp16 weights rounded from them. A ddp save names its own.
     const bool has_masters = std::any_of(opt_state.begin(), opt_state.end(),
-                                         [](const auto& e) { return e.first.rfind("master.", 0) == 0; });
+                                         [](const auto& e) { return e.first.rfind(amp::kMasterPrefix, 0) == 0; });
     if (precision.precision() == amp::Precision::kFp16Master && !has_masters)
-      for (const auto& [name, t] : resume.model) opt_state.emplace_back("master." + name, t);
+      for (const auto& [name, t] : resume.model) opt_state.emplace_back(amp::kMasterPrefix + name, t);
     strategy->load_optimizer_state(opt_state);
     strategy->load_state_dict(strategy_state);
     if (lookahead && !lookahead_state.empty()) lookahead->load_state_dict(lookahead_state);

@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include "cohort/amp/GradScaler.h"
+#include "cohort/amp/MasterWeights.h"
 #include "cohort/models/Models.h"
 #include "cohort/parallel/GradReadyHook.h"
 #include "cohort/parallel/shard/Units.h"
@@ -149,9 +150,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     std::vector<at::Tensor> grads;  // float32: the shards themselves, or copies of 16-bit ones
     for (const auto& u : units_) grads.push_back(u.grad_shard.to(at::kFloat));
     const bool local_nonfinite = amp::unscale_and_check(grads, 1.0 / o.loss_scale);
-    double sq = 0;
-    if (o.clip_norm > 0)
-      for (const auto& g : grads) sq += g.to(at::kDouble).pow(2).sum().item<double>();
+    const double sq = o.clip_norm > 0 ? squared_sum(grads).item<double>() : 0.0;
     auto t = at::tensor({local_nonfinite ? 1.0 : 0.0, sq}, at::kDouble);
     if (world_ > 1) comm_->all_reduce(t, ReduceOp::kSum, "gradient check and norm")->wait();
     StepResult r;
@@ -241,8 +240,8 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     COHORT_ASSERT(optimizer_, "build_optimizer before load_optimizer_state");
     std::map<std::string, at::Tensor> by_name(full.begin(), full.end());
     // This rank's piece of the full per-parameter tensor `kind.<name>`, or undefined if none was saved.
-    auto slice = [&](const std::string& kind, const Slot& s) -> at::Tensor {
-      const auto key = kind + "." + names_[s.range.param];
+    auto slice = [&](const std::string& prefix, const Slot& s) -> at::Tensor {
+      const auto key = prefix + names_[s.range.param];
       auto it = by_name.find(key);
       if (it == by_name.end()) return {};
       if (it->second.numel() != plan_.params()[s.range.param].numel())
@@ -255,7 +254,7 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     optim::NamedState mine;
     for (const auto& kind : optimizer_->state_kinds())
       for (const auto& s : slots_)
-        if (auto t = slice(kind, s); t.defined()) mine.emplace_back(kind + "." + names_[s.range.param], t.clone());
+        if (auto t = slice(kind + ".", s); t.defined()) mine.emplace_back(kind + "." + names_[s.range.param], t.clone());
     if (by_name.count("step")) mine.emplace_back("step", by_name["step"]);
     optimizer_->load_state_dict(mine);
     // fp16-master's float32 weights (master.<name>: from a ddp save, or a sharded save's weights, which
@@ -265,10 +264,10 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     // rank, not from this rank's slots (a rank may own only padding, or only float32 parameters).
     at::NoGradGuard no_grad;
     for (const auto& s : slots_)
-      if (auto t = slice("master", s); t.defined())
+      if (auto t = slice(amp::kMasterPrefix, s); t.defined())
         units_[s.unit].master.narrow(0, s.range.shard_offset, s.range.length).copy_(t);
     const bool masters = std::any_of(names_.begin(), names_.end(),
-                                     [&](const std::string& n) { return by_name.count("master." + n) > 0; });
+                                     [&](const std::string& n) { return by_name.count(amp::kMasterPrefix + n) > 0; });
     if (masters) regather_persistent();
   }
 
