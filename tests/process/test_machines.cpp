@@ -155,7 +155,11 @@ TEST(Machines, AMachineThatVanishesMidRunIsNamedWithinTheTimeout) {
   // Usually "rank(s) 2,3"; a heartbeat already in flight when the cable went can leave one of them out.
   const bool named = std::regex_search(r0.output, std::regex(R"(rank\(s\) (2|3|2,3) stopped answering)"));
   EXPECT_TRUE(named) << r0.output;
-  EXPECT_NE(r0.output.find("timed out after " + std::to_string(timeout_s) + " s"), std::string::npos) << r0.output;
+  // Whichever of machine 0's ranks fails first is reported: one whose own timer fired ("timed out after"),
+  // or one that saw the sockets of a peer whose timer fired first close ("failed (timeout ...)").
+  const std::string t = std::to_string(timeout_s);
+  EXPECT_TRUE(std::regex_search(r0.output, std::regex("(timed out after|failed \\(timeout) " + t + " s")))
+      << r0.output;
   std::ofstream(dir / "vanish.json") << nlohmann::json{{"machines", 2}, {"workers", 4}, {"dist_timeout_s", timeout_s},
                                                        {"seconds_from_unplug_to_named_failure", took},
                                                        {"named", named}}

@@ -46,7 +46,7 @@ struct Context {
   int rank;
   int size;
   std::chrono::milliseconds timeout;
-  // After a timeout: which ranks never issued this collective (see Note [Naming the ranks that did not arrive]).
+  // After a failure: which ranks stopped or never issued this collective (see Note [Naming the ranks that did not arrive]).
   std::function<std::string(uint64_t seq)> stragglers;
 
   std::string describe() const {
@@ -74,7 +74,10 @@ class GlooHandle : public Handle {
       os << ctx_.describe() << (timed_out ? " timed out after " : " failed (timeout ")
          << ctx_.timeout.count() / 1000.0 << " s" << (timed_out ? "" : ")") << ": ranks "
          << other_ranks(ctx_.rank, ctx_.size) << " did not complete it";
-      if (timed_out && ctx_.stragglers) os << "; " << ctx_.stragglers(ctx_.seq);
+      // Asked on a broken connection too, not only on a timeout: when a peer's collective times out,
+      // Gloo closes that peer's sockets, so a rank whose own timer had not yet fired sees "connection
+      // closed" from a healthy peer, and only the heartbeats still say who is really gone.
+      if (ctx_.stragglers) os << "; " << ctx_.stragglers(ctx_.seq);
       os << ". Gloo said: " << first_line(msg);
       throw CommError(os.str(), timed_out ? "a peer rank died, stalled or called a different collective; "
                                             "check the other ranks' errors, or raise dist.timeout_s"

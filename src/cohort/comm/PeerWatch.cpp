@@ -45,7 +45,7 @@ std::string describe(const int64_t* row) {
 // Note [Naming the ranks that did not arrive]
 // A backend's timeout says only that the collective did not complete, not who is missing. A heartbeat
 // thread per rank tells more: every second it bumps a counter in the store and publishes the sequence
-// number of the last collective the rank issued. After a timeout we watch for 2.5 s. A rank whose
+// number of the last collective the rank issued. After a failed collective we watch for 2.5 s. A rank whose
 // counter stands still has stopped answering altogether (SIGSTOP, a frozen machine). A rank that beats
 // but whose last issued number is below this collective's never reached it (hung elsewhere, or calling
 // something else); its number is current, since it beat at least twice while we watched. (A silent
@@ -102,7 +102,8 @@ std::string PeerWatch::diagnose(uint64_t seq) const noexcept try {
       std::string out;
       if (!silent.empty()) out = "rank(s) " + silent + " stopped answering (no heartbeat for 2.5 s)";
       if (!missing.empty()) out += (out.empty() ? "" : "; ") + std::string("rank(s) ") + missing + " never issued it";
-      if (out.empty()) out = "every rank is alive and issued it, so it stalled inside the collective";
+      if (out.empty())
+        out = "every rank is alive and issued it, so the collective itself stalled or broke (network, or the backend)";
       result->set_value(out);
     } catch (const std::exception& e) {
       result->set_value(std::string("the store did not answer (") + e.what() + ")");

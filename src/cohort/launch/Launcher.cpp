@@ -62,6 +62,24 @@ std::string read_error(const fs::path& file) {
   }
 }
 
+// torchrun's "root cause": of the errors this machine's workers recorded, the one written first. The worker
+// that exits first need not be the cause: a peer whose collective timed out closes its sockets, so another
+// rank fails at once with "connection closed" while the first is still asking who is missing.
+std::pair<int, std::string> first_error(const std::vector<Worker>& workers) {
+  std::pair<int, std::string> first{-1, {}};
+  fs::file_time_type when = fs::file_time_type::max();
+  for (const auto& w : workers) {
+    std::error_code ec;
+    const auto t = fs::last_write_time(w.error_file, ec);
+    if (ec || t >= when) continue;
+    if (auto msg = read_error(w.error_file); !msg.empty()) {
+      when = t;
+      first = {w.rank, std::move(msg)};
+    }
+  }
+  return first;
+}
+
 // Note [Elastic rendezvous of launchers]
 // With --nnodes MIN:MAX the launchers meet before each attempt in a store of their own, hosted by node 0's
 // launcher on --master-port (the workers' store moves to --master-port + 1). Round r:
@@ -383,9 +401,10 @@ int launch(const LaunchOptions& o) {
         for (const auto& x : workers) others += x.running ? 1 : 0;
         std::cerr << "cohort: worker rank " << w.rank << " (local rank " << w.local_rank << ", pid " << w.pid << ") "
                   << describe_status(w.status) << "; stopping the other " << others << " local worker(s)" << std::endl;
-        const std::string err = read_error(w.error_file);
-        if (!err.empty()) std::cerr << "cohort: rank " << w.rank << "'s last error: " << err << std::endl;
         stop_all(workers, o.grace_s);
+        if (const auto [rank, err] = first_error(workers); !err.empty())
+          std::cerr << "cohort: rank " << rank << "'s last error" << (rank == w.rank ? "" : " (the first recorded here)")
+                    << ": " << err << std::endl;
         if (rdzv) rdzv->mark_failed(attempt, "worker rank " + std::to_string(w.rank) + " " + describe_status(w.status));
         rc = 1;
         break;

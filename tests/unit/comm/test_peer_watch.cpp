@@ -21,7 +21,8 @@ TEST(PeerWatch, NamesTheRankThatNeverIssuedAndThenTheOneThatStoppedBeating) {
   EXPECT_EQ(me.issued(), 5u);
   // Everyone beats; rank 1 stopped at collective #3.
   EXPECT_EQ(me.diagnose(5), "rank(s) 1 (last issued #3) never issued it");
-  EXPECT_EQ(me.diagnose(3), "every rank is alive and issued it, so it stalled inside the collective");
+  EXPECT_EQ(me.diagnose(3),
+            "every rank is alive and issued it, so the collective itself stalled or broke (network, or the backend)");
   behind.reset();  // its heartbeat stops, as a SIGSTOPped worker's would
   const auto msg = me.diagnose(5);
   EXPECT_NE(msg.find("rank(s) 1 stopped answering (no heartbeat for 2.5 s)"), std::string::npos) << msg;
