@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <regex>
 #include <thread>
 
@@ -82,6 +84,35 @@ TEST(Failures, AStoppedWorkerIsNamedWithinTheTimeout) {
   EXPECT_TRUE(std::regex_search(r.output, std::regex("(timed out after|failed \\(timeout) " + t + " s"))) << r.output;
   EXPECT_NE(r.output.find("rank(s) 2 stopped answering"), std::string::npos) << r.output;
   for (pid_t w : workers) EXPECT_FALSE(process_exists(w)) << "worker " << w << " outlived the launcher";
+}
+
+// A peer that dies breaks the connection at once, long before dist.timeout_s. The survivor's error must
+// still say who is gone, from the heartbeats, rather than only quote Gloo's "connection closed". (With
+// more ranks, the survivor may be waiting on another one: two make the broken connection certain.) Run as
+// torchrun runs workers, without our launcher, so that nothing stops rank 0 before it has said so.
+TEST(Failures, ABrokenConnectionStillNamesTheRankThatIsGone) {
+  const auto dir = fresh_dir("broken-connection");
+  const int timeout_s = 60;  // beyond the bound below: only the broken connection can end rank 0 in time
+  std::vector<std::unique_ptr<Proc>> ps;
+  for (int r = 0; r < 2; ++r)
+    ps.push_back(std::make_unique<Proc>(
+        cohort_argv(quick_args(dir, {"data.train_limit=0", "train.epochs=5", "log.progress=plain",
+                                     "dist.timeout_s=" + std::to_string(timeout_s)})),
+        std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                           {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", "2"},
+                                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29743"}}));
+  const auto start = std::chrono::steady_clock::now();
+  while (ps[0]->output_so_far().find(" step 3/") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120)) << ps[0]->output_so_far();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(kill(ps[1]->pid(), SIGKILL), 0);
+  const auto r0 = ps[0]->wait(30);
+  ps[1]->wait(30);
+  EXPECT_FALSE(r0.timed_out) << r0.output;
+  EXPECT_NE(r0.exit_code, 0) << r0.output;
+  EXPECT_NE(r0.output.find("failed (timeout " + std::to_string(timeout_s) + " s)"), std::string::npos) << r0.output;
+  EXPECT_NE(r0.output.find("rank(s) 1 stopped answering"), std::string::npos) << r0.output;
 }
 
 TEST(Failures, WorkerExceptionIsReportedByLauncher) {

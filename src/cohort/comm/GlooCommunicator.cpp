@@ -74,9 +74,9 @@ class GlooHandle : public Handle {
       os << ctx_.describe() << (timed_out ? " timed out after " : " failed (timeout ")
          << ctx_.timeout.count() / 1000.0 << " s" << (timed_out ? "" : ")") << ": ranks "
          << other_ranks(ctx_.rank, ctx_.size) << " did not complete it";
-      // Asked on a broken connection too, not only on a timeout: when a peer's collective times out,
-      // Gloo closes that peer's sockets, so a rank whose own timer had not yet fired sees "connection
-      // closed" from a healthy peer, and only the heartbeats still say who is really gone.
+      // Asked on a broken connection too, not only on a timeout: a peer whose timer fired first exits,
+      // so a rank whose own timer had not yet fired sees "connection closed" from that peer, and only the
+      // heartbeats still say who is really gone.
       if (ctx_.stragglers) os << "; " << ctx_.stragglers(ctx_.seq);
       os << ". Gloo said: " << first_line(msg);
       throw CommError(os.str(), timed_out ? "a peer rank died, stalled or called a different collective; "

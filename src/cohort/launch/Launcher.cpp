@@ -62,24 +62,6 @@ std::string read_error(const fs::path& file) {
   }
 }
 
-// torchrun's "root cause": of the errors this machine's workers recorded, the one written first. The worker
-// that exits first need not be the cause: a peer whose collective timed out closes its sockets, so another
-// rank fails at once with "connection closed" while the first is still asking who is missing.
-std::pair<int, std::string> first_error(const std::vector<Worker>& workers) {
-  std::pair<int, std::string> first{-1, {}};
-  fs::file_time_type when = fs::file_time_type::max();
-  for (const auto& w : workers) {
-    std::error_code ec;
-    const auto t = fs::last_write_time(w.error_file, ec);
-    if (ec || t >= when) continue;
-    if (auto msg = read_error(w.error_file); !msg.empty()) {
-      when = t;
-      first = {w.rank, std::move(msg)};
-    }
-  }
-  return first;
-}
-
 // Note [Elastic rendezvous of launchers]
 // With --nnodes MIN:MAX the launchers meet before each attempt in a store of their own, hosted by node 0's
 // launcher on --master-port (the workers' store moves to --master-port + 1). Round r:
@@ -302,6 +284,22 @@ void record_worker_error(int rank, const std::string& message) {
   out << j.dump() << '\n';
 }
 
+// By modification time, which has nanosecond resolution; torchelastic's "timestamp" field has seconds.
+RecordedError first_recorded_error(const std::vector<fs::path>& files) {
+  RecordedError first;
+  fs::file_time_type when = fs::file_time_type::max();
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::error_code ec;
+    const auto t = fs::last_write_time(files[i], ec);
+    if (ec || t >= when) continue;
+    if (auto msg = read_error(files[i]); !msg.empty()) {
+      when = t;
+      first = {static_cast<int>(i), std::move(msg)};
+    }
+  }
+  return first;
+}
+
 int launch_with_argv(LaunchOptions options) {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::string arg;
@@ -402,9 +400,13 @@ int launch(const LaunchOptions& o) {
         std::cerr << "cohort: worker rank " << w.rank << " (local rank " << w.local_rank << ", pid " << w.pid << ") "
                   << describe_status(w.status) << "; stopping the other " << others << " local worker(s)" << std::endl;
         stop_all(workers, o.grace_s);
-        if (const auto [rank, err] = first_error(workers); !err.empty())
+        std::vector<fs::path> files;
+        for (const auto& x : workers) files.push_back(x.error_file);
+        if (const auto first = first_recorded_error(files); first.index >= 0) {
+          const int rank = workers[first.index].rank;
           std::cerr << "cohort: rank " << rank << "'s last error" << (rank == w.rank ? "" : " (the first recorded here)")
-                    << ": " << err << std::endl;
+                    << ": " << first.message << std::endl;
+        }
         if (rdzv) rdzv->mark_failed(attempt, "worker rank " + std::to_string(w.rank) + " " + describe_status(w.status));
         rc = 1;
         break;

@@ -8,6 +8,7 @@
 //   int rc = cohort::launch::launch(o);   // 0 when every worker succeeded
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,16 @@ int launch(const LaunchOptions& options);
 // Writes the error a worker died of where the launcher (or torchrun) will find it: the file named by
 // COHORT_ERROR_FILE or TORCHELASTIC_ERROR_FILE, in torchelastic's JSON layout. Never throws.
 void record_worker_error(int rank, const std::string& message);
+
+// Of the workers' error files, the one written first that holds a message: what the launcher prints
+// when a worker fails, as torchrun prints its "root cause". The worker that exits first need not be the
+// cause: a rank whose collective timed out exits after naming who is missing, and its closed sockets
+// make a peer still inside the collective fail with "connection closed", in the same instant.
+struct RecordedError {
+  int index = -1;  // into `files`; -1 when none holds a message
+  std::string message;
+};
+RecordedError first_recorded_error(const std::vector<std::filesystem::path>& files);
 
 // A port nobody listens on right now, for single-machine jobs (torchrun --standalone does the same).
 int find_free_port();
