@@ -46,8 +46,9 @@ struct Context {
   int rank;
   int size;
   std::chrono::milliseconds timeout;
-  // After a failure: which ranks stopped or never issued this collective (see Note [Naming the ranks that did not arrive]).
-  std::function<std::string(uint64_t seq)> stragglers;
+  // Asked after a failure which ranks stopped or never issued this collective (see Note [Naming the ranks
+  // that did not arrive]); shared, since a pending handle may outlive its communicator.
+  std::shared_ptr<const comm::PeerWatch> watch;
 
   std::string describe() const {
     std::ostringstream os;
@@ -77,7 +78,7 @@ class GlooHandle : public Handle {
       // Asked on a broken connection too, not only on a timeout: a peer whose timer fired first exits,
       // so a rank whose own timer had not yet fired sees "connection closed" from that peer, and only the
       // heartbeats still say who is really gone.
-      if (ctx_.stragglers) os << "; " << ctx_.stragglers(ctx_.seq);
+      if (ctx_.watch) os << "; " << ctx_.watch->diagnose(ctx_.seq);
       os << ". Gloo said: " << first_line(msg);
       throw CommError(os.str(), timed_out ? "a peer rank died, stalled or called a different collective; "
                                             "check the other ranks' errors, or raise dist.timeout_s"
@@ -237,8 +238,7 @@ class GlooCommunicatorImpl : public Communicator {
   // See Note [Naming the ranks that did not arrive] in comm/PeerWatch.cpp.
   Context context(const char* kind, const std::string& what) {
     const uint64_t seq = watch_->issue();
-    return Context{kind, what, seq, rank_, size_, timeout_,
-                   [watch = watch_](uint64_t at) { return watch->diagnose(at); }};
+    return Context{kind, what, seq, rank_, size_, timeout_, watch_};
   }
 
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;

@@ -18,6 +18,21 @@ std::array<float, 256> normalize_table(float mean, float std) {
   return table;
 }
 
+std::vector<std::array<float, 256>> normalize_tables(const ImageDataset& dataset) {
+  std::vector<std::array<float, 256>> tables(dataset.images.size(1));
+  for (size_t ch = 0; ch < tables.size(); ++ch) {
+    const auto c = static_cast<int64_t>(ch);
+    tables[ch] = normalize_table(dataset.mean_of(c), dataset.std_of(c));
+  }
+  return tables;
+}
+
+void check_augment(const AugmentOptions& options) {
+  if (options.enabled && options.crop_padding < 0)
+    throw ConfigError("data.crop_padding must be >= 0, got " + std::to_string(options.crop_padding),
+                      "pass data.crop_padding=2, or 0 for no random crop");
+}
+
 AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index) {
   AugmentParams p;
   if (!options.enabled) return p;
@@ -40,10 +55,7 @@ AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index
 
 Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t count,
                  const AugmentOptions& options) {
-  if (options.enabled && options.crop_padding < 0) {
-    throw ConfigError("data.crop_padding must be >= 0, got " + std::to_string(options.crop_padding),
-                      "pass data.crop_padding=2, or 0 for no random crop");
-  }
+  check_augment(options);
   const at::Tensor& images = dataset.images;
   const at::Tensor& labels = dataset.labels;
   COHORT_ASSERT(images.defined() && images.dim() == 4 && images.scalar_type() == at::kByte &&
@@ -60,8 +72,7 @@ Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t co
   batch.images = at::empty({count, c, h, w}, at::TensorOptions().dtype(at::kFloat));
   batch.labels = at::empty({count}, at::TensorOptions().dtype(at::kLong));
 
-  std::vector<std::array<float, 256>> tables(c);
-  for (int64_t ch = 0; ch < c; ++ch) tables[ch] = normalize_table(dataset.mean_of(ch), dataset.std_of(ch));
+  const auto tables = normalize_tables(dataset);
   const uint8_t* src = images.data_ptr<uint8_t>();
   const int64_t* src_labels = labels.data_ptr<int64_t>();
   float* dst = batch.images.data_ptr<float>();

@@ -54,6 +54,11 @@ AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index
 // makes the result bit-for-bit the scalar formula (x / 255 - mean) / std evaluated in float, on any
 // device (a GPU divides by a scalar as a multiplication by its reciprocal, which rounds differently).
 std::array<float, 256> normalize_table(float mean, float std);
+// One table per channel of the dataset, from its mean and std.
+std::vector<std::array<float, 256>> normalize_tables(const ImageDataset& dataset);
+
+// Throws ConfigError, naming the key, for options no batch can be made with (a negative crop padding).
+void check_augment(const AugmentOptions& options);
 
 // Gathers dataset samples indices[0..count) into a batch. Indices must lie in [0, dataset.size()).
 Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t count,

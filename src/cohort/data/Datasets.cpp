@@ -11,7 +11,8 @@ namespace cohort::data {
 Splits open_datasets(const TrainConfig& cfg, int rank, int local_world_size, bool need_train, c10::Device device) {
   const auto& d = cfg.data;
   Splits s;
-  auto in_memory = [&](ImageDataset ds, int64_t image_size) {
+  // An in-memory dataset, kept on the host or on the training device.
+  auto held = [&](ImageDataset ds, int64_t image_size) {
     return d.device_resident ? device_resident(std::move(ds), device, image_size)
                              : data::in_memory(std::move(ds), image_size);
   };
@@ -21,14 +22,14 @@ Splits open_datasets(const TrainConfig& cfg, int rank, int local_world_size, boo
       auto ds = load_fashion_mnist(d.root, train, train ? d.train_limit : d.test_limit);
       ds.name = d.name;
       if (d.name == "mnist") ds.mean = 0.1307f, ds.std = 0.3081f;  // same file format; MNIST's own statistics
-      (train ? s.train : s.test) = in_memory(std::move(ds), d.image_size);
+      (train ? s.train : s.test) = held(std::move(ds), d.image_size);
     }
   } else if (d.name == "cifar10") {
     if (d.root == kDefaultFashionMnistRoot)
       throw ConfigError("data.name=cifar10 needs data.root: it is still the Fashion-MNIST folder " + d.root,
                         "pass data.root=<the extracted cifar-10-batches-bin folder>");
-    if (need_train) s.train = in_memory(load_cifar10(d.root, /*train=*/true, d.train_limit), d.image_size);
-    s.test = in_memory(load_cifar10(d.root, /*train=*/false, d.test_limit), d.image_size);
+    if (need_train) s.train = held(load_cifar10(d.root, /*train=*/true, d.train_limit), d.image_size);
+    s.test = held(load_cifar10(d.root, /*train=*/false, d.test_limit), d.image_size);
   } else if (d.name == "imagefolder") {
     ImageFolderOptions o;
     o.image_size = d.image_size > 0 ? d.image_size : 224;

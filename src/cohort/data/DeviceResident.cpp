@@ -17,12 +17,12 @@ class DeviceResident final : public Source {
     labels_ = ds.labels.to(device);
     const int64_t c = images_.size(1);
     std::vector<float> table;
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const auto t = normalize_table(ds.mean_of(ch), ds.std_of(ch));
-      table.insert(table.end(), t.begin(), t.end());
-    }
+    for (const auto& t : normalize_tables(ds)) table.insert(table.end(), t.begin(), t.end());
     table_ = at::tensor(table).to(device);
     channel_base_ = (at::arange(c, at::kLong) * 256).view({1, c, 1, 1}).to(device);
+    const auto along = at::TensorOptions().dtype(at::kLong).device(device);
+    y_index_ = at::arange(images_.size(2), along);
+    x_index_ = at::arange(images_.size(3), along);
     size_ = size > 0 ? size : images_.size(2);
   }
 
@@ -33,13 +33,12 @@ class DeviceResident final : public Source {
   std::string name() const override { return name_ + " (on " + device_.str() + ")"; }
 
   Batch batch(const std::vector<int64_t>& indices, const AugmentOptions& aug) override {
-    if (aug.enabled && aug.crop_padding < 0)
-      throw ConfigError("data.crop_padding must be >= 0, got " + std::to_string(aug.crop_padding),
-                        "pass data.crop_padding=2, or 0 for no random crop");
+    check_augment(aug);
     const auto count = static_cast<int64_t>(indices.size());
     // The indices and the per-sample draws, made on the host (augment_params: the host path's draws),
     // travel in one copy, from pinned memory on a GPU so that it does not wait for the device.
-    auto host = at::zeros({4, count}, at::kLong);  // rows: index, dy, dx, flip
+    auto host = at::empty({4, count}, at::TensorOptions().dtype(at::kLong).pinned_memory(device_.is_cuda()));
+    // rows: index, dy, dx, flip; every entry written below
     auto* rows = host.data_ptr<int64_t>();
     for (int64_t b = 0; b < count; ++b) {
       const int64_t i = indices[b];
@@ -48,7 +47,7 @@ class DeviceResident final : public Source {
       const auto a = augment_params(aug, i);  // identity when augmentation is off
       rows[b] = i, rows[count + b] = a.dy, rows[2 * count + b] = a.dx, rows[3 * count + b] = a.flip ? 1 : 0;
     }
-    const auto params = device_.is_cuda() ? host.pin_memory().to(device_, /*non_blocking=*/true) : host;
+    const auto params = device_.is_cuda() ? host.to(device_, /*non_blocking=*/true) : host;
     const auto idx = params[0];
     at::Tensor pixels = images_.index_select(0, idx);  // uint8 [B, C, H, W]
     const int64_t c = pixels.size(1), h = pixels.size(2), w = pixels.size(3);
@@ -56,9 +55,8 @@ class DeviceResident final : public Source {
       // make_batch's transform as two gathers: out[b, :, y, x] = in[b, :, y + dy, x' + dx] with
       // x' = W-1-x under a flip, over a zero-padded copy so shifts outside the image read 0 intensity.
       const int64_t p = aug.crop_padding;
-      const auto opts = at::TensorOptions().dtype(at::kLong).device(device_);
-      const auto ys = at::arange(h, opts).view({1, h}) + params[1].view({count, 1}) + p;
-      const auto xs_plain = at::arange(w, opts).view({1, w});
+      const auto ys = y_index_.view({1, h}) + params[1].view({count, 1}) + p;
+      const auto xs_plain = x_index_.view({1, w});
       const auto xs = xs_plain + params[3].view({count, 1}) * (w - 1 - 2 * xs_plain) + params[2].view({count, 1}) + p;
       auto padded = p > 0 ? at::constant_pad_nd(pixels, {p, p, p, p}, 0) : pixels;
       auto rows = padded.gather(2, ys.view({count, 1, h, 1}).expand({count, c, h, padded.size(3)}));
@@ -78,6 +76,7 @@ class DeviceResident final : public Source {
   int64_t num_classes_, n_, size_ = 0;
   c10::Device device_;
   at::Tensor images_, labels_, table_, channel_base_;
+  at::Tensor y_index_, x_index_;  // arange(H), arange(W) on the device, for the crop's gathers
 };
 
 }  // namespace

@@ -61,7 +61,9 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
     shard::check_replicas_match(names_, params_, *comm_, name());
     broadcast_from_rank0(params_, *comm_, name() + " initial parameters");
     broadcast_from_rank0(buffers_, *comm_, name() + " initial buffers");
-    plan_ = shard::ShardPlan(specs(), make_units(), world_);
+    // The same walk over the model as plan_shards, so the plan a bench or test predicts is this one.
+    const auto specs = shard::trainable_specs(*model_);
+    plan_ = shard::ShardPlan(specs, make_units(specs), world_);
     build_units();
     if (options_.stage != ShardStage::kZero1) attach_hooks();
     if (classifier_) classifier_->set_unit_runner(this);
@@ -327,22 +329,14 @@ class ShardedImpl : public ShardedStrategy, public models::UnitRunner {
   };
   bool sixteen_bit(size_t u) const { return units_[u].full.scalar_type() != at::kFloat; }
 
-  std::vector<shard::ParamSpec> specs() const {
-    std::vector<shard::ParamSpec> out;
-    for (size_t i = 0; i < params_.size(); ++i) out.push_back({names_[i], params_[i].sizes().vec()});
-    return out;
-  }
-
-  std::vector<std::vector<size_t>> make_units() {
+  std::vector<std::vector<size_t>> make_units(const std::vector<shard::ParamSpec>& specs) {
     if (options_.stage == ShardStage::kFsdp) {
       classifier_ = dynamic_cast<models::Classifier*>(model_.get());
       if (!classifier_)
         throw ConfigError("dist.strategy=fsdp needs a cohort model (a models::Classifier) to find its units",
                           "use zero2 for other modules");
     }
-    std::vector<c10::ScalarType> dtypes;
-    for (const auto& p : params_) dtypes.push_back(p.scalar_type());
-    auto layout = shard::plan_units(*model_, specs(), dtypes, options_);
+    auto layout = shard::plan_units(*model_, specs, shard::trainable_dtypes(*model_), options_);
     blocks_ = std::move(layout.blocks);
     return std::move(layout.units);
   }
