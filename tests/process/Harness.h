@@ -60,7 +60,8 @@ std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p);
 std::vector<pid_t> children_of(pid_t pid);
 bool process_exists(pid_t pid);
 
-// Small, fast settings shared by the process tests: a slice of Fashion-MNIST and a tiny model.
+// Small, fast settings shared by the process tests: a slice of Fashion-MNIST and a tiny model, in fp32
+// and the contiguous layout (amp.precision and train.channels_last pinned, not auto).
 std::vector<std::string> quick_args(const std::filesystem::path& run_dir, std::vector<std::string> extra = {});
 
 }  // namespace cohort::testing

@@ -88,3 +88,66 @@ TEST(AmpProcess, Bf16TrainsAndModesThatNeedAGpuSaySo) {
   EXPECT_NE(cuda.exit_code, 0);
   EXPECT_NE(cuda.output.find("train.device=cuda, but this LibTorch sees no GPU"), std::string::npos) << cuda.output;
 }
+
+// The defaults (amp.precision=auto, train.channels_last=auto) as `cohort train` runs them, with the CPU's
+// bf16 units claimed and masked through COHORT_CPU_BF16 so both branches run on any machine: the choice
+// is in the first line, summary.json, config.json and the checkpoint; a resume keeps it on a machine that
+// would choose otherwise; an explicit value wins; the summary and the final line say where the time went.
+TEST(AmpProcess, AutoPicksBf16AndChannelsLastWhereTheCpuHasBf16AndAResumeKeepsIt) {
+  auto defaults = [](const fs::path& dir, std::vector<std::string> extra) {
+    auto a = quick_args(dir, {"--nproc-per-node", "2", "amp.precision=auto", "train.channels_last=auto"});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const auto dir = fresh_dir("amp-auto-bf16");
+  auto r = cohort_train(defaults(dir, {"train.max_steps=4", "ckpt.every_steps=4"}), 240, {{"COHORT_CPU_BF16", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision bf16 (auto: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("COHORT_CPU_BF16=1 claims it"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("channels-last (auto: convolutional model on CPU"), std::string::npos) << r.output;
+  auto summary = read_json(dir / "summary.json");
+  EXPECT_EQ(summary["precision"], "bf16");
+  EXPECT_EQ(summary["amp"]["compute_dtype"], "bfloat16");
+  EXPECT_EQ(summary["channels_last"], true);
+  EXPECT_EQ(summary["auto"]["precision"]["auto"], true);
+  EXPECT_EQ(read_json(dir / "config.json")["amp.precision"], "bf16");
+  EXPECT_EQ(read_json(dir / "config.json")["train.channels_last"], "true");
+  // Where the time went: every phase of a step measured, shares adding up to the whole.
+  const auto& t = summary["time_breakdown"];
+  double shares = 0;
+  for (const auto& [phase, share] : t["share"].items()) shares += share.get<double>();
+  EXPECT_NEAR(shares, 1.0, 1e-6);
+  for (const char* phase : {"data", "forward", "backward", "optimizer", "eval", "checkpoint"})
+    EXPECT_GT(t["seconds"][phase].get<double>(), 0.0) << phase;
+  EXPECT_EQ(t["per_rank"].size(), 2u);
+  EXPECT_NE(r.output.find("; time: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("backward "), std::string::npos) << r.output;
+
+  // Resumed where the CPU's bf16 is masked: the run keeps training in bf16, channels-last, whether the
+  // saved config.json is the base (--resume) or the command line still says auto (as a restart's does).
+  r = cohort_train({"--resume", dir.string(), "train.max_steps=6"}, 240, {{"COHORT_CPU_BF16", "0"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  summary = read_json(dir / "summary.json");
+  EXPECT_EQ(summary["precision"], "bf16");
+  EXPECT_EQ(summary["channels_last"], true);
+  r = cohort_train(defaults(dir, {"train.max_steps=8", "train.resume=" + dir.string()}), 240,
+                   {{"COHORT_CPU_BF16", "0"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision bf16 (auto: kept from the checkpoint being resumed)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_json(dir / "summary.json")["precision"], "bf16");
+
+  // The same defaults with bf16 masked: fp32; an explicit bf16 wins over the mask, an explicit layout too.
+  const auto masked = fresh_dir("amp-auto-masked");
+  r = cohort_train(defaults(masked, {"train.max_steps=2"}), 240, {{"COHORT_CPU_BF16", "0"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision fp32 (auto: "), std::string::npos) << r.output;
+  EXPECT_EQ(read_json(masked / "summary.json")["precision"], "fp32");
+  const auto pinned = fresh_dir("amp-auto-pinned");
+  r = cohort_train(defaults(pinned, {"train.max_steps=2", "amp.precision=bf16", "train.channels_last=false"}), 240,
+                   {{"COHORT_CPU_BF16", "0"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision bf16 (set explicitly), contiguous layout (set explicitly)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_json(pinned / "summary.json")["channels_last"], false);
+}

@@ -13,6 +13,7 @@ Precision parse_precision(const std::string& name) {
   if (name == "bf16") return Precision::kBf16;
   if (name == "fp16") return Precision::kFp16;
   if (name == "fp16-master") return Precision::kFp16Master;
+  COHORT_ASSERT(name != "auto", "amp.precision=auto resolved (train::resolve_auto) before MixedPrecision");
   throw ConfigError("amp.precision '" + name + "' is not a precision cohort knows", "use fp32, bf16, fp16 or fp16-master");
 }
 

@@ -1,5 +1,7 @@
 #include "cohort/comm/Communicator.h"
 
+#include <atomic>
+
 namespace cohort {
 namespace {
 
@@ -20,7 +22,17 @@ class ThenHandle : public Handle {
   bool done_ = false;
 };
 
+// Relaxed: a sum of durations that readers sample between steps, ordering nothing else.
+std::atomic<int64_t> g_wait_ns{0};
+
 }  // namespace
+
+double collective_wait_seconds() { return static_cast<double>(g_wait_ns.load(std::memory_order_relaxed)) * 1e-9; }
+
+CollectiveWaitTimer::~CollectiveWaitTimer() {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_);
+  g_wait_ns.fetch_add(ns.count(), std::memory_order_relaxed);
+}
 
 HandlePtr then(HandlePtr inner, std::function<void()> fn) {
   return std::make_shared<ThenHandle>(std::move(inner), std::move(fn));

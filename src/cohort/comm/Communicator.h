@@ -31,6 +31,21 @@ class Handle {
 };
 using HandlePtr = std::shared_ptr<Handle>;
 
+// Seconds this process has spent blocked in the backends' Handle::wait since it started, on any thread.
+// The training loop's phase clock (train/PhaseClock.h) counts them as communication that computation did
+// not hide. A backend's wait() holds a CollectiveWaitTimer for as long as it blocks the host.
+double collective_wait_seconds();
+class CollectiveWaitTimer {
+ public:
+  CollectiveWaitTimer() : start_(std::chrono::steady_clock::now()) {}
+  ~CollectiveWaitTimer();
+  CollectiveWaitTimer(const CollectiveWaitTimer&) = delete;
+  CollectiveWaitTimer& operator=(const CollectiveWaitTimer&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
 // A handle that completes when `inner` has and `fn` has run once after it, on the thread that waits:
 // how a hook turns "all-reduce done" into "result unpacked" without a thread of its own.
 HandlePtr then(HandlePtr inner, std::function<void()> fn);

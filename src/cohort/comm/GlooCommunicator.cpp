@@ -64,6 +64,7 @@ class GlooHandle : public Handle {
 
   void wait() override {
     if (done_) return;
+    const CollectiveWaitTimer blocked;
     try {
       // Gloo enforces the same timeout inside the collective, so a dead peer cannot block this wait
       // (or Gloo's worker thread) forever.

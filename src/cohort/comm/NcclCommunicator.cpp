@@ -314,7 +314,12 @@ class NcclHandle : public Handle {
       : state_(std::move(state)), work_(std::move(work)), host_blocking_(host_blocking) {}
 
   void wait() override {
-    if (host_blocking_) wait_on_host();
+    // Only a host-blocking wait stops the host; otherwise the stream waits and the time shows up wherever
+    // the host next synchronizes with the GPU.
+    if (host_blocking_) {
+      const CollectiveWaitTimer blocked;
+      wait_on_host();
+    }
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->throw_if_failed_locked(work_->desc);

@@ -141,6 +141,26 @@ Field field(std::string key, S TrainConfig::*section, V S::*member, std::string 
   return f;
 }
 
+// A switch that may also be left to cohort: "auto", or any spelling of a bool, stored as auto|true|false.
+Field auto_bool_field(std::string key, std::string TrainLoopConfig::*member, std::string help) {
+  Field f;
+  f.info = KeyInfo{key, "string", TrainConfig{}.train.*member, std::move(help), {"auto", "true", "false"}};
+  f.set = [key, member](TrainConfig& cfg, const std::string& text) {
+    std::string v = text;
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (v != "auto") {
+      try {
+        v = parse_value<bool>(key, text) ? "true" : "false";
+      } catch (const ConfigError&) {
+        bad_value(key, text, "expected auto, true or false", key + "=auto");
+      }
+    }
+    cfg.train.*member = v;
+  };
+  f.get = [member](const TrainConfig& cfg) { return nlohmann::json(cfg.train.*member); };
+  return f;
+}
+
 const std::vector<Field>& fields() {
   using T = TrainConfig;
   static const std::vector<Field> all = {
@@ -216,8 +236,9 @@ const std::vector<Field>& fields() {
       field("train.device", &T::train, &TrainLoopConfig::device,
             "where the model trains: cuda (GPU local_rank), cpu, or auto (cuda when LibTorch sees a GPU)",
             {"auto", "cpu", "cuda"}),
-      field("train.channels_last", &T::train, &TrainLoopConfig::channels_last,
-            "conv nets: keep weights and images in channels-last (NHWC) memory format (faster tensor cores)"),
+      auto_bool_field("train.channels_last", &TrainLoopConfig::channels_last,
+                      "conv nets: keep weights and images in channels-last (NHWC) memory format; auto: on for "
+                      "convolutional models on CPU and on GPUs with tensor cores"),
       field("train.cudnn_benchmark", &T::train, &TrainLoopConfig::cudnn_benchmark,
             "cuda: let cuDNN time its convolution algorithms for each shape and keep the fastest"),
       field("optim.name", &T::optim, &OptimConfig::name,
@@ -296,10 +317,11 @@ const std::vector<Field>& fields() {
             "same hook as dist.compress=fp16|bf16",
             {"fp32", "bf16", "fp16"}),
       field("amp.precision", &T::amp, &AmpConfig::precision,
-            "fp32; bf16 (autocast); fp16 (autocast + dynamic loss scaling, as torch.cuda.amp or Apex O1); "
+            "auto (bf16 where the CPU or GPU computes it natively, else fp32 on CPU and fp16-master on older "
+            "GPUs); fp32; bf16 (autocast); fp16 (autocast + dynamic loss scaling, as torch.cuda.amp or Apex O1); "
             "fp16-master (fp16 weights, fp32 batch norm, fp32 master weights in the optimizer, loss scaling: "
             "Apex O2)",
-            {"fp32", "bf16", "fp16", "fp16-master"}),
+            {"auto", "fp32", "bf16", "fp16", "fp16-master"}),
       field("amp.init_scale", &T::amp, &AmpConfig::init_scale, "fp16: initial loss scale", {}, positive<double>()),
       field("amp.growth_interval", &T::amp, &AmpConfig::growth_interval,
             "fp16: the loss scale grows after this many steps in a row without inf/NaN gradients", {},

@@ -52,7 +52,7 @@ struct TrainLoopConfig {
   int64_t whiten_bias_epochs = 0;
   std::string resume;
   std::string device = "auto";
-  bool channels_last = false;
+  std::string channels_last = "auto";  // auto | true | false; see Note [What auto picks]
   bool cudnn_benchmark = true;
 };
 
@@ -105,7 +105,7 @@ struct DistConfig {
 
 // Mixed precision (amp.*), with torch.cuda.amp.GradScaler's defaults for dynamic loss scaling.
 struct AmpConfig {
-  std::string precision = "fp32";
+  std::string precision = "auto";  // see Note [What auto picks] in train/AutoSettings.h
   double init_scale = 65536.0;
   int64_t growth_interval = 2000;
   double growth_factor = 2.0;

@@ -77,6 +77,7 @@ json run_data(const fs::path& dir) {
                   {"backend", summary.value("backend", "")},
                   {"compress", summary.value("compress", "none")},
                   {"precision", summary.value("precision", "fp32")},
+                  {"channels_last", summary.value("channels_last", false)},
                   {"global_batch", summary.value("global_batch", 0)},
                   {"batch_per_worker", cfg.value("data.batch_size", 0)},
                   {"grad_accum_steps", cfg.value("train.grad_accum_steps", 1)},
@@ -126,6 +127,7 @@ json run_data(const fs::path& dir) {
     run["resources"] = res;
   }
   run["gpu_monitor"] = summary.value("gpu_monitor", "not recorded");
+  run["time_breakdown"] = summary.value("time_breakdown", json());  // runs before the phase clock have none
   run["batch_size"] = fs::exists(dir / "batch_size.json") ? read_json(dir / "batch_size.json") : json();
   return run;
 }
@@ -143,6 +145,34 @@ LinePlot plot(const json& runs, const std::string& x, const std::string& y, cons
       if (!s.points.empty()) p.series.push_back(std::move(s));
     }
   return p;
+}
+
+// The phases of train/PhaseClock.h, in its order; a JSON object keeps its keys sorted instead.
+const std::vector<std::string> kPhases = {"data", "forward", "backward", "comm", "optimizer", "eval", "checkpoint", "other"};
+
+StackedBars time_bars(const json& runs) {
+  StackedBars p{"Where the time went (rank 0, share of the training loop's wall time)", kPhases, {}};
+  for (const auto& run : runs) {
+    const auto& t = run["time_breakdown"];
+    if (t.is_null()) continue;
+    std::vector<double> v;
+    for (const auto& ph : kPhases) v.push_back(num(t["seconds"], ph.c_str(), 0));
+    p.bars.emplace_back(run["name"].get<std::string>(), v);
+  }
+  return p;
+}
+
+std::string time_section(const json& run) {
+  std::ostringstream md;
+  md << "### Where the time went\n\n";
+  const auto& t = run["time_breakdown"];
+  if (t.is_null()) return md.str() + "Not recorded (a run from before cohort measured its phases).\n\n";
+  md << "Rank 0, " << fixed(num(t, "wall_seconds"), 1) << " s of training loop (comm: collectives the step waited "
+        "for, not hidden behind backward):\n\n| phase | seconds | share |\n|---|---|---|\n";
+  for (const auto& ph : kPhases)
+    md << "| " << ph << " | " << fixed(num(t["seconds"], ph.c_str(), 0), 1) << " | " << pct(num(t["share"], ph.c_str(), 0))
+       << " |\n";
+  return md.str() + "\n";
 }
 
 std::string markdown(const json& report) {
@@ -165,7 +195,8 @@ std::string markdown(const json& report) {
   }
   md << "## Plots\n\n![loss against epoch](loss_vs_epoch.svg)\n![loss against training time](loss_vs_time.svg)\n"
         "![top-1 accuracy against epoch](accuracy_vs_epoch.svg)\n"
-        "![top-1 accuracy against training time](accuracy_vs_time.svg)\n\n";
+        "![top-1 accuracy against training time](accuracy_vs_time.svg)\n"
+        "![where the time went](time_breakdown.svg)\n\n";
   for (const auto& run : report["runs"]) {
     const auto& s = run["setup"];
     const auto& r = run["results"];
@@ -175,7 +206,8 @@ std::string markdown(const json& report) {
        << " |\n| workers | " << s["world_size"] << " on " << s["nnodes"] << " node(s), launcher "
        << s["launcher"].get<std::string>() << " |\n| strategy | " << s["strategy"].get<std::string>() << " over "
        << s["backend"].get<std::string>() << ", gradient compression " << s["compress"].get<std::string>()
-       << " |\n| precision | " << s["precision"].get<std::string>() << " |\n| batch | " << s["global_batch"]
+       << " |\n| precision | " << s["precision"].get<std::string>() << (s.value("channels_last", false) ? ", channels-last" : "")
+       << " |\n| batch | " << s["global_batch"]
        << " global (" << s["batch_per_worker"] << " per worker, gradient accumulation " << s["grad_accum_steps"]
        << ") |\n| threads per worker | " << s["threads_per_worker"] << " |\n| optimizer | "
        << s["optimizer"].get<std::string>() << " |\n\n"
@@ -190,7 +222,7 @@ std::string markdown(const json& report) {
          << pct(num(e, "test_top1")) << " | " << pct(num(e, "test_top5")) << " | " << fixed(num(e, "epoch_seconds"), 1)
          << " | " << fixed(num(e, "train_seconds"), 1) << " |\n";
     if (run["epochs"].empty()) md << "| (no evaluation recorded) | | | | | | |\n";
-    md << "\n### Resources per rank\n\n| rank | peak RSS | mean CPU | GPU utilization mean / max | GPU memory peak |\n"
+    md << "\n" << time_section(run) << "### Resources per rank\n\n| rank | peak RSS | mean CPU | GPU utilization mean / max | GPU memory peak |\n"
           "|---|---|---|---|---|\n";
     for (const auto& q : run["resources"]) {
       md << "| " << q["rank"] << " | " << mib(num(q, "peak_rss_bytes")) << " | "
@@ -255,7 +287,8 @@ json build_report(const std::vector<fs::path>& run_dirs) {
     }
     report["comparison"] = cmp;
   }
-  report["plots"] = {"loss_vs_epoch.svg", "loss_vs_time.svg", "accuracy_vs_epoch.svg", "accuracy_vs_time.svg"};
+  report["plots"] = {"loss_vs_epoch.svg", "loss_vs_time.svg", "accuracy_vs_epoch.svg", "accuracy_vs_time.svg",
+                     "time_breakdown.svg"};
   return report;
 }
 
@@ -276,6 +309,7 @@ fs::path write_report(const std::vector<fs::path>& run_dirs, const fs::path& out
   util::write_file_atomic(out_dir / "accuracy_vs_time.svg",
                           render_svg(plot(runs, "train_seconds", "top1", "Top-1 accuracy against training time",
                                           "training time (s)", "top-1 accuracy (%)", 100)));
+  util::write_file_atomic(out_dir / "time_breakdown.svg", render_svg(time_bars(runs)));
   util::write_file_atomic(out_dir / "report.json", report.dump(2) + "\n");
   util::write_file_atomic(out_dir / "report.md", markdown(report));
   return out_dir / "report.md";

@@ -30,8 +30,17 @@ std::string num(double v) {
   return buf;
 }
 
+// The document, a white background and the title: how every plot begins.
+void open_svg(std::ostringstream& o, int width, int height, const std::string& title) {
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+    << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    << "<text x=\"" << width / 2 << "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" << escape(title)
+    << "</text>\n";
+}
+
 // Colour-blind-safe palette (Okabe and Ito).
-const char* kColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"};
+const char* kColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"};
 
 }  // namespace
 
@@ -68,11 +77,7 @@ std::string render_svg(const LinePlot& plot, int width, int height) {
   auto py = [&](double y) { return bottom - (y - y0) / (y1 - y0) * (bottom - top); };
 
   std::ostringstream o;
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-    << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
-    << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << width / 2 << "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" << escape(plot.title)
-    << "</text>\n";
+  open_svg(o, width, height, plot.title);
   for (double t : xt)
     o << "<line x1=\"" << px(t) << "\" y1=\"" << top << "\" x2=\"" << px(t) << "\" y2=\"" << bottom
       << "\" stroke=\"#e0e0e0\"/>\n<text x=\"" << px(t) << "\" y=\"" << bottom + 16
@@ -101,6 +106,41 @@ std::string render_svg(const LinePlot& plot, int width, int height) {
     o << "<line x1=\"" << right + 12 << "\" y1=\"" << ly << "\" x2=\"" << right + 32 << "\" y2=\"" << ly
       << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n<text x=\"" << right + 38 << "\" y=\"" << ly + 4
       << "\">" << escape(s.name) << "</text>\n";
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+std::string render_svg(const StackedBars& plot, int width) {
+  const double left = 150, right = width - 20, top = 36, bar_h = 22, gap = 10;
+  const double bottom = top + plot.bars.size() * (bar_h + gap);
+  const int legend_rows = static_cast<int>((plot.segments.size() + 3) / 4);
+  const int height = static_cast<int>(bottom + 30 + 18 * legend_rows);
+  std::ostringstream o;
+  open_svg(o, width, height, plot.title);
+  for (size_t b = 0; b < plot.bars.size(); ++b) {
+    const auto& [label, values] = plot.bars[b];
+    double total = 0;
+    for (double v : values) total += std::isfinite(v) && v > 0 ? v : 0;
+    const double y = top + b * (bar_h + gap);
+    o << "<text x=\"" << left - 6 << "\" y=\"" << y + bar_h / 2 + 4 << "\" text-anchor=\"end\">" << escape(label)
+      << "</text>\n";
+    double x = left;
+    for (size_t i = 0; i < values.size() && total > 0; ++i) {
+      if (!(std::isfinite(values[i]) && values[i] > 0)) continue;
+      const double w = values[i] / total * (right - left);
+      o << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << w << "\" height=\"" << bar_h << "\" fill=\""
+        << kColors[i % (sizeof kColors / sizeof *kColors)] << "\"><title>"
+        << escape(i < plot.segments.size() ? plot.segments[i] : "") << " " << num(100 * values[i] / total)
+        << "%</title></rect>\n";
+      x += w;
+    }
+  }
+  for (size_t i = 0; i < plot.segments.size(); ++i) {
+    const double lx = left + (i % 4) * (right - left) / 4, ly = bottom + 14 + 18.0 * (i / 4);
+    o << "<rect x=\"" << lx << "\" y=\"" << ly - 9 << "\" width=\"12\" height=\"12\" fill=\""
+      << kColors[i % (sizeof kColors / sizeof *kColors)] << "\"/><text x=\"" << lx + 18 << "\" y=\"" << ly + 2
+      << "\">" << escape(plot.segments[i]) << "</text>\n";
   }
   o << "</svg>\n";
   return o.str();

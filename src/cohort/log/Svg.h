@@ -28,6 +28,16 @@ struct LinePlot {
 
 std::string render_svg(const LinePlot& plot, int width = 640, int height = 400);
 
+// Horizontal bars split into coloured segments, each bar scaled to 100% of its own total: where each
+// run's time went (cohort report's time_breakdown.svg).
+struct StackedBars {
+  std::string title;
+  std::vector<std::string> segments;                             // legend, in segment order
+  std::vector<std::pair<std::string, std::vector<double>>> bars;  // label, one value per segment
+};
+
+std::string render_svg(const StackedBars& plot, int width = 640);
+
 // Round tick positions covering [lo, hi] (1, 2 or 5 times a power of ten apart), about `count` of them.
 std::vector<double> nice_ticks(double lo, double hi, int count = 5);
 

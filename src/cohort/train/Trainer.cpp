@@ -29,12 +29,14 @@
 #include "cohort/checkpoint/Sharded.h"
 #include "cohort/checkpoint/Steps.h"
 #include "cohort/parallel/Strategy.h"
+#include "cohort/train/AutoSettings.h"
 #include "cohort/train/CheckpointUpload.h"
 #include "cohort/train/Device.h"
 #include "cohort/train/Evaluate.h"
 #include "cohort/train/FaultInjection.h"
 #include "cohort/train/InitialWeights.h"
 #include "cohort/train/Metrics.h"
+#include "cohort/train/PhaseClock.h"
 #include "cohort/train/RankAgreement.h"
 #include "cohort/train/Progress.h"
 #include "cohort/util/AtomicFile.h"
@@ -135,6 +137,10 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
                                info.local_rank);
 
   const c10::Device device = training_device(cfg.train.device, info.local_rank);
+  // See Note [What auto picks]: from here on cfg holds rank 0's precision and layout, and so do
+  // config.json and every checkpoint.
+  const AutoSettings chosen = agree_auto_settings(cfg, device, world, resuming ? resume.state.config_json : "");
+  const bool nhwc = channels_last(cfg);
   auto data = data::open_datasets(cfg, rank, info.local_world_size, /*need_train=*/true, device);
   torch::manual_seed(cfg.train.seed);
   auto model = models::build(cfg.model, data.train->channels(), data.train->image_size());
@@ -145,9 +151,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   configure_device(device, cfg.train.cudnn_benchmark);
   amp::MixedPrecision precision(cfg.amp, device, lead);
   model->to(device);
-  if (cfg.train.channels_last) to_channels_last(*model);
+  if (nhwc) to_channels_last(*model);
   precision.prepare_model(*model);
-  const EvalPlacement placement{device, cfg.train.channels_last, &precision};
+  const EvalPlacement placement{device, nhwc, &precision};
 
   // Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
   auto strategy = make_strategy(cfg, model, world.comm);
@@ -218,7 +224,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     std::cout << "cohort: " << world_size << " worker(s), model " << cfg.model.name << ", data " << data.train->name()
               << ", " << strategy->name()
               << " over " << comm.backend_name() << ", global batch " << global_batch << ", " << total_steps
-              << " steps (" << steps_per_epoch << "/epoch), run dir " << run_dir.string()
+              << " steps (" << steps_per_epoch << "/epoch), " << describe(chosen) << ", run dir " << run_dir.string()
               << (resuming ? ", resuming at step " + std::to_string(step) : "") << std::endl;
   }
 
@@ -227,7 +233,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   const fs::path ck_dir = run_dir / "checkpoints";
   int64_t last_saved_step = -1, sharded_saves = 0;
   double last_saved_best = -2;
+  PhaseClock clock;  // where the time goes, phase by phase (train/PhaseClock.h)
   auto save = [&](const std::string& tag, int64_t epoch_of_next) {
+    const PhaseClock::Scope saving(clock, Phase::kCheckpoint);
     checkpoint::TrainState st{step, epoch_of_next, best, world_size, config_json.dump()};
     if (precision.scaling()) {
       const auto& sc = precision.scaler().state();
@@ -293,6 +301,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
 
   auto run_eval = [&](int64_t epoch) {
     if (!cfg.eval.enabled) return;
+    const PhaseClock::Scope evaluating(clock, Phase::kEval);
     const auto r =
         evaluate(*model, *data.test, test_sampler, cfg.eval.batch_size, prefetch, cfg.eval.tta, comm, placement);
     test_accuracy = r.top1();
@@ -336,9 +345,11 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
       const auto t0 = Clock::now();
       double step_loss = 0;
       for (int64_t micro = 0; micro < accum; ++micro) {
+        clock.switch_to(Phase::kData);
         auto b = *loader.next();
-        const auto images = images_to(b.images, device, cfg.train.channels_last);
+        const auto images = images_to(b.images, device, nhwc);
         const auto labels = b.labels.to(device, /*non_blocking=*/b.labels.is_pinned());
+        clock.switch_to(Phase::kForward);
         auto sync = strategy->gradient_sync(micro == accum - 1);
         at::Tensor logits;
         {
@@ -347,6 +358,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         }
         auto loss = torch::nn::functional::cross_entropy(
             logits, labels, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg.loss.label_smoothing));
+        clock.switch_to(Phase::kBackward);
         precision.scale(accum > 1 ? loss / static_cast<double>(accum) : loss).backward();
         if (step == first_step) state_bytes = max_bytes(state_bytes, strategy->state_bytes());
         const double l = loss.item<double>();
@@ -354,6 +366,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         step_loss += l / static_cast<double>(accum);
       }
       if (rank == fault_rank && nonfinite_steps.count(step + 1)) poison_gradient(*model, step + 1);
+      clock.switch_to(Phase::kOptimizer);
       const auto stepped = strategy->step(schedule.lr(step), {cfg.optim.clip_grad_norm, precision.scaling(),
                                                               precision.loss_scale()});
       // Under loss scaling an overflow skips the step on every rank and lowers the scale. In fp32 or bf16 a
@@ -365,6 +378,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
                         std::to_string(step_loss) + "); the weights were not updated",
                     "lower optim.lr or set optim.clip_grad_norm, and check the data; resume from the last checkpoint with "
                     "--resume " + run_dir.string());
+      clock.switch_to(Phase::kOther);
       if (stepped.grad_norm >= 0) window_grad_norm = stepped.grad_norm;
       // Fault injection for the restart tests: COHORT_FAULT_STEP=N kills rank COHORT_FAULT_RANK (default
       // 1) with SIGKILL right after step N, in the first attempt only.
@@ -465,6 +479,11 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   const int64_t final_epoch = std::max<int64_t>(0, (step - 1) / steps_per_epoch);
   if (last_eval_step != step) run_eval(final_epoch);
   save("last", step / steps_per_epoch);
+  clock.stop();
+  auto all_phases = at::zeros({world_size * kPhaseCount}, at::kDouble);
+  const auto my_phases = phase_seconds(clock);
+  comm.all_gather(all_phases, at::tensor(std::vector<double>(my_phases.begin(), my_phases.end()), at::kDouble),
+                  "phase times")->wait();
 
   // Per-rank peak memory, CPU and GPU use, gathered so rank 0 can report every rank.
   monitor.sample_now();  // so a run shorter than log.monitor_s still has one sample
@@ -524,11 +543,22 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         {"sync_bytes_per_step_uncompressed", sync.dense},
         {"compression_ratio", sync.wire > 0 ? nlohmann::json(double(sync.dense) / sync.wire) : nlohmann::json()},
         {"config", config_json}};
+    summary["auto"] = {{"precision", {{"value", chosen.precision.value}, {"why", chosen.precision.why},
+                                      {"auto", chosen.precision.automatic}}},
+                       {"channels_last", {{"value", chosen.channels_last.value}, {"why", chosen.channels_last.why},
+                                          {"auto", chosen.channels_last.automatic}}}};
+    summary["channels_last"] = nhwc;
+    summary["time_breakdown"] = phases_json(my_phases);
+    for (int r = 0; r < world_size; ++r) {
+      std::array<double, kPhaseCount> theirs{};
+      std::copy_n(all_phases.data_ptr<double>() + r * kPhaseCount, kPhaseCount, theirs.begin());
+      summary["time_breakdown"]["per_rank"].push_back(phases_json(theirs)["seconds"]);
+    }
     util::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
     std::cout << "cohort: done: " << step << " steps in " << std::fixed << std::setprecision(1) << train_seconds
               << " s, " << std::setprecision(0) << result.images_per_second << " img/s, test top1 "
-              << percent(test_accuracy) << " (best " << percent(best) << "); " << (run_dir / "summary.json").string()
-              << std::defaultfloat << std::endl;
+              << percent(test_accuracy) << " (best " << percent(best) << "); time: " << clock.line() << "; "
+              << (run_dir / "summary.json").string() << std::defaultfloat << std::endl;
     if (bad_files > 0)
       std::cout << "cohort: " << bad_files << " bad image file(s) were skipped (named above; data.on_bad_file=fail "
                 << "stops at the first)" << std::endl;
@@ -549,7 +579,10 @@ EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const 
   at::set_num_threads(worker_threads(cfg, info));
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
   World world = rendezvous(info, cfg.dist.backend, timeout);
-  const EvalPlacement placement{training_device(cfg.train.device, info.local_rank), cfg.train.channels_last, nullptr};
+  const c10::Device device = training_device(cfg.train.device, info.local_rank);
+  TrainConfig resolved = cfg;  // evaluation computes in fp32; only the layout is chosen (Note [What auto picks])
+  resolve_auto(resolved, probe_hardware(device));
+  const EvalPlacement placement{device, channels_last(resolved), nullptr};
   auto data = data::open_datasets(cfg, info.rank, info.local_world_size, /*need_train=*/false, placement.device);
   auto model = models::build(cfg.model, data.test->channels(), data.test->image_size());
   if (fs::is_directory(checkpoint)) {

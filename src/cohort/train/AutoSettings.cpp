@@ -1,0 +1,175 @@
+#include "cohort/train/AutoSettings.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cohort/train/RankAgreement.h"
+#include "cohort/util/Error.h"
+
+#ifdef COHORT_HAVE_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace cohort::train {
+namespace {
+
+bool is_conv_net(const std::string& model) {
+  return model.rfind("resnet", 0) == 0 || model == "airbench";
+}
+
+std::string capability(const Hardware& hw) {
+  return std::to_string(hw.cuda_major) + "." + std::to_string(hw.cuda_minor);
+}
+
+AutoChoice kept(const std::string& value) { return {value, "set explicitly", false}; }
+
+}  // namespace
+
+// The processor's feature flags as the kernel reports them: the "flags" line on x86, "Features" on Arm.
+// Why not a library: Debian 12's libcpuinfo snapshot (2022) predates AMX detection, and pip's LibTorch
+// carries its own copy of cpuinfo whose globals a second copy in the same process could shadow. The
+// kernel lists a feature only when it also saves that register state, which is what matters here.
+std::set<std::string> kernel_cpu_flags(const std::string& cpuinfo_path) {
+  std::ifstream in(cpuinfo_path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::istringstream words(line.substr(colon + 1));
+    std::set<std::string> flags;
+    for (std::string w; words >> w;) flags.insert(w);
+    return flags;  // the first processor's; they agree
+  }
+  return {};
+}
+
+Hardware probe_cpu(const std::string& cpuinfo_path) {
+  Hardware hw;
+  const auto flags = kernel_cpu_flags(cpuinfo_path);
+  if (flags.empty()) {
+    hw.cpu_bf16_source = "no CPU feature flags in " + cpuinfo_path;
+  } else if (flags.count("amx_bf16")) {
+    hw.cpu_bf16 = true, hw.cpu_bf16_source = "the CPU has AMX-BF16";
+  } else if (flags.count("avx512_bf16")) {
+    hw.cpu_bf16 = true, hw.cpu_bf16_source = "the CPU has AVX512-BF16";
+  } else if (flags.count("bf16")) {  // Arm's FEAT_BF16
+    hw.cpu_bf16 = true, hw.cpu_bf16_source = "the CPU has Arm BF16";
+  } else {
+    hw.cpu_bf16_source = "the CPU has no native bf16 (no AMX-BF16, AVX512-BF16 or Arm BF16)";
+  }
+  if (const char* mask = std::getenv("COHORT_CPU_BF16"); mask && (std::string(mask) == "0" || std::string(mask) == "1")) {
+    hw.cpu_bf16 = std::string(mask) == "1";
+    hw.cpu_bf16_source += std::string(", but COHORT_CPU_BF16=") + mask + (hw.cpu_bf16 ? " claims it" : " masks it");
+  }
+  return hw;
+}
+
+Hardware probe_hardware(const c10::Device& device) {
+  Hardware hw = probe_cpu();
+  if (device.is_cuda()) {
+    hw.cuda = true;
+#ifdef COHORT_HAVE_CUDA
+    const auto* prop = at::cuda::getDeviceProperties(device.index());
+    hw.cuda_major = prop->major;
+    hw.cuda_minor = prop->minor;
+    hw.cuda_name = prop->name;
+#endif
+  }
+  return hw;
+}
+
+AutoChoice choose_precision(const Hardware& hw, bool lookahead) {
+  if (hw.cuda) {
+    const std::string gpu = (hw.cuda_name.empty() ? "the GPU" : hw.cuda_name) + " (compute capability " +
+                            capability(hw) + ")";
+    if (hw.cuda_major >= 8) return {"bf16", gpu + " computes in bf16", true};
+    // Before Ampere there is no bf16 arithmetic; fp16 needs loss scaling, and fp32 masters keep small
+    // updates from vanishing in fp16 weights (Apex O2, what the seed's T4 machines needed).
+    if (lookahead)
+      return {"fp16", gpu + " has no bf16; fp16 autocast because train.lookahead averages the weights themselves",
+              true};
+    return {"fp16-master", gpu + " has no bf16", true};
+  }
+  if (hw.cpu_bf16) return {"bf16", hw.cpu_bf16_source, true};
+  return {"fp32", hw.cpu_bf16_source + "; emulated bf16 is slower than fp32", true};
+}
+
+AutoChoice choose_channels_last(const Hardware& hw, const std::string& model_name) {
+  if (!is_conv_net(model_name)) return {"false", model_name + " is not a convolutional model", true};
+  if (!hw.cuda) return {"true", "convolutional model on CPU: oneDNN's NHWC kernels", true};
+  if (hw.cuda_major >= 7) return {"true", "convolutional model on tensor cores: compute capability 7.0 on", true};
+  return {"false", "compute capability " + capability(hw) + " has no tensor cores", true};
+}
+
+AutoSettings resolve_auto(TrainConfig& cfg, const Hardware& hw) {
+  AutoSettings s;
+  s.precision = cfg.amp.precision == "auto" ? choose_precision(hw, cfg.train.lookahead) : kept(cfg.amp.precision);
+  s.channels_last =
+      cfg.train.channels_last == "auto" ? choose_channels_last(hw, cfg.model.name) : kept(cfg.train.channels_last);
+  cfg.amp.precision = s.precision.value;
+  cfg.train.channels_last = s.channels_last.value;
+  return s;
+}
+
+namespace {
+
+nlohmann::json choice_json(const AutoChoice& c) { return {{"value", c.value}, {"why", c.why}, {"auto", c.automatic}}; }
+AutoChoice choice_from(const nlohmann::json& j) { return {j.at("value"), j.at("why"), j.at("auto")}; }
+
+// A resumed run trains on in the precision and layout it started with, whatever this machine would pick.
+void keep_saved_choices(TrainConfig& cfg, const std::string& saved_config_json, AutoSettings& kept_from_save) {
+  if (saved_config_json.empty()) return;
+  const auto saved = nlohmann::json::parse(saved_config_json, nullptr, /*allow_exceptions=*/false);
+  if (!saved.is_object()) return;
+  auto keep = [&](std::string& value, const char* key, AutoChoice& out) {
+    if (value != "auto" || !saved.contains(key)) return;
+    const auto& v = saved.at(key);
+    const std::string s = v.is_string() ? v.get<std::string>() : v.dump();  // older saves hold a bool
+    if (s == "auto") return;
+    value = s;
+    out = {s, "kept from the checkpoint being resumed", true};
+  };
+  keep(cfg.amp.precision, "amp.precision", kept_from_save.precision);
+  keep(cfg.train.channels_last, "train.channels_last", kept_from_save.channels_last);
+}
+
+}  // namespace
+
+AutoSettings agree_auto_settings(TrainConfig& cfg, const c10::Device& device, World& world,
+                                 const std::string& saved_config_json) {
+  const std::string decided = decided_by_rank0(world, "cohort/auto_settings", [&] {
+    TrainConfig mine = cfg;
+    AutoSettings from_save;
+    keep_saved_choices(mine, saved_config_json, from_save);
+    AutoSettings s = resolve_auto(mine, probe_hardware(device));
+    if (!from_save.precision.value.empty()) s.precision = from_save.precision;
+    if (!from_save.channels_last.value.empty()) s.channels_last = from_save.channels_last;
+    return nlohmann::json{{"precision", choice_json(s.precision)}, {"channels_last", choice_json(s.channels_last)}}
+        .dump();
+  });
+  const auto j = nlohmann::json::parse(decided);
+  AutoSettings s{choice_from(j.at("precision")), choice_from(j.at("channels_last"))};
+  cfg.amp.precision = s.precision.value;
+  cfg.train.channels_last = s.channels_last.value;
+  return s;
+}
+
+std::string describe(const AutoSettings& s) {
+  auto one = [](const std::string& what, const AutoChoice& c) {
+    return what + " (" + (c.automatic ? "auto: " + c.why : c.why) + ")";
+  };
+  return one("precision " + s.precision.value, s.precision) + ", " +
+         one(s.channels_last.value == "true" ? "channels-last" : "contiguous layout", s.channels_last);
+}
+
+bool channels_last(const TrainConfig& cfg) {
+  COHORT_ASSERT(cfg.train.channels_last != "auto", "train.channels_last resolved (resolve_auto) before use");
+  return cfg.train.channels_last == "true";
+}
+
+}  // namespace cohort::train

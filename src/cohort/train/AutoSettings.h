@@ -1,0 +1,82 @@
+// What `auto` means for amp.precision and train.channels_last: the precision and memory layout this
+// hardware runs fastest without giving up accuracy. Users of PyTorch and Lightning have to know to ask
+// for bf16-mixed and channels_last; cohort asks the hardware, says what it picked, and keeps the choice
+// in config.json and every checkpoint, so a resumed run trains in the precision it started with.
+//
+//   const auto hw = cohort::train::probe_hardware(device);        // CPU flags, the GPU's capability
+//   const auto chosen = cohort::train::resolve_auto(cfg, hw);      // explicit values are kept
+//   std::cout << cohort::train::describe(chosen);                  // "precision bf16 (auto: ...)"
+//   if (cohort::train::channels_last(cfg)) to_channels_last(*model);
+//
+// Note [What auto picks]
+// - Precision on CPU: bf16 autocast where the processor multiplies bf16 natively (AVX512-BF16, which
+//   every AMX-BF16 processor also has, or Arm's BF16), else fp32: without those units oneDNN emulates
+//   bf16 and it is slower than fp32. The kernel's CPU flags say which units there are;
+//   COHORT_CPU_BF16=0 masks them (=1 claims them), for tests and for comparing.
+// - Precision on CUDA: bf16 from compute capability 8.0 (Ampere) on; before that fp16-master (fp16
+//   weights, fp32 batch norm and master weights, dynamic loss scaling), or fp16 autocast where the run
+//   averages its own weights (train.lookahead), which fp16-master cannot.
+// - What stays fp32 whatever the precision: weights, gradients and optimizer state (except under
+//   fp16-master, whose masters are fp32), the loss and its softmax (from fp32 logits), batch-norm
+//   statistics, airbench's whitening eigendecomposition, the EMA/lookahead average and evaluation
+//   metrics. See Note [The mixed-precision dtype contract] in amp/MixedPrecision.h.
+// - Layout: channels-last for convolutional models (the small ResNets, torchvision's ResNets, airbench)
+//   on CPU (oneDNN's NHWC kernels) and on GPUs with tensor cores (7.0 on); contiguous for the ViT and
+//   the MLP, whose convolution, if any, is one patch embedding.
+// - Every rank uses rank 0's choice, so machines with different processors still train alike.
+#pragma once
+
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "cohort/comm/Rendezvous.h"
+#include "cohort/config/Config.h"
+
+namespace cohort::train {
+
+// What the decision depends on, probed once per run (or written by hand in a test).
+struct Hardware {
+  bool cuda = false;
+  int cuda_major = 0, cuda_minor = 0;  // compute capability of the training GPU
+  std::string cuda_name;
+  bool cpu_bf16 = false;                // the CPU has native bf16 dot products
+  std::string cpu_bf16_source;          // what said so, for the log
+};
+
+// Reads the CPU's features (the kernel's flags, then COHORT_CPU_BF16) and, on CUDA, the device's capability.
+Hardware probe_hardware(const c10::Device& device);
+// Only the CPU part, from a file in /proc/cpuinfo's format.
+Hardware probe_cpu(const std::string& cpuinfo_path = "/proc/cpuinfo");
+
+struct AutoChoice {
+  std::string value;  // "bf16", "fp32", ...; "true"/"false" for the layout
+  std::string why;
+  bool automatic = false;  // chosen here, not set by the user
+};
+
+// The pure decisions of Note [What auto picks].
+AutoChoice choose_precision(const Hardware& hw, bool lookahead);
+AutoChoice choose_channels_last(const Hardware& hw, const std::string& model_name);
+
+struct AutoSettings {
+  AutoChoice precision;
+  AutoChoice channels_last;
+};
+
+// Replaces "auto" in cfg.amp.precision and cfg.train.channels_last with the choices; explicit values are
+// kept and reported as such.
+AutoSettings resolve_auto(TrainConfig& cfg, const Hardware& hw);
+// The run's settings, the same on every rank: rank 0 probes its hardware and resolves cfg; a resumed run
+// whose checkpoint config (`saved_config_json`, empty when not resuming) holds a resolved value keeps it
+// where cfg still says auto. Every rank's cfg then holds rank 0's values.
+AutoSettings agree_auto_settings(TrainConfig& cfg, const c10::Device& device, World& world,
+                                 const std::string& saved_config_json);
+
+// For the run's first line: "bf16 (auto: the CPU has AVX512-BF16), channels-last (auto: ...)".
+std::string describe(const AutoSettings& s);
+
+// train.channels_last after resolve_auto; an unresolved "auto" is an internal error.
+bool channels_last(const TrainConfig& cfg);
+
+}  // namespace cohort::train
