@@ -7,10 +7,10 @@ is the LibTorch cohort links).
 
   time_to_accuracy   full 3-epoch runs: training time and test top-1 of each; the ratio is cohort's time
                      over PyTorch's (the issue asks for at most 0.5 with at least 91% on both sides).
-  like_for_like      --steps steps of each (no evaluation), fp32 contiguous and bf16 channels-last:
-                     images/s ratio cohort / PyTorch per setting.
+  like_for_like      --steps steps of each (no evaluation), fp32 contiguous and bf16 channels-last,
+                     --rounds interleaved rounds: median images/s ratio cohort / PyTorch per setting.
 Prints JSON; --out also writes it. Run: make bench (or python3 bench/default_job.py --cohort build/cohort)."""
-import argparse, json, os, subprocess, sys, tempfile, time
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
 from benchlib import emit
 
@@ -52,7 +52,8 @@ def run_peer(a, flags, epochs, limit_steps=0):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cohort", default="build/cohort")
-    ap.add_argument("--steps", type=int, default=200, help="steps of each like-for-like run")
+    ap.add_argument("--steps", type=int, default=120, help="steps of each like-for-like run")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved like-for-like rounds (medians)")
     ap.add_argument("--port", type=int, default=29561)
     ap.add_argument("--skip-full", action="store_true", help="only the like-for-like runs")
     ap.add_argument("--out")
@@ -69,11 +70,15 @@ def main():
     for name, cohort_args, peer_flags in (
             ("fp32_contiguous", ["amp.precision=fp32", "train.channels_last=false"], []),
             ("bf16_channels_last", ["amp.precision=bf16", "train.channels_last=true"], ["--bf16", "--channels-last"])):
-        c = run_cohort(a, cohort_args + [f"train.max_steps={a.steps}", "eval.enabled=false", "train.epochs=1"])
-        p = run_peer(a, peer_flags, epochs=1, limit_steps=a.steps)
-        lfl[name] = {"cohort_images_per_s": c["images_per_s"], "pytorch_images_per_s": p["images_per_s"],
-                     "ratio_cohort_over_pytorch": round(c["images_per_s"] / p["images_per_s"], 3),
-                     "cohort_time_share": c["time_share"]}
+        cs, ps = [], []
+        for _ in range(a.rounds):  # interleaved, medians: the machine is shared and drifts
+            cs.append(run_cohort(a, cohort_args + [f"train.max_steps={a.steps}", "eval.enabled=false", "train.epochs=1"]))
+            ps.append(run_peer(a, peer_flags, epochs=1, limit_steps=a.steps))
+        c_ips = statistics.median(c["images_per_s"] for c in cs)
+        p_ips = statistics.median(p["images_per_s"] for p in ps)
+        lfl[name] = {"rounds": a.rounds, "cohort_images_per_s": c_ips, "pytorch_images_per_s": p_ips,
+                     "cohort_each": [c["images_per_s"] for c in cs], "pytorch_each": [p["images_per_s"] for p in ps],
+                     "ratio_cohort_over_pytorch": round(c_ips / p_ips, 3), "cohort_time_share": cs[-1]["time_share"]}
     res["like_for_like"] = lfl
     emit(res, a.out)
 

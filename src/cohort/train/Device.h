@@ -20,6 +20,10 @@ c10::Device training_device(const std::string& setting, int local_rank);
 // cuDNN autotuning on or off (only meaningful on CUDA).
 void configure_device(const c10::Device& device, bool cudnn_benchmark);
 
+// A 4-d tensor with NHWC strides (a copy unless it has them already), even where it has one channel;
+// see Note [Channels-last strides, not just channels-last contiguity] in Device.cpp.
+at::Tensor with_channels_last_strides(const at::Tensor& t);
+
 // Every 4-d parameter and buffer (conv kernels) in channels-last (NHWC) memory; shapes and names
 // are unchanged, so checkpoints and state dicts are too.
 void to_channels_last(torch::nn::Module& model);
