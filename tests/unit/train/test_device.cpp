@@ -43,3 +43,29 @@ TEST(ChannelsLast, WeightsAndImagesComputeTheSameInNhwc) {
   nhwc->eval();
   EXPECT_TRUE(at::allclose(nhwc->forward(x_nhwc), plain->forward(x), 1e-4, 1e-5));
 }
+
+// See Note [Channels-last strides, not just channels-last contiguity]: a one-channel model and batch
+// (Fashion-MNIST's) get NHWC strides, which contiguous(ChannelsLast) alone leaves as NCHW, so the
+// first convolution runs in NHWC and its output stays there.
+TEST(ChannelsLast, OneChannelTensorsGetNhwcStridesSoConvolutionStaysNhwc) {
+  const auto x = torch::randn({4, 1, 12, 12});
+  ASSERT_TRUE(x.contiguous(at::MemoryFormat::ChannelsLast).strides().equals(x.strides()));  // the trap
+  const auto x_nhwc = train::images_to(x, c10::Device(c10::kCPU), /*channels_last=*/true);
+  EXPECT_EQ(x_nhwc.strides().vec(), (std::vector<int64_t>{144, 1, 12, 1}));
+  EXPECT_TRUE(x_nhwc.equal(x));
+  // Already NHWC-strided: no copy.
+  EXPECT_EQ(train::with_channels_last_strides(x_nhwc).data_ptr(), x_nhwc.data_ptr());
+  ModelConfig mc;
+  mc.name = "resnet8";
+  mc.width = 8;
+  auto model = models::build(mc, 1, 12);
+  train::to_channels_last(*model);
+  for (const auto& p : model->named_parameters())
+    if (p.value().dim() == 4)
+      EXPECT_EQ(p.value().strides().vec(), c10::get_channels_last_strides_2d(p.value().sizes())) << p.key();
+  auto conv = torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1).bias(false));
+  conv->weight.set_data(train::with_channels_last_strides(conv->weight));
+  const auto y = conv->forward(x_nhwc);
+  EXPECT_TRUE(y.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(y.is_contiguous());
+}
