@@ -18,7 +18,10 @@ build: deps
 	@cmake --preset default > /dev/null
 	@cmake --build --preset default
 
-run: build
+# The default job needs the cohort binary alone: the tests, benchmarks and examples are built by `make test`.
+run: deps
+	@cmake --preset default > /dev/null
+	@cmake --build --preset default --target cohort
 	./$(BUILD)/cohort train
 
 # The fuzz smoke run (scripts/fuzz --smoke) builds its own clang + sanitizer tree in build-fuzz/.
