@@ -16,7 +16,7 @@ PEER = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "peers", "torch
 def cohort_cmd(a, nproc, run_dir):
     return [a.cohort, "train", "--nproc-per-node", str(nproc), "--run-dir", run_dir, f"train.max_steps={a.steps}",
             "eval.enabled=false", "train.threads=1", f"data.batch_size={a.batch}", "log.every_steps=1000",
-            "ckpt.save_best=false"]
+            "ckpt.save_best=false", "amp.precision=fp32", "train.channels_last=false"]  # the peer runs fp32, contiguous
 
 
 def run_cohort(a, nproc, copies=1):

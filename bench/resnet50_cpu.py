@@ -25,6 +25,7 @@ def run_cohort(a, data):
     cmd = [a.cohort, "train", "--nproc-per-node", "1", "--run-dir", run, "model.name=resnet50", "data.name=cifar10",
            f"data.root={data}", "data.image_size=224", f"data.batch_size={a.batch}", "data.augment=false",
            f"train.threads={a.threads}", f"train.max_steps={a.warmup + a.steps}", "eval.enabled=false",
+           "amp.precision=fp32", "train.channels_last=false",  # the peer runs fp32, contiguous
            "ckpt.save_best=false", "log.every_steps=1", "log.progress=plain", "optim.lr=0.01", "sched.name=constant"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:

@@ -17,7 +17,8 @@ def run_cohort(a, strategy):
     d = tempfile.mkdtemp(prefix="cohort-bench-")
     cmd = [a.cohort, "train", "--nproc-per-node", "2", "--run-dir", d, f"train.max_steps={a.steps}",
            "eval.enabled=false", "train.threads=1", f"data.batch_size={a.batch}", "log.every_steps=1",
-           "ckpt.save_best=false", "optim.name=adamw", "optim.lr=0.002", f"dist.strategy={strategy}", "log.progress=off"]
+           "ckpt.save_best=false", "optim.name=adamw", "optim.lr=0.002", f"dist.strategy={strategy}", "log.progress=off",
+           "amp.precision=fp32", "train.channels_last=false"]  # the peer runs fp32, contiguous
     p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if p.returncode != 0:
         sys.exit("cohort failed: " + p.stderr.decode()[-2000:])

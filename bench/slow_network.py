@@ -43,7 +43,7 @@ def run(a, name, extra, port):
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", ADDR[0], "--master-port", str(port),
               "--run-dir", run_dir, "model.name=resnet18", f"data.batch_size={a.batch}", f"train.max_steps={a.steps}",
               "eval.enabled=false", "ckpt.save_best=false", "log.every_steps=1000", "train.threads=1",
-              "dist.timeout_s=120"] + extra
+              "dist.timeout_s=120", "amp.precision=fp32", "train.channels_last=false"] + extra  # figures comparable with earlier runs
     procs = [subprocess.Popen(["ip", "netns", "exec", NS[i], a.cohort, "train", "--node-rank", str(i)] + common,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
     outs = [p.communicate(timeout=1200)[0] for p in procs]

@@ -318,7 +318,7 @@ const std::vector<Field>& fields() {
             {"fp32", "bf16", "fp16"}),
       field("amp.precision", &T::amp, &AmpConfig::precision,
             "auto (bf16 where the CPU or GPU computes it natively, else fp32 on CPU and fp16-master on older "
-            "GPUs); fp32; bf16 (autocast); fp16 (autocast + dynamic loss scaling, as torch.cuda.amp or Apex O1); "
+            "GPUs, fp16 there with train.lookahead or gradient compression); fp32; bf16 (autocast); fp16 (autocast + dynamic loss scaling, as torch.cuda.amp or Apex O1); "
             "fp16-master (fp16 weights, fp32 batch norm, fp32 master weights in the optimizer, loss scaling: "
             "Apex O2)",
             {"auto", "fp32", "bf16", "fp16", "fp16-master"}),

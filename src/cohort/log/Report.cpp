@@ -58,6 +58,13 @@ std::string str(const json& j, const char* key) {
   return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
+// Runs before amp.precision=auto record it in the summary; their config holds a bool, later ones a string.
+bool channels_last_of(const json& summary, const json& cfg) {
+  if (summary.contains("channels_last")) return summary["channels_last"].get<bool>();
+  const auto v = cfg.value("train.channels_last", json(false));
+  return v.is_boolean() ? v.get<bool>() : v == "true";
+}
+
 json run_data(const fs::path& dir) {
   const json summary = read_json(dir / "summary.json");
   const json cfg = summary.value("config", json::object());
@@ -77,7 +84,7 @@ json run_data(const fs::path& dir) {
                   {"backend", summary.value("backend", "")},
                   {"compress", summary.value("compress", "none")},
                   {"precision", summary.value("precision", "fp32")},
-                  {"channels_last", summary.value("channels_last", false)},
+                  {"channels_last", channels_last_of(summary, cfg)},
                   {"global_batch", summary.value("global_batch", 0)},
                   {"batch_per_worker", cfg.value("data.batch_size", 0)},
                   {"grad_accum_steps", cfg.value("train.grad_accum_steps", 1)},
@@ -156,7 +163,8 @@ StackedBars time_bars(const json& runs) {
     const auto& t = run["time_breakdown"];
     if (t.is_null()) continue;
     std::vector<double> v;
-    for (const auto& ph : kPhases) v.push_back(num(t["seconds"], ph.c_str(), 0));
+    const json seconds = t.value("seconds", json::object());
+    for (const auto& ph : kPhases) v.push_back(num(seconds, ph.c_str(), 0));
     p.bars.emplace_back(run["name"].get<std::string>(), v);
   }
   return p;
@@ -169,9 +177,9 @@ std::string time_section(const json& run) {
   if (t.is_null()) return md.str() + "Not recorded (a run from before cohort measured its phases).\n\n";
   md << "Rank 0, " << fixed(num(t, "wall_seconds"), 1) << " s of training loop (comm: collectives the step waited "
         "for, not hidden behind backward):\n\n| phase | seconds | share |\n|---|---|---|\n";
+  const json seconds = t.value("seconds", json::object()), share = t.value("share", json::object());
   for (const auto& ph : kPhases)
-    md << "| " << ph << " | " << fixed(num(t["seconds"], ph.c_str(), 0), 1) << " | " << pct(num(t["share"], ph.c_str(), 0))
-       << " |\n";
+    md << "| " << ph << " | " << fixed(num(seconds, ph.c_str(), 0), 1) << " | " << pct(num(share, ph.c_str(), 0)) << " |\n";
   return md.str() + "\n";
 }
 

@@ -83,16 +83,15 @@ Hardware probe_hardware(const c10::Device& device) {
   return hw;
 }
 
-AutoChoice choose_precision(const Hardware& hw, bool lookahead) {
+AutoChoice choose_precision(const Hardware& hw, const std::string& why_not_fp16_master) {
   if (hw.cuda) {
     const std::string gpu = (hw.cuda_name.empty() ? "the GPU" : hw.cuda_name) + " (compute capability " +
                             capability(hw) + ")";
     if (hw.cuda_major >= 8) return {"bf16", gpu + " computes in bf16", true};
     // Before Ampere there is no bf16 arithmetic; fp16 needs loss scaling, and fp32 masters keep small
     // updates from vanishing in fp16 weights (Apex O2, what the seed's T4 machines needed).
-    if (lookahead)
-      return {"fp16", gpu + " has no bf16; fp16 autocast because train.lookahead averages the weights themselves",
-              true};
+    if (!why_not_fp16_master.empty())
+      return {"fp16", gpu + " has no bf16; fp16 autocast because " + why_not_fp16_master, true};
     return {"fp16-master", gpu + " has no bf16", true};
   }
   if (hw.cpu_bf16) return {"bf16", hw.cpu_bf16_source, true};
@@ -106,9 +105,18 @@ AutoChoice choose_channels_last(const Hardware& hw, const std::string& model_nam
   return {"false", "compute capability " + capability(hw) + " has no tensor cores", true};
 }
 
+std::string fp16_master_unsuitable(const TrainConfig& cfg) {
+  if (cfg.train.lookahead) return "train.lookahead averages the weights themselves";
+  // fp16-master's gradients are fp16: PowerSGD would fall back to a plain all-reduce, and a 16-bit
+  // all-reduce of them would only round them again.
+  if (cfg.dist.compress != "none") return "dist.compress=" + cfg.dist.compress + " compresses fp32 gradients";
+  if (cfg.dist.grad_dtype != "fp32") return "dist.grad_dtype=" + cfg.dist.grad_dtype + " compresses fp32 gradients";
+  return "";
+}
+
 AutoSettings resolve_auto(TrainConfig& cfg, const Hardware& hw) {
   AutoSettings s;
-  s.precision = cfg.amp.precision == "auto" ? choose_precision(hw, cfg.train.lookahead) : kept(cfg.amp.precision);
+  s.precision = cfg.amp.precision == "auto" ? choose_precision(hw, fp16_master_unsuitable(cfg)) : kept(cfg.amp.precision);
   s.channels_last =
       cfg.train.channels_last == "auto" ? choose_channels_last(hw, cfg.model.name) : kept(cfg.train.channels_last);
   cfg.amp.precision = s.precision.value;
@@ -127,10 +135,13 @@ void keep_saved_choices(TrainConfig& cfg, const std::string& saved_config_json, 
   const auto saved = nlohmann::json::parse(saved_config_json, nullptr, /*allow_exceptions=*/false);
   if (!saved.is_object()) return;
   auto keep = [&](std::string& value, const char* key, AutoChoice& out) {
-    if (value != "auto" || !saved.contains(key)) return;
+    if (!saved.contains(key)) return;
     const auto& v = saved.at(key);
     const std::string s = v.is_string() ? v.get<std::string>() : v.dump();  // older saves hold a bool
     if (s == "auto") return;
+    // `cohort train --resume` makes the saved config.json the base, so the value is already the saved one.
+    if (value == s) out = {s, "as saved in the checkpoint being resumed", false};
+    if (value != "auto") return;
     value = s;
     out = {s, "kept from the checkpoint being resumed", true};
   };

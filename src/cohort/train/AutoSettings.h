@@ -15,7 +15,8 @@
 //   COHORT_CPU_BF16=0 masks them (=1 claims them), for tests and for comparing.
 // - Precision on CUDA: bf16 from compute capability 8.0 (Ampere) on; before that fp16-master (fp16
 //   weights, fp32 batch norm and master weights, dynamic loss scaling), or fp16 autocast where the run
-//   averages its own weights (train.lookahead), which fp16-master cannot.
+//   averages its own weights (train.lookahead) or compresses its gradients (dist.compress,
+//   dist.grad_dtype), which expect fp32 gradients.
 // - What stays fp32 whatever the precision: weights, gradients and optimizer state (except under
 //   fp16-master, whose masters are fp32), the loss and its softmax (from fp32 logits), batch-norm
 //   statistics, airbench's whitening eigendecomposition, the EMA/lookahead average and evaluation
@@ -24,6 +25,7 @@
 //   on CPU (oneDNN's NHWC kernels) and on GPUs with tensor cores (7.0 on); contiguous for the ViT and
 //   the MLP, whose convolution, if any, is one patch embedding.
 // - Every rank uses rank 0's choice, so machines with different processors still train alike.
+//   `cohort eval` (fp32) resolves only the layout, on each rank: a layout changes no numbers beyond rounding.
 #pragma once
 
 #include <string>
@@ -55,9 +57,13 @@ struct AutoChoice {
   bool automatic = false;  // chosen here, not set by the user
 };
 
-// The pure decisions of Note [What auto picks].
-AutoChoice choose_precision(const Hardware& hw, bool lookahead);
+// The pure decisions of Note [What auto picks]. `why_not_fp16_master` says why the run cannot use
+// fp16-master on a GPU without bf16 (empty: it can); see fp16_master_unsuitable().
+AutoChoice choose_precision(const Hardware& hw, const std::string& why_not_fp16_master);
 AutoChoice choose_channels_last(const Hardware& hw, const std::string& model_name);
+// Why fp16 weights and gradients do not fit this config ("" when they do): train.lookahead averages the
+// weights themselves, and gradient compression (dist.compress, dist.grad_dtype) expects fp32 gradients.
+std::string fp16_master_unsuitable(const TrainConfig& cfg);
 
 struct AutoSettings {
   AutoChoice precision;

@@ -51,19 +51,27 @@ TEST(AutoPrecision, EveryCudaCapabilityClass) {
       {{7, 0}, "fp16-master"}, {{7, 5}, "fp16-master"}, {{8, 0}, "bf16"},        {{8, 6}, "bf16"},
       {{8, 9}, "bf16"},        {{9, 0}, "bf16"},        {{10, 0}, "bf16"},       {{12, 0}, "bf16"}};
   for (const auto& [cc, want] : table) {
-    const auto c = train::choose_precision(gpu(cc.first, cc.second), /*lookahead=*/false);
+    const auto c = train::choose_precision(gpu(cc.first, cc.second), /*why_not_fp16_master=*/"");
     EXPECT_EQ(c.value, want) << cc.first << "." << cc.second;
     EXPECT_TRUE(c.automatic);
     EXPECT_NE(c.why.find(std::to_string(cc.first) + "." + std::to_string(cc.second)), std::string::npos) << c.why;
   }
-  // fp16-master cannot average its own fp16 weights (train.lookahead): fp16 autocast instead.
-  EXPECT_EQ(train::choose_precision(gpu(7, 5), /*lookahead=*/true).value, "fp16");
-  EXPECT_EQ(train::choose_precision(gpu(8, 0), /*lookahead=*/true).value, "bf16");
+  // fp16-master cannot average its own fp16 weights (train.lookahead) nor feed fp16 gradients to a
+  // compression hook: fp16 autocast instead.
+  EXPECT_EQ(train::choose_precision(gpu(7, 5), "train.lookahead averages the weights themselves").value, "fp16");
+  EXPECT_EQ(train::choose_precision(gpu(8, 0), "train.lookahead averages the weights themselves").value, "bf16");
+  EXPECT_EQ(train::fp16_master_unsuitable(config::load(std::nullopt, {})), "");
+  EXPECT_NE(train::fp16_master_unsuitable(config::load(std::nullopt, {"train.lookahead=true"})), "");
+  EXPECT_NE(train::fp16_master_unsuitable(config::load(std::nullopt, {"dist.compress=powersgd"})), "");
+  EXPECT_NE(train::fp16_master_unsuitable(config::load(std::nullopt, {"dist.grad_dtype=bf16"})), "");
+  TrainConfig compressing = config::load(std::nullopt, {"dist.compress=powersgd"});
+  train::resolve_auto(compressing, gpu(7, 5));
+  EXPECT_EQ(compressing.amp.precision, "fp16");
 }
 
 TEST(AutoPrecision, CpuWithAndWithoutNativeBf16) {
-  EXPECT_EQ(train::choose_precision(cpu(true), false).value, "bf16");
-  const auto none = train::choose_precision(cpu(false), false);
+  EXPECT_EQ(train::choose_precision(cpu(true), "").value, "bf16");
+  const auto none = train::choose_precision(cpu(false), "");
   EXPECT_EQ(none.value, "fp32");
   EXPECT_NE(none.why.find("slower than fp32"), std::string::npos) << none.why;
 }
