@@ -127,6 +127,7 @@ TEST(AmpProcess, AutoPicksBf16AndChannelsLastWhereTheCpuHasBf16AndAResumeKeepsIt
   // saved config.json is the base (--resume) or the command line still says auto (as a restart's does).
   r = cohort_train({"--resume", dir.string(), "train.max_steps=6"}, 240, {{"COHORT_CPU_BF16", "0"}});
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision bf16 (as saved in the checkpoint being resumed)"), std::string::npos) << r.output;
   summary = read_json(dir / "summary.json");
   EXPECT_EQ(summary["precision"], "bf16");
   EXPECT_EQ(summary["channels_last"], true);
