@@ -151,6 +151,10 @@ void keep_saved_choices(TrainConfig& cfg, const std::string& saved_config_json, 
 
 }  // namespace
 
+nlohmann::json to_json(const AutoSettings& s) {
+  return {{"precision", choice_json(s.precision)}, {"channels_last", choice_json(s.channels_last)}};
+}
+
 AutoSettings agree_auto_settings(TrainConfig& cfg, const c10::Device& device, World& world,
                                  const std::string& saved_config_json) {
   const std::string decided = decided_by_rank0(world, "cohort/auto_settings", [&] {
@@ -160,8 +164,7 @@ AutoSettings agree_auto_settings(TrainConfig& cfg, const c10::Device& device, Wo
     AutoSettings s = resolve_auto(mine, probe_hardware(device));
     if (!from_save.precision.value.empty()) s.precision = from_save.precision;
     if (!from_save.channels_last.value.empty()) s.channels_last = from_save.channels_last;
-    return nlohmann::json{{"precision", choice_json(s.precision)}, {"channels_last", choice_json(s.channels_last)}}
-        .dump();
+    return to_json(s).dump();
   });
   const auto j = nlohmann::json::parse(decided);
   AutoSettings s{choice_from(j.at("precision")), choice_from(j.at("channels_last"))};

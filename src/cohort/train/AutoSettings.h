@@ -31,6 +31,7 @@
 #include <string>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/config/Config.h"
@@ -78,6 +79,10 @@ AutoSettings resolve_auto(TrainConfig& cfg, const Hardware& hw);
 // where cfg still says auto. Every rank's cfg then holds rank 0's values.
 AutoSettings agree_auto_settings(TrainConfig& cfg, const c10::Device& device, World& world,
                                  const std::string& saved_config_json);
+
+// {"precision": {"value", "why", "auto"}, "channels_last": {...}}: summary.json's "auto", and how rank 0's
+// choice travels to the other ranks.
+nlohmann::json to_json(const AutoSettings& s);
 
 // For the run's first line: "bf16 (auto: the CPU has AVX512-BF16), channels-last (auto: ...)".
 std::string describe(const AutoSettings& s);

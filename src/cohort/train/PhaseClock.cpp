@@ -70,6 +70,20 @@ nlohmann::json phases_json(const std::array<double, kPhaseCount>& seconds) {
   return {{"wall_seconds", total}, {"seconds", secs}, {"share", share}};
 }
 
+nlohmann::json gather_time_breakdown(const PhaseClock& clock, Communicator& comm) {
+  const auto mine = phase_seconds(clock);
+  auto all = at::zeros({comm.size() * kPhaseCount}, at::kDouble);
+  comm.all_gather(all, at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble), "phase times")->wait();
+  auto out = phases_json(mine);
+  out["per_rank"] = nlohmann::json::array();
+  for (int r = 0; r < comm.size(); ++r) {
+    std::array<double, kPhaseCount> theirs{};
+    std::copy_n(all.data_ptr<double>() + r * kPhaseCount, kPhaseCount, theirs.begin());
+    out["per_rank"].push_back(phases_json(theirs)["seconds"]);
+  }
+  return out;
+}
+
 nlohmann::json PhaseClock::to_json() const { return phases_json(phase_seconds(*this)); }
 
 std::string PhaseClock::line() const {

@@ -21,6 +21,10 @@
 
 #include <nlohmann/json.hpp>
 
+namespace cohort {
+class Communicator;
+}
+
 namespace cohort::train {
 
 enum class Phase { kData, kForward, kBackward, kComm, kOptimizer, kEval, kCheckpoint, kOther };
@@ -72,5 +76,7 @@ class PhaseClock {
 std::array<double, kPhaseCount> phase_seconds(const PhaseClock& clock);
 // The same JSON as PhaseClock::to_json, from gathered seconds.
 nlohmann::json phases_json(const std::array<double, kPhaseCount>& seconds);
+// Collective: this rank's phases_json with "per_rank", every rank's seconds (summary.json's time_breakdown).
+nlohmann::json gather_time_breakdown(const PhaseClock& clock, Communicator& comm);
 
 }  // namespace cohort::train

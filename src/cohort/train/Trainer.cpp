@@ -480,10 +480,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   if (last_eval_step != step) run_eval(final_epoch);
   save("last", step / steps_per_epoch);
   clock.stop();
-  auto all_phases = at::zeros({world_size * kPhaseCount}, at::kDouble);
-  const auto my_phases = phase_seconds(clock);
-  comm.all_gather(all_phases, at::tensor(std::vector<double>(my_phases.begin(), my_phases.end()), at::kDouble),
-                  "phase times")->wait();
+  const auto time_breakdown = gather_time_breakdown(clock, comm);
 
   // Per-rank peak memory, CPU and GPU use, gathered so rank 0 can report every rank.
   monitor.sample_now();  // so a run shorter than log.monitor_s still has one sample
@@ -543,17 +540,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
         {"sync_bytes_per_step_uncompressed", sync.dense},
         {"compression_ratio", sync.wire > 0 ? nlohmann::json(double(sync.dense) / sync.wire) : nlohmann::json()},
         {"config", config_json}};
-    summary["auto"] = {{"precision", {{"value", chosen.precision.value}, {"why", chosen.precision.why},
-                                      {"auto", chosen.precision.automatic}}},
-                       {"channels_last", {{"value", chosen.channels_last.value}, {"why", chosen.channels_last.why},
-                                          {"auto", chosen.channels_last.automatic}}}};
+    summary["auto"] = to_json(chosen);
     summary["channels_last"] = nhwc;
-    summary["time_breakdown"] = phases_json(my_phases);
-    for (int r = 0; r < world_size; ++r) {
-      std::array<double, kPhaseCount> theirs{};
-      std::copy_n(all_phases.data_ptr<double>() + r * kPhaseCount, kPhaseCount, theirs.begin());
-      summary["time_breakdown"]["per_rank"].push_back(phases_json(theirs)["seconds"]);
-    }
+    summary["time_breakdown"] = time_breakdown;
     util::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
     std::cout << "cohort: done: " << step << " steps in " << std::fixed << std::setprecision(1) << train_seconds
               << " s, " << std::setprecision(0) << result.images_per_second << " img/s, test top1 "
