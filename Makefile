@@ -1,18 +1,14 @@
 # The two commands of the README: `make run` (the default training job) and `make test` (every test).
 # Each installs what is missing from Debian's packages first (quietly, and only when something is).
 BUILD ?= build
-DEBS := cmake g++ make ccache libtorch-dev libgloo-dev dataset-fashion-mnist libcli11-dev \
-        nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev libgtest-dev python3-torch iproute2 \
-        libcurl4-openssl-dev libssl-dev protobuf-compiler \
-        libjpeg62-turbo-dev python3-torchvision python3-pil \
-        clang libclang-rt-14-dev ninja-build
+# scripts/install-deps owns the package list, under the names of the running Debian release.
 
-.PHONY: all deps build run test bench fuzz clean
+.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check
 
 all: build
 
 deps:
-	@bash scripts/install-deps $(DEBS)
+	@bash scripts/install-deps
 
 build: deps
 	@cmake --preset default > /dev/null
@@ -25,13 +21,23 @@ run: deps
 	./$(BUILD)/cohort train
 
 # The fuzz smoke run (scripts/fuzz --smoke) builds its own clang + sanitizer tree in build-fuzz/.
-# scripts/check-nccl-compiles compiles the CUDA-only NCCL backend against the CUDA and NCCL headers in
-# /usr/local/cuda (no GPU needed) where they exist, so a CPU machine still catches its compile errors.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500
 	bash scripts/fuzz --smoke
-	@if [ -f /usr/local/cuda/include/nccl.h ]; then bash scripts/check-nccl-compiles; \
-	 else echo "check-nccl-compiles: skipped (no CUDA toolkit with nccl.h in /usr/local/cuda)"; fi
+
+# Every LibTorch users build against (README "Platforms"). check-cuda: every target with CUDA and NCCL
+# against pip's CUDA LibTorch, linked, one CUDA runtime (CI runs it after make test). test-pip: the CPU
+# tests on that build. check-debian13: make test, make deb and the package's install in a Debian 13 root.
+check-cuda:
+	bash scripts/check-cuda
+test-pip:
+	bash scripts/check-cuda --test
+check-debian13:
+	bash scripts/check-debian13
+
+# A Debian package of the install (cmake/Install.cmake), in $(BUILD)/: apt-get install ./build/cohort_*.deb
+deb: build
+	cd $(BUILD) && cpack -G DEB > /dev/null && ls cohort_*.deb
 
 bench: build
 	/usr/bin/python3 bench/default_job.py --cohort ./$(BUILD)/cohort --out bench/results/default_job.json

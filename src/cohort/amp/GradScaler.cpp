@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "cohort/util/Error.h"
+#include "cohort/util/TorchCompat.h"
 
 namespace cohort::amp {
 
@@ -45,13 +46,14 @@ void GradScaler::load_state(const ScalerState& s) {
 
 bool unscale_and_check(const std::vector<at::Tensor>& grads, double inv_scale) {
   at::NoGradGuard no_grad;
-  // CUDA: the fused kernel takes one device and dtype per call, as GradScaler._unscale_grads_ groups them.
-  std::map<std::tuple<int, int, int>, std::vector<at::Tensor>> cuda_groups;
+  // The fused kernel (CUDA; CPU too from LibTorch 2.3) takes one device and dtype per call, as
+  // GradScaler._unscale_grads_ groups them.
+  std::map<std::tuple<int, int, int>, std::vector<at::Tensor>> fused_groups;
   double sum = 0;
   for (const auto& g : grads) {
     if (!g.defined()) continue;
-    if (g.is_cuda()) {
-      cuda_groups[{static_cast<int>(g.device().type()), g.device().index(), static_cast<int>(g.scalar_type())}]
+    if (g.is_cuda() || compat::kAmpUnscaleKernelOnCpu) {
+      fused_groups[{static_cast<int>(g.device().type()), g.device().index(), static_cast<int>(g.scalar_type())}]
           .push_back(g);
       continue;
     }
@@ -61,7 +63,7 @@ bool unscale_and_check(const std::vector<at::Tensor>& grads, double inv_scale) {
     sum += g.sum(at::kDouble).item<double>();
   }
   bool found = !std::isfinite(sum);
-  for (auto& [key, group] : cuda_groups) {
+  for (auto& [key, group] : fused_groups) {
     const auto dev = group.front().device();
     auto found_inf = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(dev));
     auto inv = at::full({1}, inv_scale, at::TensorOptions().dtype(at::kFloat).device(dev));

@@ -139,6 +139,15 @@ class GlooCommunicatorImpl : public Communicator {
   HandlePtr all_gather(const at::Tensor& output, const at::Tensor& input, const std::string& what) override {
     verify(Kind::kAllGather, input, what);
     COHORT_ASSERT(output.numel() == input.numel() * size_, "all_gather output must hold size() chunks");
+    if constexpr (compat::kGlooHasFlatCollectives) {
+      if (output.is_contiguous()) {
+        auto flat_out = output.view(-1);
+        auto flat_in = input.reshape(-1).contiguous();
+        c10d::AllgatherOptions opts;
+        opts.timeout = timeout_;
+        return std::make_shared<GlooHandle>(pg_->_allgather_base(flat_out, flat_in, opts), context("all_gather", what));
+      }
+    }
     std::vector<std::vector<at::Tensor>> outs(1);
     for (int r = 0; r < size_; ++r) outs[0].push_back(output.view(-1).narrow(0, r * input.numel(), input.numel()));
     std::vector<at::Tensor> ins{input.reshape(-1)};
@@ -151,6 +160,19 @@ class GlooCommunicatorImpl : public Communicator {
                            const std::string& what) override {
     verify(Kind::kReduceScatter, output, what);
     COHORT_ASSERT(input.numel() == output.numel() * size_, "reduce_scatter input must hold size() chunks");
+    const bool sixteen_bit = input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kHalf;
+    if constexpr (compat::kGlooHasFlatCollectives) {
+      // Gloo reduces fp32 itself; 16-bit floats take the path below, which sums them in fp32.
+      if (!sixteen_bit && output.is_contiguous()) {
+        auto flat_out = output.view(-1);
+        auto flat_in = input.reshape(-1).contiguous();
+        c10d::ReduceScatterOptions opts;
+        opts.reduceOp = to_c10d(op);
+        opts.timeout = timeout_;
+        return std::make_shared<GlooHandle>(pg_->_reduce_scatter_base(flat_out, flat_in, opts),
+                                            context("reduce_scatter", what));
+      }
+    }
     // c10d's Gloo process group in LibTorch 1.13 has no reduce_scatter (FACTS.md). An all-to-all moves
     // exactly what a ring reduce-scatter moves, (W-1)/W of the buffer per rank: rank r receives chunk r
     // of every rank, and sums them here in rank order, so the result is the same bits on every run.

@@ -133,7 +133,9 @@ void AirbenchNet::init_whitening(const at::Tensor& images) {
   // depending on a GPU solver and keeps the result identical across ranks and devices.
   const at::Tensor second_moment = (sum / static_cast<double>(count)).cpu();
   at::Tensor eigenvalues, eigenvectors;  // ascending; eigenvectors are the columns
-  std::tie(eigenvalues, eigenvectors) = torch::linalg::eigh(second_moment, "U");
+  // at::linalg_eigh, not torch::linalg::eigh: that C++ API header left torch/torch.h in 2.x and LibTorch
+  // 2.14 no longer ships it; the ATen op is the same function in every version.
+  std::tie(eigenvalues, eigenvectors) = at::linalg_eigh(second_moment, "U");
   // Largest variance first, as airbench orders them. Rounding can make a zero eigenvalue slightly negative;
   // clamping keeps the square root real for degenerate data (e.g. a constant channel).
   eigenvalues = eigenvalues.flip(0).clamp_min(0.0);

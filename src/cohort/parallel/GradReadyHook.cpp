@@ -29,7 +29,10 @@ std::vector<std::shared_ptr<void>> attach_grad_ready_hooks(const std::vector<at:
   for (size_t i = 0; i < params.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params[i]);
     acc->add_post_hook(std::make_unique<GradReadyHook>(fire, i));
-    accumulators.push_back(std::move(acc));
+    // Autograd holds the accumulator weakly: this strong reference keeps it, and the hook, alive. It is a
+    // std::shared_ptr<Node> in LibTorch 1.13 and 2.6 and a c10::intrusive_ptr<Node> in 2.14; holding a copy
+    // of whichever it is works for both.
+    accumulators.push_back(std::make_shared<decltype(acc)>(std::move(acc)));
   }
   return accumulators;
 }

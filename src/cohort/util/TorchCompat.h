@@ -16,6 +16,10 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+// LibTorch MAJOR.MINOR or newer; usable in #if.
+#define COHORT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
 namespace cohort::compat {
 
 // 1.13 already has c10d::Work in Work.hpp; 2.x keeps the name. Kept as an alias so a future rename
@@ -25,6 +29,16 @@ using WorkPtr = c10::intrusive_ptr<::c10d::Work>;
 
 inline constexpr int kTorchMajor = TORCH_VERSION_MAJOR;
 inline constexpr int kTorchMinor = TORCH_VERSION_MINOR;
+
+// c10d's Gloo process group has reduce-scatter and all-gather over one flat tensor from 2.2 on
+// (`_reduce_scatter_base`, `_allgather_base`); 1.13 declares them and throws "not supported" (FACTS.md).
+// Where they exist, GlooCommunicator uses them instead of its all-to-all and per-rank-list fallbacks.
+inline constexpr bool kGlooHasFlatCollectives = COHORT_TORCH_AT_LEAST(2, 2);
+
+// The fused unscale-and-check kernel (`_amp_foreach_non_finite_check_and_unscale_`) has a CPU kernel from
+// 2.3 on; 1.13 has only the CUDA one (a dispatch error on CPU, FACTS.md), so GradScaler unscales CPU
+// gradients with ordinary ops there.
+inline constexpr bool kAmpUnscaleKernelOnCpu = COHORT_TORCH_AT_LEAST(2, 3);
 
 // TCPStore options: 2.x adds useLibUV (default true). libuv's server rejects some clients built without
 // it; the classic socket server behaves the same in both versions, so we ask for it explicitly.
@@ -46,7 +60,7 @@ inline ::c10d::TCPStoreOptions tcp_store_options(uint16_t port, bool is_server, 
 // Autocast state per device type. 1.13 has one function pair per device (set_cpu_enabled,
 // set_autocast_gpu_dtype...); 2.4+ has device-generic ones and deprecates the old (FACTS.md).
 inline bool autocast_enabled(c10::DeviceType device) {
-#if TORCH_VERSION_MAJOR >= 2
+#if COHORT_TORCH_AT_LEAST(2, 4)
   return at::autocast::is_autocast_enabled(device);
 #else
   return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
@@ -54,7 +68,7 @@ inline bool autocast_enabled(c10::DeviceType device) {
 }
 
 inline at::ScalarType autocast_dtype(c10::DeviceType device) {
-#if TORCH_VERSION_MAJOR >= 2
+#if COHORT_TORCH_AT_LEAST(2, 4)
   return at::autocast::get_autocast_dtype(device);
 #else
   return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
@@ -62,7 +76,7 @@ inline at::ScalarType autocast_dtype(c10::DeviceType device) {
 }
 
 inline void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR >= 2
+#if COHORT_TORCH_AT_LEAST(2, 4)
   at::autocast::set_autocast_dtype(device, dtype);
   at::autocast::set_autocast_enabled(device, enabled);
 #else

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The install as a program outside this repository sees it: `cmake --install` of BUILD into a temporary
+# prefix, then examples/ddp_example.cpp with examples/standalone/CMakeLists.txt copied to a temporary
+# directory, configured with find_package(cohort) against that prefix alone, built, and run on 2 ranks
+# (torchrun-style variables); the loss must fall. The temporary directory is removed afterwards.
+#
+#   tests/install/find_package_program.sh BUILD_DIR SOURCE_DIR [PORT]
+set -euo pipefail
+build=$(realpath "$1"); src=$(realpath "$2"); port=${3:-29765}
+tmp=$(mktemp -d /tmp/cohort-install.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
+for f in bin/cohort include/cohort/parallel/ddp/DistributedDataParallel.h lib/cmake/cohort/cohortConfig.cmake; do
+  [[ -e $tmp/prefix/$f ]] || { echo "install lacks $f"; exit 1; }
+done
+mkdir "$tmp/app"
+cp "$src/examples/ddp_example.cpp" "$src/examples/standalone/CMakeLists.txt" "$tmp/app/"
+launcher=(); command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+  "${launcher[@]}" > "$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; exit 1; }
+cmake --build "$tmp/app/build" > "$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log"; exit 1; }
+
+pids=()
+for rank in 0 1; do
+  RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 300 "$tmp/app/build/ddp_example" \
+    > "$tmp/rank$rank.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+cat "$tmp/rank0.log"
+[[ $status -eq 0 ]] || { echo "a rank failed (exit $status):"; cat "$tmp/rank1.log"; exit 1; }
+loss=$(grep -o 'epoch 2 loss [0-9.]*' "$tmp/rank0.log" | awk '{print $4}')
+[[ -n $loss ]] || { echo "no 'epoch 2 loss' line"; exit 1; }
+awk -v l="$loss" 'BEGIN { exit !(l < 0.5) }' || { echo "loss $loss did not fall below 0.5"; exit 1; }
+echo "find_package(cohort) program trained on 2 ranks: epoch 2 loss $loss"
