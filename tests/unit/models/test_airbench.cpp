@@ -170,7 +170,7 @@ struct TinyImpl : torch::nn::Module {
 };
 TORCH_MODULE(Tiny);
 
-void set(at::Tensor t, std::vector<float> values) {
+void assign(at::Tensor t, std::vector<float> values) {
   torch::NoGradGuard no_grad;
   t.copy_(torch::tensor(values));
 }
@@ -184,11 +184,11 @@ void expect_values(const at::Tensor& t, std::vector<float> values) {
 TEST(Ema, ClosedFormAfterTwoUpdates) {
   Tiny m;
   optim::Ema ema(*m, 0.9);  // average starts at w0 = (1, -2), b0 = 10
-  set(m->w, {3, 0});
-  set(m->b, {20});
+  assign(m->w, {3, 0});
+  assign(m->b, {20});
   ema.update(*m);  // 0.9 * w0 + 0.1 * w1
-  set(m->w, {5, 4});
-  set(m->b, {0});
+  assign(m->w, {5, 4});
+  assign(m->b, {0});
   ema.update(*m);  // 0.81 * w0 + 0.09 * w1 + 0.1 * w2
   const auto state = ema.state_dict();
   ASSERT_EQ(state.size(), 2u);  // the integer buffer is not averaged
@@ -229,14 +229,14 @@ TEST(Ema, ClosedFormAfterTwoUpdates) {
 TEST(Ema, LookaheadPullsWeightsToTheAverage) {
   Tiny m;
   optim::Ema ema(*m, 0.99);  // w0 = (1, -2)
-  set(m->w, {3, 2});
+  assign(m->w, {3, 2});
   ema.lookahead(*m, 0.5);  // average = 0.5 * w0 + 0.5 * w1 = (2, 0), and the weights jump there
   expect_values(ema.state_dict()[0].second, {2, 0});
   expect_values(m->w, {2, 0});
-  set(m->w, {7, 10});      // training moves on from the average
+  assign(m->w, {7, 10});      // training moves on from the average
   ema.lookahead(*m, 0.8);  // 0.8 * (2, 0) + 0.2 * (7, 10)
   expect_values(m->w, {3, 2});
-  set(m->w, {100, 100});
+  assign(m->w, {100, 100});
   ema.lookahead(*m, 1.0);  // airbench's end-of-epoch copy back
   expect_values(m->w, {3, 2});
   EXPECT_DOUBLE_EQ(optim::airbench_lookahead_decay(50, 100), std::pow(0.95, 5) * 0.125);
