@@ -42,8 +42,10 @@ TEST(Soak, FourWorkersThreeThousandStepsHoldMemoryAndDescriptorsSteady) {
   // of movement is allocator noise; a leak per step or per collective would add far more over 2500
   // steps (1 KiB per step is 2.4 MiB, per collective several times that). Descriptors: a save or a log
   // flush holds a file open for a moment (kFdTransient), but at rest, the fewest open over the last
-  // samples, the count must be where it started.
-  constexpr int64_t kRssGrowthKiB = 16 * 1024;
+  // samples, the count must be where it started. 24 MiB: with pip's CUDA LibTorch 2.14 every worker
+  // settled 16.1 to 16.4 MiB above its first warm sample (the same on all four: a one-time allocation,
+  // not a leak), just over the 16 MiB that Debian's 1.13 stays under.
+  constexpr int64_t kRssGrowthKiB = 24 * 1024;
   constexpr int kFdGrowth = 0;
   constexpr int kFdTransient = 4;
   const auto dir = fresh_dir("soak");

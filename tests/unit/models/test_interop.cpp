@@ -71,7 +71,10 @@ TEST_P(TorchvisionInterop, TorchvisionWeightsGiveTorchvisionLogits) {
   const auto logits = net->forward(tensor_of(base + ".input.safetensors", "x"));
   const auto expected = tensor_of(base + ".logits.safetensors", "logits");
   ASSERT_EQ(logits.sizes(), expected.sizes());
-  EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-4);
+  // The reference runs in Debian's Python PyTorch (1.13 or 2.6), which may not be the LibTorch under test:
+  // against pip's 2.14 the convolution kernels differ and ResNet-50's logits moved by up to 6.1e-4. A wrong
+  // name or layout moves them by whole units.
+  EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-3);
 }
 
 TEST_P(TorchvisionInterop, CohortWeightsLoadIntoTorchvision) {
