@@ -1,7 +1,7 @@
 // The NCCL backend on one GPU: world size 1 over an in-process store, where every collective has a
 // closed form (all-reduce, broadcast and reduce-scatter leave the data as it is, all-gather copies it).
 // Built only with COHORT_CUDA (tests/CMakeLists.txt leaves this file out otherwise); each test skips,
-// saying why, where no CUDA device is visible. scripts/check-nccl-compiles checks that it compiles.
+// saying why, where no CUDA device is visible. `make check-cuda` compiles and links it.
 #include <gtest/gtest.h>
 
 #include <chrono>
