@@ -3,7 +3,7 @@
 BUILD ?= build
 # scripts/install-deps owns the package list, under the names of the running Debian release.
 
-.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check
+.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference
 
 all: build
 
@@ -22,8 +22,14 @@ run: deps
 
 # The fuzz smoke run (scripts/fuzz --smoke) builds its own clang + sanitizer tree in build-fuzz/.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500
+	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE reference
 	bash scripts/fuzz --smoke
+
+# cohort against timm, torchvision, safetensors, TensorBoard and torch.optim (ctest label reference), in
+# the reference environment that scripts/pip-libtorch makes or reuses (CI runs it after check-cuda).
+test-reference: build
+	@cmake --preset default -DCOHORT_REFERENCE_PYTHON=$$(bash scripts/pip-libtorch --venv)/bin/python > /dev/null
+	cd $(BUILD) && ctest --output-on-failure -j1 -L reference
 
 # Every LibTorch users build against (README "Platforms"). check-cuda: every target with CUDA and NCCL
 # against pip's CUDA LibTorch, linked, one CUDA runtime (CI runs it after make test). test-pip: the CPU

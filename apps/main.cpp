@@ -19,6 +19,7 @@
 #include "cohort/launch/Launcher.h"
 #include "cohort/log/Report.h"
 #include "cohort/train/BatchSizeFinder.h"
+#include "cohort/train/Predict.h"
 #include "cohort/train/Trainer.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
@@ -39,9 +40,15 @@ struct TrainArgs {
   std::string run_dir;
   std::string resume;
   std::string s3_endpoint;
-  std::string checkpoint;  // eval
-  std::string out;         // eval
+  std::string checkpoint;  // eval, predict
+  std::string out;         // eval, predict
+  std::vector<std::string> images;  // predict
+  std::string input;                // predict
+  int top_k = 5;                    // predict
+  int64_t batch_size = 32;          // predict
 };
+
+enum class Job { train, eval, predict };
 
 struct FindArgs {
   std::string config_file;
@@ -89,9 +96,22 @@ std::string message_of(const std::exception& e) {
   return e.what();
 }
 
-// `cohort train` and `cohort eval` share the launcher: started by a person, the command starts the
+// The worker's part of `cohort predict`.
+void run_predict(const TrainArgs& args, const cohort::WorldInfo& info) {
+  cohort::train::PredictOptions p;
+  p.checkpoint = args.checkpoint;
+  p.images.assign(args.images.begin(), args.images.end());
+  p.input = args.input;
+  p.out = args.out;
+  p.top_k = args.top_k;
+  p.batch_size = args.batch_size;
+  cohort::train::run_predict_worker(resolve_config(args), info, p);
+}
+
+// `cohort train`, `eval` and `predict` share the launcher: started by a person, the command starts the
 // workers (itself again, with RANK, WORLD_SIZE...); started as a worker, it does the work.
-int run_train(const TrainArgs& args, bool eval = false) {
+int run_job(const TrainArgs& args, Job job = Job::train) {
+  const bool eval = job != Job::train;
   // The launcher and its workers (which see the same command line) read the secret from here.
   if (!args.token_file.empty())
     setenv("COHORT_TOKEN_FILE", std::filesystem::absolute(args.token_file).c_str(), 1);
@@ -140,8 +160,10 @@ int run_train(const TrainArgs& args, bool eval = false) {
     return cohort::launch::launch_with_argv(o);
   }
   try {
-    if (eval)
+    if (job == Job::eval)
       cohort::train::run_eval_worker(resolve_config(args), info, args.checkpoint, args.out);
+    else if (job == Job::predict)
+      run_predict(args, info);
     else
       cohort::train::run_worker(resolve_config(args), info);
     return 0;
@@ -250,6 +272,31 @@ int main(int argc, char** argv) {
   evaluator->add_option("--out", eval_args.out, "also write the result as JSON to this file");
   evaluator->add_option("overrides", eval_args.overrides, "config overrides, key=value, as for train");
 
+  TrainArgs predict_args;
+  predict_args.nproc_per_node = 1;
+  auto* predictor = app.add_subcommand(
+      "predict", "top-k classes of a trained model for JPEG images (JSON lines), or its logits for a safetensors "
+                 "file of preprocessed images");
+  predictor->add_option("--checkpoint", predict_args.checkpoint,
+                        "model weights (.safetensors), or a run directory (its best checkpoint, else last)")
+      ->required()->check(CLI::ExistingPath);
+  predictor->add_option("inputs", predict_args.images,
+                        "JPEG files or folders of them, and config overrides key=value as for train (the model "
+                        "and data of the checkpoint)");
+  predictor->add_option("--input", predict_args.input,
+                        "instead of images: a safetensors file of one float tensor [N, C, H, W], already "
+                        "preprocessed; the logits go to --out (default <input>.logits.safetensors)")
+      ->check(CLI::ExistingFile);
+  predictor->add_option("--out", predict_args.out, "write here instead of standard output");
+  predictor->add_option("--top-k", predict_args.top_k, "classes per image")->capture_default_str()->check(CLI::PositiveNumber);
+  predictor->add_option("--batch-size", predict_args.batch_size, "images per forward pass")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  predictor->add_option("--config", predict_args.config_file, "TOML config file (the model and data of the checkpoint)")
+      ->check(CLI::ExistingFile);
+  predictor->add_option("--nproc-per-node", predict_args.nproc_per_node, "worker processes on this machine")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  predictor->add_option("--master-port", predict_args.master_port, "rendezvous port (0: a free one)")->capture_default_str();
+
   FindArgs find;
   auto* finder = app.add_subcommand("find-batch-size",
                                     "find the largest per-worker batch that trains within a memory budget "
@@ -285,8 +332,19 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (*train) return run_train(args);
-    if (*evaluator) return run_train(eval_args, /*eval=*/true);
+    if (*train) return run_job(args);
+    if (*evaluator) return run_job(eval_args, Job::eval);
+    if (*predictor) {
+      // Positional words: key=value overrides, unless a file or folder of that name exists.
+      std::vector<std::string> images;
+      for (auto& w : predict_args.images)
+        (w.find('=') != std::string::npos && !std::filesystem::exists(w) ? predict_args.overrides : images).push_back(w);
+      predict_args.images = images;
+      if (predict_args.images.empty() == predict_args.input.empty())
+        throw cohort::ConfigError("cohort predict needs image files or folders, or --input, and not both",
+                                  "for example: cohort predict --checkpoint runs/x photos/");
+      return run_job(predict_args, Job::predict);
+    }
     if (*finder) return run_find_batch_size(find);
     if (*exporter) {
       namespace ck = cohort::checkpoint;

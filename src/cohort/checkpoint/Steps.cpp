@@ -222,4 +222,14 @@ Latest load_latest(const fs::path& ck_dir) {
                         "directory with a COMMIT marker");
 }
 
+ModelWeights load_model_weights(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(path)) return {load_safetensors(path).tensors, path.string()};
+  const auto dir = resolve_resume_dir(path);
+  if (fs::exists(dir / "best.safetensors") || fs::exists(dir / "best.manifest.json"))
+    return {load_any(dir, "best").model, (dir / "best").string()};
+  auto latest = load_latest(dir);
+  return {std::move(latest.checkpoint.model), latest.dir.string()};
+}
+
 }  // namespace cohort::checkpoint

@@ -74,4 +74,13 @@ struct Latest {
 // directories. Throws CheckpointError listing every candidate and its problem when none loads.
 Latest load_latest(const std::filesystem::path& ck_dir);
 
+// What `cohort eval` and `cohort predict` load: the model weights of `path`, a weights file (.safetensors)
+// or a run directory (or its checkpoints/): its best checkpoint when there is one, else the newest
+// committed step; sharded ones are reassembled. `source` names what was read, for errors.
+struct ModelWeights {
+  NamedTensors tensors;
+  std::string source;
+};
+ModelWeights load_model_weights(const std::filesystem::path& path);
+
 }  // namespace cohort::checkpoint

@@ -4,6 +4,7 @@
 #include "cohort/data/DeviceResident.h"
 #include "cohort/data/FashionMnist.h"
 #include "cohort/data/ImageFolder.h"
+#include "cohort/data/Presets.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::data {
@@ -33,6 +34,7 @@ Splits open_datasets(const TrainConfig& cfg, int rank, int local_world_size, boo
   } else if (d.name == "imagefolder") {
     ImageFolderOptions o;
     o.image_size = d.image_size > 0 ? d.image_size : 224;
+    o.transform = model_transform(cfg.model.name, static_cast<int>(o.image_size));
     o.workers = d.workers;
     o.skip_bad_files = d.on_bad_file == "skip";
     o.rank = rank;

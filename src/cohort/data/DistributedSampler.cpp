@@ -1,11 +1,14 @@
 #include "cohort/data/DistributedSampler.h"
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <utility>
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "cohort/util/Error.h"
-#include "cohort/util/Rng.h"
 
 namespace cohort::data {
 
@@ -37,16 +40,17 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int
 
 std::vector<int64_t> DistributedSampler::permutation(int64_t epoch) const {
   std::vector<int64_t> perm(static_cast<size_t>(dataset_size_));
-  std::iota(perm.begin(), perm.end(), int64_t{0});
-  if (!shuffle_) return perm;
-  // Fisher-Yates from the back. The generator is seeded from (seed, epoch) alone and draws with
-  // Rng::uniform_int, whose output is fixed by Rng.h rather than by the standard library, so every
-  // rank and every build produces this same permutation without communicating.
-  Rng rng(mix_seed(seed_, static_cast<uint64_t>(epoch)));
-  for (int64_t i = dataset_size_ - 1; i > 0; --i) {
-    const auto j = static_cast<int64_t>(rng.uniform_int(static_cast<uint64_t>(i + 1)));
-    std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
+  if (!shuffle_) {
+    std::iota(perm.begin(), perm.end(), int64_t{0});
+    return perm;
   }
+  // torch.utils.data.DistributedSampler's own order: torch.randperm(N) drawn from a CPU generator seeded
+  // with seed + epoch, so a cohort run visits the samples a PyTorch run with the same seed visits. The
+  // generator is made here from (seed, epoch) alone, so every rank gets this permutation without
+  // communicating; LibTorch 1.13 to 2.14 give the same permutation (tests/reference/sampler.py).
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ + static_cast<uint64_t>(epoch));
+  const at::Tensor p = at::randperm(dataset_size_, gen, at::TensorOptions().dtype(at::kLong));
+  std::copy_n(p.data_ptr<int64_t>(), dataset_size_, perm.begin());
   return perm;
 }
 

@@ -24,8 +24,9 @@ class DistributedSampler {
                      bool drop_last);
 
   // This rank's sample indices for `epoch`: positions rank, rank+W, rank+2W, ... of the padded or
-  // truncated permutation. Shuffling uses cohort::Rng(cohort::mix_seed(seed, epoch)), so the result does
-  // not depend on which epochs were computed before (resuming mid-run gives the same order).
+  // truncated permutation, exactly what torch.utils.data.DistributedSampler gives (torch.randperm from a
+  // generator seeded with seed + epoch), so the result does not depend on which epochs were computed
+  // before (resuming mid-run gives the same order).
   std::vector<int64_t> indices(int64_t epoch) const;
 
   // For evaluation: positions rank, rank+W, ... of [0, N) in order, with no padding and no dropping, so

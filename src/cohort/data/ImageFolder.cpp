@@ -91,9 +91,8 @@ ImageFolder::ImageFolder(const fs::path& dir, ImageFolderOptions options, int64_
 }
 
 bool ImageFolder::decode(int64_t i, const AugmentOptions& aug, float* out, std::string* why) const {
-  TransformOptions t;
+  TransformOptions t = options_.transform;
   t.crop_size = static_cast<int>(options_.image_size);
-  t.resize_size = static_cast<int>(options_.image_size * 256 / 224);
   try {
     const auto bytes = read_all(files_[i]);
     if (aug.enabled)

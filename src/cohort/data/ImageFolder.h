@@ -19,12 +19,15 @@
 #include <string>
 #include <vector>
 
+#include "cohort/data/ImageTransforms.h"
 #include "cohort/data/Source.h"
 
 namespace cohort::data {
 
 struct ImageFolderOptions {
   int64_t image_size = 224;
+  // Resize, filter and normalization of both splits; crop_size is image_size (see data/Presets.h).
+  TransformOptions transform;
   int64_t workers = 0;  // 0: hardware threads / local workers, at least 1
   bool skip_bad_files = true;
   int rank = 0;  // for log lines

@@ -32,11 +32,20 @@ inline double triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+// PIL's BICUBIC filter: Keys' cubic with a = -0.5 (PyTorch's non-antialiased bicubic uses -0.75), support 2.
+inline double bicubic(double x) {
+  constexpr double a = -0.5;
+  x = std::fabs(x);
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+  if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+  return 0.0;
+}
+
 // Per-thread state of the transforms: the decoder keeps libjpeg's object, the rest keep their capacity.
 struct Scratch {
   JpegDecoder decoder;
   RgbImage decoded;
-  BilinearResize resize;
+  PilResize resize;
   std::vector<uint8_t> resized;
 };
 
@@ -99,13 +108,14 @@ CropBox center_crop_box(int width, int height, int crop_w, int crop_h) {
 
 // Pillow's precompute_coeffs + normalize_coeffs_8bpc for the output pixels [win0, win0 + win_n), with the
 // taps then made relative to the first source pixel any of them reads ([lo, hi) on return).
-void BilinearResize::plan_axis(int in_size, double in0_d, double in1_d, int out_size, int win0, int win_n, Axis& a,
-                               int& lo, int& hi) {
+void PilResize::plan_axis(Interpolation filter, int in_size, double in0_d, double in1_d, int out_size, int win0,
+                          int win_n, Axis& a, int& lo, int& hi) {
   // PIL passes the box as float and subtracts in float.
   const float in0 = static_cast<float>(in0_d), in1 = static_cast<float>(in1_d);
   const double scale = static_cast<double>(in1 - in0) / out_size;
   const double filterscale = std::max(scale, 1.0);
-  const double support = 1.0 * filterscale;
+  const bool cubic = filter == Interpolation::bicubic;
+  const double support = (cubic ? 2.0 : 1.0) * filterscale;
   a.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   a.identity = out_size == in_size && in0 == 0.0f && in1 == static_cast<float>(in_size);
   a.first.assign(win_n, 0);
@@ -122,7 +132,8 @@ void BilinearResize::plan_axis(int in_size, double in0_d, double in1_d, int out_
     const int xmax = std::min(in_size, static_cast<int>(center + support + 0.5)) - xmin;
     double ww = 0.0;
     for (int x = 0; x < xmax; ++x) {
-      k[x] = triangle((x + xmin - center + 0.5) * ss);
+      const double t = (x + xmin - center + 0.5) * ss;
+      k[x] = cubic ? bicubic(t) : triangle(t);
       ww += k[x];
     }
     int32_t* kk = a.coeff.data() + static_cast<size_t>(i) * a.ksize;
@@ -141,15 +152,16 @@ void BilinearResize::plan_axis(int in_size, double in0_d, double in1_d, int out_
   for (int i = 0; i < win_n; ++i) a.first[i] -= lo;
 }
 
-void BilinearResize::plan(int src_w, int src_h, const ResizeBox& box, int out_w, int out_h, CropBox window) {
+void PilResize::plan(int src_w, int src_h, const ResizeBox& box, int out_w, int out_h, CropBox window,
+                     Interpolation filter) {
   if (window.width == 0 || window.height == 0) window = CropBox{0, 0, out_h, out_w};
   COHORT_ASSERT(src_w > 0 && src_h > 0 && out_w > 0 && out_h > 0, "resize of an empty image");
   COHORT_ASSERT(
       window.left >= 0 && window.top >= 0 && window.left + window.width <= out_w && window.top + window.height <= out_h,
       "resize window outside the output");
   int x_lo, x_hi, y_lo, y_hi;
-  plan_axis(src_w, box.x0, box.x1, out_w, window.left, window.width, h_, x_lo, x_hi);
-  plan_axis(src_h, box.y0, box.y1, out_h, window.top, window.height, v_, y_lo, y_hi);
+  plan_axis(filter, src_w, box.x0, box.x1, out_w, window.left, window.width, h_, x_lo, x_hi);
+  plan_axis(filter, src_h, box.y0, box.y1, out_h, window.top, window.height, v_, y_lo, y_hi);
   win_w_ = window.width;
   win_h_ = window.height;
   source_ = CropBox{y_lo, x_lo, y_hi - y_lo, x_hi - x_lo};
@@ -293,7 +305,7 @@ bool has_sse41() {
 
 }  // namespace
 
-void BilinearResize::run(const uint8_t* src, size_t src_stride, uint8_t* dst) {
+void PilResize::run(const uint8_t* src, size_t src_stride, uint8_t* dst) {
   const size_t row_bytes = static_cast<size_t>(win_w_) * 3;
 #ifdef COHORT_RESIZE_SSE41
   const bool sse41 = has_sse41();
@@ -413,7 +425,8 @@ TransformTrace train_transform(const uint8_t* jpeg, size_t size, uint64_t seed, 
   const int ix0 = static_cast<int>(std::floor(x0)), iy0 = static_cast<int>(std::floor(y0));
   const int ix1 = std::min(static_cast<int>(std::ceil(x1)), jpeg_scaled_size(h.width, m));
   const int iy1 = std::min(static_cast<int>(std::ceil(y1)), jpeg_scaled_size(h.height, m));
-  s.resize.plan(ix1 - ix0, iy1 - iy0, ResizeBox{x0 - ix0, y0 - iy0, x1 - ix0, y1 - iy0}, o.crop_size, o.crop_size);
+  s.resize.plan(ix1 - ix0, iy1 - iy0, ResizeBox{x0 - ix0, y0 - iy0, x1 - ix0, y1 - iy0}, o.crop_size, o.crop_size,
+                CropBox{}, o.interpolation);
   decode_and_resize(s, m, ix0, iy0, o);
   normalize_to_chw(s.resized.data(), o.crop_size, o.crop_size, tr.flipped, o.mean, o.std, out);
   return tr;
@@ -437,7 +450,7 @@ TransformTrace val_transform(const uint8_t* jpeg, size_t size, const TransformOp
   tr.scale_eighths = m;
   const double f = m / 8.0;
   s.resize.plan(jpeg_scaled_size(h.width, m), jpeg_scaled_size(h.height, m),
-                ResizeBox{0.0, 0.0, h.width * f, h.height * f}, rw, rh, tr.crop);
+                ResizeBox{0.0, 0.0, h.width * f, h.height * f}, rw, rh, tr.crop, o.interpolation);
   decode_and_resize(s, m, 0, 0, o);
   normalize_to_chw(s.resized.data(), o.crop_size, o.crop_size, false, o.mean, o.std, out);
   return tr;

@@ -1,8 +1,8 @@
 // The ImageNet train and val transforms of torchvision, as pure C++ from JPEG bytes to a normalized float
 // CHW image in a caller's buffer (the caller wraps it in a tensor). Train is RandomResizedCrop + random
 // horizontal flip + ToTensor + Normalize; val is Resize(256) + CenterCrop(224) + ToTensor + Normalize.
-// Crop parameters follow torchvision's RandomResizedCrop.get_params and the resize is PIL's BILINEAR
-// (antialiased triangle filter, Pillow's fixed-point arithmetic and uint8 rounding), so an image decoded
+// Crop parameters follow torchvision's RandomResizedCrop.get_params and the resize is PIL's BILINEAR or
+// BICUBIC (antialiased filters, Pillow's fixed-point arithmetic and uint8 rounding), so an image decoded
 // at full size gives torchvision+PIL's output bit for bit. With DCT scaling on (the default) an image whose
 // crop is at least twice the output size is decoded at 1/2, 1/4 or 1/8 scale instead, within a grey level
 // or so of PIL. Only the rows (and roughly the columns) the crop needs are decoded.
@@ -33,6 +33,9 @@ struct CropBox {
   int width = 0;
 };
 
+// PIL's resampling filters that torchvision's and timm's presets use on PIL images.
+enum class Interpolation { bilinear, bicubic };
+
 struct TransformOptions {
   int crop_size = 224;                                  // side of the square output, train and val
   int resize_size = 256;                                // val: the shorter side after Resize, before CenterCrop
@@ -41,6 +44,7 @@ struct TransformOptions {
   double flip_probability = 0.5;
   std::array<float, 3> mean{0.485f, 0.456f, 0.406f};
   std::array<float, 3> std{0.229f, 0.224f, 0.225f};
+  Interpolation interpolation = Interpolation::bilinear;  // of every resize, train and val
   // Decode at a reduced libjpeg scale when it still covers the output; false decodes full size, which
   // reproduces torchvision+PIL exactly and is slower.
   bool dct_scaling = true;
@@ -75,13 +79,14 @@ struct ResizeBox {
   double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
 };
 
-// PIL's Image.resize((out_w, out_h), BILINEAR, box) of an RGB image, computed only for the part `window`
-// of the output (identical to resizing everything and cropping). Planned once per image: the plan says
-// which source pixels are read, so the caller decodes only those. Reuse one object to reuse its memory.
-class BilinearResize {
+// PIL's Image.resize((out_w, out_h), BILINEAR or BICUBIC, box) of an RGB image, computed only for the part
+// `window` of the output (identical to resizing everything and cropping). Planned once per image: the plan
+// says which source pixels are read, so the caller decodes only those. Reuse one object to reuse its memory.
+class PilResize {
  public:
   // `window` with zero width means the whole output.
-  void plan(int src_w, int src_h, const ResizeBox& box, int out_w, int out_h, CropBox window = {});
+  void plan(int src_w, int src_h, const ResizeBox& box, int out_w, int out_h, CropBox window = {},
+            Interpolation filter = Interpolation::bilinear);
   // The source pixels the output reads; run() takes a pointer to its top-left pixel.
   const CropBox& source_rect() const { return source_; }
   int out_width() const { return win_w_; }
@@ -102,8 +107,8 @@ class BilinearResize {
     std::vector<int> fixed_first;
     std::vector<int32_t> fixed_coeff;
   };
-  static void plan_axis(int in_size, double in0, double in1, int out_size, int win0, int win_n, Axis& a, int& lo,
-                        int& hi);
+  static void plan_axis(Interpolation filter, int in_size, double in0, double in1, int out_size, int win0, int win_n,
+                        Axis& a, int& lo, int& hi);
   Axis h_, v_;
   CropBox source_;
   int win_w_ = 0, win_h_ = 0;

@@ -574,14 +574,8 @@ EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const 
   const EvalPlacement placement{device, channels_last(resolved), nullptr};
   auto data = data::open_datasets(cfg, info.rank, info.local_world_size, /*need_train=*/false, placement.device);
   auto model = models::build(cfg.model, data.test->channels(), data.test->image_size());
-  if (fs::is_directory(checkpoint)) {
-    const auto dir = checkpoint::resolve_resume_dir(checkpoint);
-    const bool best = fs::exists(dir / "best.safetensors") || fs::exists(dir / "best.manifest.json");
-    checkpoint::load_weights(*model, best ? checkpoint::load_any(dir, "best").model : checkpoint::load_latest(dir).checkpoint.model,
-                             (dir / (best ? "best" : "last")).string());
-  } else {
-    checkpoint::load_weights(*model, checkpoint::load_safetensors(checkpoint).tensors, checkpoint.string());
-  }
+  const auto weights = checkpoint::load_model_weights(checkpoint);
+  checkpoint::load_weights(*model, weights.tensors, weights.source);
   data::DistributedSampler sampler(data.test->size(), info.world_size, info.rank, false, cfg.train.seed, false);
   const int64_t prefetch = cfg.data.name == "imagefolder" ? cfg.data.prefetch : 0;
   model->to(placement.device);
