@@ -4,7 +4,7 @@
 1. Files written by safetensors.torch.save_file (fp32, fp16, bf16, int64, uint8, bool, a scalar, an empty
    tensor, metadata) are read by cohort's reader and written again by cohort's writer
    (cohort_reference_tool safetensors-copy); safetensors reads that copy back with equal tensors, dtypes,
-   shapes and metadata.
+   shapes and metadata (plus the checksum key cohort.crc32c that cohort's writer adds).
 2. Every kind of file a cohort run writes (the model weights of best and last, the training state, the
    shards and step directories of a sharded zero2 save on 2 ranks, bf16 master weights, `cohort export`)
    opens with safetensors.torch.load_file, with tensors equal to what cohort's own reader gives.
@@ -59,8 +59,10 @@ def python_to_cohort(tool, work):
     save_file(tensors, src, metadata=meta)
     run(tool, "safetensors-copy", src, copy)
     same(load_file(copy), tensors, "safetensors -> cohort -> safetensors")
-    if metadata(copy) != meta:
-        sys.exit(f"FAILED: metadata {metadata(copy)} != {meta}")
+    # cohort's writer adds the checksum of the data (cohort.crc32c), which its reader verifies.
+    kept = {k: v for k, v in metadata(copy).items() if k != "cohort.crc32c"}
+    if kept != meta or "cohort.crc32c" not in metadata(copy):
+        sys.exit(f"FAILED: metadata {metadata(copy)} != {meta} plus cohort.crc32c")
     print(f"safetensors.torch.save_file -> cohort: {len(tensors)} tensors and the metadata kept")
 
 
