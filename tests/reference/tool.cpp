@@ -5,6 +5,11 @@
 //       DistributedSampler indices for that epoch, [[rank 0's], [rank 1's], ...]
 //   cohort_reference_tool safetensors-copy IN OUT
 //       IN read by cohort's safetensors reader and written again by its writer, metadata included
+//   cohort_reference_tool optim IN OUT N STEPS_PER_EPOCH EMA_DECAY [key=value ...]
+//       N steps of cohort's optimizer and schedule (optim.*, sched.* keys; peak lr optim.lr, N total steps)
+//       from IN's parameters "p.<name>" with the gradients "g<step>.<name>", parameter groups as the
+//       trainer makes them; an EMA of decay EMA_DECAY updated after each step. OUT holds the final
+//       "p.<name>", "ema.<name>" and "lr" (the learning rate of each step).
 //   cohort_reference_tool preprocess OUT FILE... [key=value ...]
 //       `cohort predict`'s evaluation transform of each JPEG FILE for the config's model and data, stacked
 //       into the tensor "images" of OUT (safetensors)
@@ -19,6 +24,10 @@
 #include "cohort/checkpoint/Safetensors.h"
 #include "cohort/config/Config.h"
 #include "cohort/data/DistributedSampler.h"
+#include "cohort/optim/Ema.h"
+#include "cohort/optim/Optimizer.h"
+#include "cohort/optim/Schedule.h"
+#include "cohort/parallel/Strategy.h"
 #include "cohort/train/Predict.h"
 
 namespace {
@@ -45,6 +54,34 @@ int safetensors_copy(const std::string& in, const std::string& out) {
   return 0;
 }
 
+int optim_steps(const std::string& in, const std::string& out, int64_t steps, int64_t per_epoch, double ema_decay,
+                const std::vector<std::string>& overrides) {
+  const auto cfg = cohort::config::load(std::nullopt, overrides);
+  const auto file = cohort::checkpoint::load_safetensors(in);
+  // A module holding the parameters by name (names without dots), for the groups and the EMA.
+  torch::nn::Module module;
+  for (const auto& [name, t] : file.tensors)
+    if (name.rfind("p.", 0) == 0) module.register_parameter(name.substr(2), t.clone());
+  auto opt = cohort::optim::make_optimizer(
+      cfg.optim, cohort::optim::split_groups(module.named_parameters(), cohort::group_rule(cfg.optim)));
+  const cohort::optim::Schedule schedule(cfg.sched, cfg.optim.lr, steps, per_epoch);
+  cohort::optim::Ema ema(module, ema_decay);
+  auto lrs = torch::empty({steps}, torch::kFloat64);
+  for (int64_t s = 0; s < steps; ++s) {
+    for (auto& p : module.named_parameters())
+      for (const auto& [name, g] : file.tensors)
+        if (name == "g" + std::to_string(s) + "." + p.key()) p.value().mutable_grad() = g.clone();
+    lrs[s] = schedule.lr(s);
+    opt->step(schedule.lr(s));
+    ema.update(module);
+  }
+  cohort::checkpoint::NamedTensors result{{"lr", lrs}};
+  for (const auto& p : module.named_parameters()) result.emplace_back("p." + p.key(), p.value().detach());
+  for (const auto& [name, t] : ema.state_dict()) result.emplace_back("ema." + name, t);
+  cohort::checkpoint::save_safetensors(out, result);
+  return 0;
+}
+
 int preprocess(const std::string& out, int n, char** words) {
   std::vector<std::string> overrides;
   std::vector<at::Tensor> images;
@@ -66,12 +103,16 @@ int main(int argc, char** argv) {
     if (what == "sampler" && argc == 2) return sampler();
     if (what == "safetensors-copy" && argc == 4) return safetensors_copy(argv[2], argv[3]);
     if (what == "preprocess" && argc >= 4) return preprocess(argv[2], argc - 3, argv + 3);
+    if (what == "optim" && argc >= 7)
+      return optim_steps(argv[2], argv[3], std::stoll(argv[4]), std::stoll(argv[5]), std::stod(argv[6]),
+                         std::vector<std::string>(argv + 7, argv + argc));
   } catch (const std::exception& e) {
     std::cerr << "cohort_reference_tool: " << e.what() << "\n";
     return 1;
   }
   std::cerr << "usage: cohort_reference_tool sampler < cases.jsonl\n"
                "       cohort_reference_tool safetensors-copy IN OUT\n"
-               "       cohort_reference_tool preprocess OUT FILE... [key=value ...]\n";
+               "       cohort_reference_tool preprocess OUT FILE... [key=value ...]\n"
+               "       cohort_reference_tool optim IN OUT N STEPS_PER_EPOCH EMA_DECAY [key=value ...]\n";
   return 2;
 }
