@@ -22,7 +22,7 @@ Splits open_datasets(const TrainConfig& cfg, int rank, int local_world_size, boo
       if (train && !need_train) continue;
       auto ds = load_fashion_mnist(d.root, train, train ? d.train_limit : d.test_limit);
       ds.name = d.name;
-      if (d.name == "mnist") ds.mean = 0.1307f, ds.std = 0.3081f;  // same file format; MNIST's own statistics
+      if (d.name == "mnist") ds.mean = kMnistMean, ds.std = kMnistStd;
       (train ? s.train : s.test) = held(std::move(ds), d.image_size);
     }
   } else if (d.name == "cifar10") {

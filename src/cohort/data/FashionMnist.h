@@ -23,6 +23,9 @@ inline constexpr int64_t kFashionMnistClasses = 10;
 // files load too but would want 0.1307 / 0.3081; the files themselves cannot tell the two apart.
 inline constexpr float kFashionMnistMean = 0.2860f;
 inline constexpr float kFashionMnistStd = 0.3530f;
+// MNIST's own statistics, for data.name=mnist (same file format).
+inline constexpr float kMnistMean = 0.1307f;
+inline constexpr float kMnistStd = 0.3081f;
 
 // An image classification dataset held in memory. at::Tensor is torch::Tensor.
 struct ImageDataset {

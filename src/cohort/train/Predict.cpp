@@ -26,12 +26,13 @@ namespace fs = std::filesystem;
 
 InputShape input_shape(const TrainConfig& cfg) {
   const auto& d = cfg.data;
-  if (d.name == "fashion-mnist") return {1, d.image_size > 0 ? d.image_size : 28};
+  if (d.name == "fashion-mnist" || d.name == "mnist") return {1, d.image_size > 0 ? d.image_size : 28};
   if (d.name == "cifar10") return {3, d.image_size > 0 ? d.image_size : 32};
   return {3, d.image_size > 0 ? d.image_size : 224};
 }
 
 std::vector<std::string> class_names(const TrainConfig& cfg) {
+  if (cfg.data.name == "mnist") return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
   if (cfg.data.name == "fashion-mnist")
     return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
   if (cfg.data.name == "cifar10")
@@ -106,9 +107,12 @@ at::Tensor preprocess_image(const TrainConfig& cfg, const fs::path& file) {
     throw DataError(file.string() + ": " + e.what(), e.hint().empty() ? "pass a JPEG image" : e.hint());
   }
   if (!gray) return x;
-  // PIL's convert("L") weights (ITU-R 601 luma), in float; then Fashion-MNIST's normalization.
+  // PIL's convert("L") weights (ITU-R 601 luma), in float; then the dataset's normalization (Datasets.cpp).
   const auto luma = x[0] * 0.299f + x[1] * 0.587f + x[2] * 0.114f;
-  return ((luma - data::kFashionMnistMean) / data::kFashionMnistStd).unsqueeze(0);
+  const bool mnist = cfg.data.name == "mnist";
+  const float mean = mnist ? data::kMnistMean : data::kFashionMnistMean;
+  const float std = mnist ? data::kMnistStd : data::kFashionMnistStd;
+  return ((luma - mean) / std).unsqueeze(0);
 }
 
 namespace {
@@ -124,7 +128,7 @@ at::Tensor read_input_tensor(const fs::path& file, const InputShape& shape) {
   if (!x.defined())
     throw DataError(file.string() + ": " + std::to_string(f.tensors.size()) + " tensors and none called images, input or x",
                     "save one float tensor " + want);
-  if (x.dim() != 4 || x.size(1) != shape.channels || x.size(2) != shape.image_size || x.size(3) != shape.image_size ||
+  if (x.dim() != 4 || x.size(0) == 0 || x.size(1) != shape.channels || x.size(2) != shape.image_size || x.size(3) != shape.image_size ||
       !x.is_floating_point())
     throw DataError(file.string() + ": the input tensor is " + std::string(c10::toString(x.scalar_type())) + " " +
                         c10::str(x.sizes()) + ", the model takes float " + want,
