@@ -17,13 +17,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
+
+// At most this many bad files are named one by one in the log; after that only the count grows.
+constexpr int64_t kNamedBadFiles = 20;
+
+}  // namespace
+
 bool is_jpeg_name(const fs::path& p) {
   std::string ext = p.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   return ext == ".jpg" || ext == ".jpeg";
 }
 
-std::vector<uint8_t> read_all(const fs::path& p) {
+std::vector<uint8_t> read_file_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary | std::ios::ate);
   if (!in) throw DataError("cannot open " + p.string());
   const auto size = static_cast<size_t>(in.tellg());
@@ -33,11 +39,6 @@ std::vector<uint8_t> read_all(const fs::path& p) {
     throw DataError("cannot read " + p.string());
   return bytes;
 }
-
-// At most this many bad files are named one by one in the log; after that only the count grows.
-constexpr int64_t kNamedBadFiles = 20;
-
-}  // namespace
 
 ImageFolder::ImageFolder(const fs::path& dir, ImageFolderOptions options, int64_t limit)
     : dir_(dir), options_(options) {
@@ -94,7 +95,7 @@ bool ImageFolder::decode(int64_t i, const AugmentOptions& aug, float* out, std::
   TransformOptions t = options_.transform;
   t.crop_size = static_cast<int>(options_.image_size);
   try {
-    const auto bytes = read_all(files_[i]);
+    const auto bytes = read_file_bytes(files_[i]);
     if (aug.enabled)
       train_transform(bytes.data(), bytes.size(), mix_seed(aug.seed, static_cast<uint64_t>(aug.epoch), static_cast<uint64_t>(i)),
                       t, out);

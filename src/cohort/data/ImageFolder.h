@@ -24,6 +24,11 @@
 
 namespace cohort::data {
 
+// Whether a file name ends in .jpg or .jpeg, in any case (what an image folder scans for).
+bool is_jpeg_name(const std::filesystem::path& p);
+// A whole file's bytes; throws DataError naming it when it cannot be opened or read.
+std::vector<uint8_t> read_file_bytes(const std::filesystem::path& p);
+
 struct ImageFolderOptions {
   int64_t image_size = 224;
   // Resize, filter and normalization of both splits; crop_size is image_size (see data/Presets.h).

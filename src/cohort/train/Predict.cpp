@@ -1,10 +1,7 @@
 #include "cohort/train/Predict.h"
 
 #include <algorithm>
-#include <cctype>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -14,6 +11,7 @@
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/data/Cifar10.h"
 #include "cohort/data/FashionMnist.h"
+#include "cohort/data/ImageFolder.h"
 #include "cohort/data/Presets.h"
 #include "cohort/models/Models.h"
 #include "cohort/train/Device.h"
@@ -48,23 +46,6 @@ std::vector<std::string> class_names(const TrainConfig& cfg) {
   return static_cast<int64_t>(names.size()) == cfg.model.num_classes ? names : std::vector<std::string>{};
 }
 
-namespace {
-
-bool is_jpeg_name(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jpg" || ext == ".jpeg";
-}
-
-std::string read_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw DataError(file.string() + ": cannot be read", "check the path and its permissions");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-}  // namespace
 
 std::vector<fs::path> list_images(const std::vector<fs::path>& paths) {
   std::vector<fs::path> files;
@@ -73,7 +54,7 @@ std::vector<fs::path> list_images(const std::vector<fs::path>& paths) {
     if (fs::is_directory(p, ec)) {
       std::vector<fs::path> found;
       for (const auto& e : fs::recursive_directory_iterator(p, ec))
-        if (e.is_regular_file() && is_jpeg_name(e.path())) found.push_back(e.path());
+        if (e.is_regular_file() && data::is_jpeg_name(e.path())) found.push_back(e.path());
       if (found.empty()) throw DataError(p.string() + ": a folder with no .jpg or .jpeg file in it", "pass JPEG images");
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
@@ -99,10 +80,10 @@ at::Tensor preprocess_image(const TrainConfig& cfg, const fs::path& file) {
   }
   const bool gray = shape.channels == 1;
   if (gray) t.mean = {0.0f, 0.0f, 0.0f}, t.std = {1.0f, 1.0f, 1.0f};  // luma below, then normalized
-  const std::string bytes = read_file(file);
   auto x = torch::empty({3, size, size}, torch::kFloat32);
   try {
-    data::val_transform(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), t, x.data_ptr<float>());
+    const auto bytes = data::read_file_bytes(file);
+    data::val_transform(bytes.data(), bytes.size(), t, x.data_ptr<float>());
   } catch (const Error& e) {
     throw DataError(file.string() + ": " + e.what(), e.hint().empty() ? "pass a JPEG image" : e.hint());
   }
