@@ -3,7 +3,7 @@
 BUILD ?= build
 # scripts/install-deps owns the package list, under the names of the running Debian release.
 
-.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference
+.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference bench-pytorch test-slow
 
 all: build
 
@@ -22,8 +22,13 @@ run: deps
 
 # The fuzz smoke run (scripts/fuzz --smoke) builds its own clang + sanitizer tree in build-fuzz/.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE reference
+	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE 'reference|slow'
 	bash scripts/fuzz --smoke
+
+# The long variants of the soak and the kill trials (tests named Slow*, ctest label slow): CI runs them
+# after its other checks when they leave room.
+test-slow: build
+	cd $(BUILD) && ctest --output-on-failure -j1 -L slow
 
 # cohort against timm, torchvision, safetensors, TensorBoard and torch.optim (ctest label reference), in
 # the reference environment that scripts/pip-libtorch makes or reuses (CI runs it after check-cuda).
@@ -45,7 +50,16 @@ check-debian13:
 deb: build
 	cd $(BUILD) && cpack -G DEB > /dev/null && ls cohort_*.deb
 
-bench: build
+# cohort against PyTorch 2.14 in one run (bench/vs_pytorch.py): the peers in the reference environment, cohort
+# built against the same LibTorch (check-cuda's build, which runs on the CPU) and the Debian build beside it.
+bench-pytorch: build
+	bash scripts/check-cuda
+	/usr/bin/python3 bench/vs_pytorch.py --python $$(bash scripts/pip-libtorch --venv)/bin/python \
+	  --cohort build-cuda/cohort --cohort ./$(BUILD)/cohort --pipeline ./$(BUILD)/bench/input_pipeline --full \
+	  --out bench/results/vs_pytorch.json
+
+# The rest compare with Debian's python3-torch 1.13, the LibTorch of ./$(BUILD): kept as history.
+bench: build bench-pytorch
 	/usr/bin/python3 bench/default_job.py --cohort ./$(BUILD)/cohort --out bench/results/default_job.json
 	/usr/bin/python3 bench/auto_configs.py --cohort ./$(BUILD)/cohort --out bench/results/auto_configs.json
 	/usr/bin/python3 bench/ddp_scaling.py --cohort ./$(BUILD)/cohort --out bench/results/ddp_scaling.json
@@ -55,6 +69,7 @@ bench: build
 	/usr/bin/python3 bench/resnet50_cpu.py --cohort ./$(BUILD)/cohort --out bench/results/resnet50_cpu.json
 	./$(BUILD)/bench/sharded_memory > bench/results/sharded_memory.json
 	/usr/bin/python3 bench/sharded_step.py --cohort ./$(BUILD)/cohort --out bench/results/sharded_step.json
+	/usr/bin/python3 bench/compress_accuracy.py --cohort ./$(BUILD)/cohort --out bench/results/compress_accuracy.json
 	./$(BUILD)/bench/store_latency > bench/results/store_latency.json
 	/usr/bin/python3 bench/gpu_compare.py --device cpu --cohort-bench ./$(BUILD)/bench/gpu_train_step \
 	  --python /usr/bin/python3 --rounds 3 --r50-model resnet18 --r50-batch 32 --r50-image 64 --r50-classes 10 \

@@ -37,7 +37,7 @@ def run_cohort(a, extra):
 
 
 def run_peer(a, flags, epochs, limit_steps=0):
-    cmd = ["/usr/bin/python3", PEER, "--nproc", "2", "--epochs", str(epochs), "--threads", "1",
+    cmd = [a.python, PEER, "--nproc", "2", "--epochs", str(epochs), "--threads", "1",
            "--limit-steps", str(limit_steps), "--port", str(a.port)] + flags
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--steps", type=int, default=120, help="steps of each like-for-like run")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved like-for-like rounds (medians)")
     ap.add_argument("--port", type=int, default=29561)
+    ap.add_argument("--python", default="/usr/bin/python3", help="the peer's Python (its torch)")
     ap.add_argument("--skip-full", action="store_true", help="only the like-for-like runs")
     ap.add_argument("--out")
     a = ap.parse_args()

@@ -20,6 +20,7 @@
 #include "cohort/models/Models.h"
 #include "cohort/optim/Optimizer.h"
 #include "cohort/train/Device.h"
+#include "cohort/train/Loss.h"
 #include "cohort/util/Error.h"
 
 #if COHORT_HAVE_CUDA
@@ -60,8 +61,7 @@ struct Stepper {
       auto autocast = mp.autocast();
       logits = mp.logits(model->forward(mp.input(x)));
     }
-    auto loss = torch::nn::functional::cross_entropy(
-        logits, y, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(smoothing));
+    auto loss = cohort::train::training_loss(logits, y, {smoothing});
     mp.scale(loss).backward();
     return loss;
   }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs cohort's input-pipeline bench (a built `input_pipeline` binary; this script builds nothing) and its
-torchvision peer (bench/peer_torchvision_pipeline.py, PIL + torchvision 0.14) on the same folder of
+torchvision peer (bench/peer_torchvision_pipeline.py, PIL + the torchvision of --python) on the same folder of
 generated ImageNet-sized JPEGs, in alternating rounds, and writes bench/results/input_pipeline.json with
 the images/s of both for 1 and 2 workers (threads for cohort, processes for torchvision: one core each)
 and the per-core ratio cohort / torchvision. The figures are medians over all timed passes.
@@ -34,7 +34,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="timed passes per configuration and round")
     ap.add_argument("--rounds", type=int, default=3, help="cohort, torchvision, cohort, ... rounds")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "input_pipeline.json"))
-    ap.add_argument("--python", default="/usr/bin/python3", help="the Python with torchvision 0.14")
+    ap.add_argument("--python", default="/usr/bin/python3", help="the peer's Python: Debian's has torchvision 0.14, the reference environment 0.29")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="cohort_input_pipeline_")

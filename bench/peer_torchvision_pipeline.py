@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The torchvision peer of bench/input_pipeline.cpp: the same work on the same JPEG folder with PIL 9.4 and
-torchvision 0.14 (Debian's python3-torchvision): Image.open(f).convert('RGB'), RandomResizedCrop(224),
+"""The torchvision peer of bench/input_pipeline.cpp: the same work on the same JPEG folder with PIL and
+torchvision (Debian's: PIL 9.4, torchvision 0.14; the reference environment's: PIL 13, torchvision 0.29): Image.open(f).convert('RGB'), RandomResizedCrop(224),
 RandomHorizontalFlip, ToTensor, Normalize, with 1 and 2 worker processes, each doing its share of the files
 (worker w takes files w, w + k, ...), torch.set_num_threads(1) in each. Like cohort's bench, results stay in
 the worker (no transfer to a parent), so both sides time the same per-image work. Prints one JSON line.
-Run with /usr/bin/python3. Usage: peer_torchvision_pipeline.py --dir DIR [--repeats 3]"""
+Run with either Python. Usage: peer_torchvision_pipeline.py --dir DIR [--repeats 3]"""
 import argparse, glob, json, multiprocessing as mp, os, statistics, time
 
 import torch

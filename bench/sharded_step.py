@@ -29,7 +29,7 @@ def run_cohort(a, strategy):
 
 
 def run_peer(a, mode, port):
-    p = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "peer_torch_zero.py"), mode, str(a.steps), str(a.batch),
+    p = subprocess.run([a.python, os.path.join(HERE, "peer_torch_zero.py"), mode, str(a.steps), str(a.batch),
                         str(WARMUP), str(port)],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if p.returncode != 0:
@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--python", default="/usr/bin/python3", help="the peer's Python (its torch)")
     ap.add_argument("--out")
     a = ap.parse_args()
     names = ["cohort_ddp", "cohort_zero1", "cohort_zero2", "cohort_fsdp", "pytorch_ddp", "pytorch_zero1"]

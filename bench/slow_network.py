@@ -8,7 +8,7 @@ uncompressed DDP with and without overlap; then PyTorch's own DDP hooks on the s
 The model is ResNet-18 on Fashion-MNIST (11.7 M parameters, 47 MB of gradients a step): across an
 ordinary network its all-reduce costs more than its compute, the case gradient compression is for.
 Run: sudo python3 bench/slow_network.py --cohort build/cohort --rate 100mbit --out bench/results/slow_network.json"""
-import argparse, json, os, shutil, subprocess, sys, tempfile, time
+import argparse, json, os, secrets, shutil, subprocess, sys, tempfile, time
 
 NS = ("cohort-bench-a", "cohort-bench-b")
 VETH = ("cbv-a", "cbv-b")
@@ -44,8 +44,10 @@ def run(a, name, extra, port):
               "--run-dir", run_dir, "model.name=resnet18", f"data.batch_size={a.batch}", f"train.max_steps={a.steps}",
               "eval.enabled=false", "ckpt.save_best=false", "log.every_steps=1000", "train.threads=1",
               "dist.timeout_s=120", "amp.precision=fp32", "train.channels_last=false"] + extra  # figures comparable with earlier runs
+    # Two "machines" share the rendezvous store over a routable address, so cohort asks for a shared secret.
+    env = dict(os.environ, COHORT_TOKEN=secrets.token_hex(32))
     procs = [subprocess.Popen(["ip", "netns", "exec", NS[i], a.cohort, "train", "--node-rank", str(i)] + common,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) for i in range(2)]
     outs = [p.communicate(timeout=1200)[0] for p in procs]
     if any(p.returncode != 0 for p in procs):
         sys.exit(f"{name} failed:\n" + "\n".join(o[-3000:] for o in outs))
@@ -62,7 +64,7 @@ def run_peer(a, compress, port):
     for i in range(2):
         env = dict(os.environ, RANK=str(i), WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR=ADDR[0],
                    MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=VETH[i], OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen(["ip", "netns", "exec", NS[i], "/usr/bin/python3", peer, "--compress", compress,
+        procs.append(subprocess.Popen(["ip", "netns", "exec", NS[i], a.python, peer, "--compress", compress,
                                        "--steps", str(a.steps), "--batch", str(a.batch)],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
     outs = [p.communicate(timeout=1200)[0] for p in procs]
@@ -78,6 +80,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--out")
+    ap.add_argument("--python", default="/usr/bin/python3", help="the peer's Python (its torch)")
     ap.add_argument("--no-peer", action="store_true", help="skip PyTorch's DDP hooks (bench/peer_torch_compress.py)")
     a = ap.parse_args()
     a.cohort = os.path.abspath(a.cohort)

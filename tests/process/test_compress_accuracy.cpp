@@ -1,36 +1,53 @@
-// Accuracy under compression: the default Fashion-MNIST job (2 workers, ResNet-8, 3 epochs, 702 steps)
-// with PowerSGD rank 2, compressing from step 350, against the same job uncompressed on the same seed.
-// The slowest test of the suite (two full trainings, 8 to 10 minutes on 2 cores), and the one that shows
-// the compressed gradients still train the model as well. Measured here: 91.28% uncompressed, 90.85%
-// compressed (from step 200: 90.81%); with a rank that makes PowerSGD exact, 91.47%. On Debian 13's
-// LibTorch 2.6 (other kernels, so another trajectory): 91.41% and 90.90%, a gap of 0.51 points. A gap of
-// one point is the bound: two 3-epoch runs differ by a few tenths of a point from numerics alone, so half
-// a point failed on one LibTorch by 0.01 while compression trained as well as ever.
+// Compression still trains, in a check short enough for every `make test`: the default job's model and
+// data (2 workers, ResNet-8, Fashion-MNIST, batch 2 x 128) for kSteps steps, PowerSGD rank 2 from step
+// kStart, against the same run uncompressed on the same seed. The loss over the last kTail steps must
+// stay near the uncompressed one, and every compressed step must have sent a small fraction of the
+// gradient bytes. The full comparison (two 3-epoch runs and their test accuracy, 8 to 10 minutes on 2
+// cores) is a benchmark: bench/compress_accuracy.py, bench/results/compress_accuracy.json.
 #include <gtest/gtest.h>
 
-#include <cmath>
+#include <numeric>
 
 #include "process/Harness.h"
 
-namespace fs = std::filesystem;
 using namespace cohort::testing;
 
-TEST(CompressAccuracy, PowerSgdRankTwoEndsWithinAPointOfUncompressed) {
+namespace {
+
+constexpr int kSteps = 150, kStart = 30, kTail = 30;
+
+double tail_loss(const std::filesystem::path& run_dir) {
+  const auto l = step_losses(run_dir, kSteps - kTail);
+  return l.empty() ? 0.0 : std::accumulate(l.begin(), l.end(), 0.0) / static_cast<double>(l.size());
+}
+
+}  // namespace
+
+TEST(CompressAccuracy, PowerSgdRankTwoTracksTheUncompressedLossAtAFractionOfTheBytes) {
+  const std::vector<std::string> common{"ckpt.save_best=false", "eval.enabled=false", "log.every_steps=1",
+                                        "log.progress=plain", "train.max_steps=" + std::to_string(kSteps)};
   const auto plain = fresh_dir("accuracy-none");
-  auto r = cohort_train({"--run-dir", plain.string(), "ckpt.save_best=false"}, 1200);
+  auto args = common;
+  args.insert(args.begin(), {"--run-dir", plain.string()});
+  auto r = cohort_train(args, 600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto compressed = fresh_dir("accuracy-powersgd");
-  r = cohort_train({"--run-dir", compressed.string(), "ckpt.save_best=false", "dist.compress=powersgd",
-                    "powersgd.rank=2", "powersgd.start_iter=350"},
-                   1200);
+  args = common;
+  args.insert(args.begin(), {"--run-dir", compressed.string(), "dist.compress=powersgd", "powersgd.rank=2",
+                             "powersgd.start_iter=" + std::to_string(kStart)});
+  r = cohort_train(args, 600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
+  const double loss_plain = tail_loss(plain), loss_compressed = tail_loss(compressed);
+  ASSERT_GT(loss_plain, 0.0);
+  ASSERT_GT(loss_compressed, 0.0);
+  // Measured on LibTorch 1.13 (bf16, the default job's auto choice): 0.950 uncompressed, 0.980 compressed
+  // (3% higher), from 1.73 at step 31. 10% is the bound: gradients that compression got wrong leave the
+  // loss far higher, while two correct runs differ by a few percent from numerics and the approximation.
+  EXPECT_LE(loss_compressed, loss_plain * 1.10) << "uncompressed " << loss_plain << ", PowerSGD " << loss_compressed;
+  EXPECT_LT(loss_compressed, step_losses(compressed, kStart).front() * 0.8) << "the compressed run stopped learning";
+
   const auto a = read_json(plain / "summary.json"), b = read_json(compressed / "summary.json");
-  const double acc_plain = a["test_accuracy"].get<double>(), acc_compressed = b["test_accuracy"].get<double>();
-  EXPECT_GT(acc_plain, 0.90);
-  EXPECT_LE(std::abs(acc_compressed - acc_plain), 0.01)
-      << "uncompressed " << acc_plain << ", PowerSGD rank 2 " << acc_compressed;
-  // And it did compress: after step 350 every step sent a small fraction of the gradient bytes.
   EXPECT_EQ(b["compress"], "powersgd");
   EXPECT_GT(b["compression_ratio"].get<double>(), 20.0);
   EXPECT_EQ(a["compression_ratio"].get<double>(), 1.0);

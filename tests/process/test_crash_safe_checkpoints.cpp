@@ -1,7 +1,8 @@
 // kill -9 at random moments of a run that saves a checkpoint every step: each time, the next run resumes
 // from a complete checkpoint (a save cut off mid-way is named and passed over), and training goes on.
 // Saves are made a large share of each step (a wide model, ckpt.every_steps=1) so that many kills land
-// inside one.
+// inside one. make test runs 10 kills; the slow label (`ctest -L slow`) runs 20 and also requires that
+// some landed inside a save (9 of 20 did when measured: bench/results/crash_safe.json).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -29,11 +30,8 @@ int64_t last_logged_step(const std::string& out) {
   return last;
 }
 
-}  // namespace
-
-TEST(CrashSafeCheckpoints, KillNineDuringSavesAlwaysLeavesACompleteCheckpoint) {
-  constexpr int kTrials = 20;
-  const auto dir = fresh_dir("crash-safe");
+void kill_trials(int trials, const std::string& name) {
+  const auto dir = fresh_dir(name);
   const fs::path ck_dir = dir / "checkpoints";
   std::mt19937 rng(12345);
   std::uniform_int_distribution<int> delay_ms(0, 600);
@@ -42,7 +40,7 @@ TEST(CrashSafeCheckpoints, KillNineDuringSavesAlwaysLeavesACompleteCheckpoint) {
                                         "log.progress=plain", "data.batch_size=4"};
   int cut_off_seen = 0, resumed = 0;
   int64_t previous_step = 0;
-  for (int trial = 0; trial < kTrials; ++trial) {
+  for (int trial = 0; trial < trials; ++trial) {
     auto args = quick_args(dir, common);
     if (trial > 0) args.push_back("train.resume=" + dir.string());
     Proc run(cohort_argv(args));
@@ -77,13 +75,22 @@ TEST(CrashSafeCheckpoints, KillNineDuringSavesAlwaysLeavesACompleteCheckpoint) {
                                                "train.max_steps=" + std::to_string(previous_step + 3)}));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(ck::load_latest(ck_dir).checkpoint.state.step, previous_step + 3);
-  EXPECT_EQ(resumed, kTrials - 1);
-  // The test must exercise what it claims: some kills landed inside a save.
-  EXPECT_GE(cut_off_seen, 1) << "no kill landed inside a save; make saves a larger share of the step";
-  std::ofstream(dir / "crash_safe.json") << nlohmann::json{{"trials", kTrials},
+  EXPECT_EQ(resumed, trials - 1);
+  // The long run must exercise what it claims: some kills landed inside a save. Ten kills miss every save
+  // about once in 400 runs, so the short run only reports it.
+  if (trials >= 20) EXPECT_GE(cut_off_seen, 1) << "no kill landed inside a save; make saves a larger share of the step";
+  std::ofstream(dir / "crash_safe.json") << nlohmann::json{{"trials", trials},
                                                            {"kills_inside_a_save", cut_off_seen},
                                                            {"resumes_from_a_complete_checkpoint", resumed + 1},
-                                                           {"failed_resumes", kTrials - 1 - resumed}}
+                                                           {"failed_resumes", trials - 1 - resumed}}
                                                 .dump(1)
                                          << "\n";
+}
+
+}  // namespace
+
+TEST(CrashSafeCheckpoints, KillNineDuringSavesAlwaysLeavesACompleteCheckpoint) { kill_trials(10, "crash-safe"); }
+
+TEST(SlowCrashSafeCheckpoints, TwentyKillNinesDuringSavesAlwaysLeaveACompleteCheckpoint) {
+  kill_trials(20, "crash-safe-long");
 }

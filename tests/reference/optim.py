@@ -9,7 +9,8 @@ group of the parameters named *norm* gets lr x s and weight decay / s (airbench)
 the step schedule after a warmup decays at absolute epochs (30, 60 for 30-epoch steps, as Goyal et al.),
 where torch's SequentialLR([LinearLR, StepLR]) restarts StepLR's count at the end of the warmup; cohort
 equals StepLR run from step 0. OneCycle here is OneCycleLR(cycle_momentum=False): cohort does not cycle
-momentum.
+momentum. The trainer's loss, cross-entropy with label smoothing (loss.label_smoothing), gives
+torch.nn.functional.cross_entropy's loss and gradient with respect to the logits.
 
   optim.py TOOL WORKDIR
 """
@@ -106,6 +107,24 @@ CASES = [
 ]
 
 
+def check_loss(tool, work):
+    """cohort's training loss and its gradient against F.cross_entropy(label_smoothing=s), within 1e-6."""
+    g = torch.Generator().manual_seed(1)
+    logits, labels = torch.randn(64, 10, generator=g) * 3, torch.randint(0, 10, (64,), generator=g)
+    src, out = os.path.join(work, "logits.safetensors"), os.path.join(work, "loss.safetensors")
+    save_file({"logits": logits, "labels": labels}, src)
+    for smoothing in (0.0, 0.1, 0.3):
+        subprocess.run([tool, "loss", src, out, f"loss.label_smoothing={smoothing}"], check=True)
+        got = load_file(out)
+        x = logits.clone().requires_grad_(True)
+        want = torch.nn.functional.cross_entropy(x, labels, label_smoothing=smoothing)
+        want.backward()
+        loss_err, grad_err = abs(got["loss"].item() - want.item()), (got["grad"] - x.grad).abs().max().item()
+        print(f"label smoothing {smoothing}: loss {got['loss'].item():.6f} (err {loss_err:.2g}), grad max err {grad_err:.2g}")
+        if not (loss_err <= 1e-6 and grad_err <= 1e-6):
+            sys.exit(f"FAILED: label smoothing {smoothing}")
+
+
 def main():
     tool, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -137,6 +156,7 @@ def main():
     if max(abs(a - b) / b for a, b in zip(lrs, want)) > 1e-9:
         sys.exit(f"FAILED: step schedule with warmup: {lrs} != {want}")
     print("step + warmup: decays at absolute epochs (cohort's choice), as pinned")
+    check_loss(tool, work)
 
 
 if __name__ == "__main__":

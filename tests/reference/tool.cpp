@@ -10,6 +10,9 @@
 //       from IN's parameters "p.<name>" with the gradients "g<step>.<name>", parameter groups as the
 //       trainer makes them; an EMA of decay EMA_DECAY updated after each step. OUT holds the final
 //       "p.<name>", "ema.<name>" and "lr" (the learning rate of each step).
+//   cohort_reference_tool loss IN OUT [key=value ...]
+//       the trainer's loss (loss.* keys) of IN's "logits" against its "labels" (int64), and its gradient
+//       with respect to the logits: OUT holds "loss" and "grad"
 //   cohort_reference_tool preprocess OUT FILE... [key=value ...]
 //       `cohort predict`'s evaluation transform of each JPEG FILE for the config's model and data, stacked
 //       into the tensor "images" of OUT (safetensors)
@@ -28,6 +31,7 @@
 #include "cohort/optim/Optimizer.h"
 #include "cohort/optim/Schedule.h"
 #include "cohort/parallel/Strategy.h"
+#include "cohort/train/Loss.h"
 #include "cohort/train/Predict.h"
 
 namespace {
@@ -82,6 +86,21 @@ int optim_steps(const std::string& in, const std::string& out, int64_t steps, in
   return 0;
 }
 
+int loss_and_grad(const std::string& in, const std::string& out, const std::vector<std::string>& overrides) {
+  const auto cfg = cohort::config::load(std::nullopt, overrides);
+  const auto file = cohort::checkpoint::load_safetensors(in);
+  at::Tensor logits, labels;
+  for (const auto& [name, t] : file.tensors) {
+    if (name == "logits") logits = t.clone().requires_grad_(true);
+    if (name == "labels") labels = t;
+  }
+  if (!logits.defined() || !labels.defined()) throw std::runtime_error(in + " needs tensors logits and labels");
+  auto loss = cohort::train::training_loss(logits, labels, cfg.loss);
+  loss.backward();
+  cohort::checkpoint::save_safetensors(out, {{"loss", loss.detach()}, {"grad", logits.grad()}});
+  return 0;
+}
+
 int preprocess(const std::string& out, int n, char** words) {
   std::vector<std::string> overrides;
   std::vector<at::Tensor> images;
@@ -103,6 +122,7 @@ int main(int argc, char** argv) {
     if (what == "sampler" && argc == 2) return sampler();
     if (what == "safetensors-copy" && argc == 4) return safetensors_copy(argv[2], argv[3]);
     if (what == "preprocess" && argc >= 4) return preprocess(argv[2], argc - 3, argv + 3);
+    if (what == "loss" && argc >= 4) return loss_and_grad(argv[2], argv[3], std::vector<std::string>(argv + 4, argv + argc));
     if (what == "optim" && argc >= 7)
       return optim_steps(argv[2], argv[3], std::stoll(argv[4]), std::stoll(argv[5]), std::stod(argv[6]),
                          std::vector<std::string>(argv + 7, argv + argc));
@@ -112,6 +132,7 @@ int main(int argc, char** argv) {
   }
   std::cerr << "usage: cohort_reference_tool sampler < cases.jsonl\n"
                "       cohort_reference_tool safetensors-copy IN OUT\n"
+               "       cohort_reference_tool loss IN OUT [key=value ...]\n"
                "       cohort_reference_tool preprocess OUT FILE... [key=value ...]\n"
                "       cohort_reference_tool optim IN OUT N STEPS_PER_EPOCH EMA_DECAY [key=value ...]\n";
   return 2;

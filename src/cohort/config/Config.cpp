@@ -165,7 +165,8 @@ const std::vector<Field>& fields() {
   using T = TrainConfig;
   static const std::vector<Field> all = {
       field("model.name", &T::model, &ModelConfig::name,
-            "architecture: small-image ResNets (resnet8..32), torchvision's ImageNet ResNets, or an MLP",
+            "architecture: CIFAR-style 6n+2 ResNets (resnet8..32), torchvision's ImageNet ResNets (resnet18/34/50; "
+            "torchvision's parameter names), ViT-B/32 (vit_b32; timm's names), airbench94 (airbench), or an MLP",
             {"resnet8", "resnet14", "resnet20", "resnet32", "resnet18", "resnet34", "resnet50", "vit_b32", "airbench", "mlp"}),
       field("model.width", &T::model, &ModelConfig::width,
             "channels of the first stage of resnet8..32 (doubled per stage) or hidden units of the MLP; "

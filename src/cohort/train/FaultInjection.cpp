@@ -1,12 +1,29 @@
 #include "cohort/train/FaultInjection.h"
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <string>
 
 namespace cohort::train {
+
+FaultPlan FaultPlan::from_env() {
+  FaultPlan plan;
+  if (const char* step = std::getenv("COHORT_FAULT_STEP")) plan.kill_after_step = std::atoll(step);
+  if (const char* rank = std::getenv("COHORT_FAULT_RANK")) plan.rank = std::atoi(rank);
+  plan.nonfinite_steps = fault_steps_from_env("COHORT_FAULT_NONFINITE_STEPS");
+  return plan;
+}
+
+void FaultPlan::after_backward(torch::nn::Module& model, int this_rank, int64_t step) const {
+  if (this_rank == rank && nonfinite_steps.count(step)) poison_gradient(model, step);
+}
+
+void FaultPlan::after_step(int this_rank, int64_t step, int restart_count) const {
+  if (kill_after_step > 0 && restart_count == 0 && step == kill_after_step && this_rank == rank) ::raise(SIGKILL);
+}
 
 std::set<int64_t> fault_steps_from_env(const char* name) {
   std::set<int64_t> out;

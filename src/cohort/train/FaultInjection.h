@@ -1,9 +1,13 @@
-// Faults a test can inject into a real training run through the environment, so the recovery paths
-// run in real processes: COHORT_FAULT_STEP (SIGKILL after a step, handled in Trainer.cpp) and
-// COHORT_FAULT_NONFINITE_STEPS (an inf or NaN gradient on one rank, as an fp16 overflow would give).
+// Faults a test can inject into a real training run through the environment, so the recovery paths run
+// in real processes. Read once at the start of a run; the trainer calls the two hooks at their points.
+//   COHORT_FAULT_STEP=N            rank COHORT_FAULT_RANK (default 1) kills itself with SIGKILL right
+//                                  after step N, in the first attempt only (the restart tests)
+//   COHORT_FAULT_NONFINITE_STEPS   "3,8": after backward of those steps, rank COHORT_FAULT_RANK's gradient
+//                                  gets an inf (odd steps) or a NaN (even steps), as an fp16 overflow would
 //
-//   const auto steps = cohort::train::fault_steps_from_env("COHORT_FAULT_NONFINITE_STEPS");  // "3,8"
-//   if (rank == fault_rank && steps.count(step)) cohort::train::poison_gradient(*model, step);
+//   const auto faults = cohort::train::FaultPlan::from_env();
+//   faults.after_backward(*model, rank, step + 1);
+//   faults.after_step(rank, step + 1, info.restart_count);
 #pragma once
 
 #include <cstdint>
@@ -12,6 +16,16 @@
 #include <torch/nn/module.h>
 
 namespace cohort::train {
+
+struct FaultPlan {
+  int64_t kill_after_step = 0;  // 0: none
+  int rank = 1;
+  std::set<int64_t> nonfinite_steps;
+
+  static FaultPlan from_env();
+  void after_backward(torch::nn::Module& model, int this_rank, int64_t step) const;
+  void after_step(int this_rank, int64_t step, int restart_count) const;
+};
 
 // The comma-separated step numbers in environment variable `name` (empty when unset).
 std::set<int64_t> fault_steps_from_env(const char* name);

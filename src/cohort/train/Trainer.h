@@ -4,7 +4,9 @@
 //   cohort::TrainConfig cfg = cohort::config::load(std::nullopt, {"train.max_steps=20"});
 //   cohort::train::TrainResult r = cohort::train::run_worker(cfg, cohort::world_from_env(cohort::current_env()));
 //
-// The loop itself is in Trainer.cpp's train_loop(), top to bottom, with no framework around it.
+// run_worker in Trainer.cpp reads as the job, top to bottom: setup, resume, the epochs and their steps,
+// evaluation, saves and the summary, each a named call (RunLog, Checkpointer and write_run_summary own
+// what they are named for).
 #pragma once
 
 #include <filesystem>

@@ -1,0 +1,12 @@
+#include "cohort/train/Loss.h"
+
+#include <torch/nn/functional/loss.h>
+
+namespace cohort::train {
+
+at::Tensor training_loss(const at::Tensor& logits, const at::Tensor& labels, const LossConfig& cfg) {
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().label_smoothing(cfg.label_smoothing));
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,145 @@
+#include "cohort/train/RunLog.h"
+
+#include <ctime>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "cohort/util/AtomicFile.h"
+
+namespace cohort::train {
+
+namespace {
+
+// Note [Resource samples reach rank 0 at log intervals]
+// Every rank's monitor thread writes its own resources.rank<R>.jsonl at log.monitor_s; rank 0 alone
+// writes metrics.jsonl and TensorBoard, so the latest sample of every rank travels to it in the same
+// place the training metrics are reduced: a collective every rank reaches at the same step.
+constexpr int kResourceFields = 5;  // rss, peak rss, cpu %, gpu util % (-1: none), gpu memory used
+
+std::vector<double> gather_resources(log::ResourceMonitor& monitor, Communicator& comm, int world_size) {
+  const auto s = monitor.sample_now(/*record=*/false);
+  auto mine = at::tensor({double(s.rss), double(s.peak_rss), s.cpu_percent, s.gpu ? s.gpu->util_percent : -1.0,
+                          s.gpu ? double(s.gpu->memory_used) : 0.0},
+                         at::kDouble);
+  auto all = at::zeros({world_size * kResourceFields}, at::kDouble);
+  comm.all_gather(all, mine, "resource samples")->wait();
+  return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+}
+
+}  // namespace
+
+std::string percent(double fraction) {
+  if (fraction < 0) return "n/a";
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2) << 100.0 * fraction << "%";
+  return os.str();
+}
+
+RunLog::RunLog(const TrainConfig& cfg, const std::filesystem::path& run_dir, int world_size, bool lead,
+               bool plain_lines)
+    : world_size_(world_size), lead_(lead), plain_lines_(plain_lines), epochs_(cfg.train.epochs), run_dir_(run_dir) {
+  if (!lead_) return;
+  metrics_ = JsonLines(run_dir / "metrics.jsonl");
+  if (cfg.log.tensorboard) tensorboard_ = std::make_unique<log::EventWriter>(run_dir);
+}
+
+void RunLog::started(const nlohmann::json& config_json, const std::string& first_line) {
+  if (!lead_) return;
+  util::write_file_atomic(run_dir_ / "config.json", config_json.dump(2) + "\n");
+  std::cout << first_line << std::endl;
+}
+
+void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::ResourceMonitor& monitor,
+                          Communicator& comm) {
+  const auto g = window.reduce(comm, "training metrics");
+  const auto resources = gather_resources(monitor, comm, world_size_);
+  window.reset();
+  if (!lead_) return;
+  nlohmann::json rec = {{"kind", "train"}, {"step", w.step}, {"epoch", w.epoch}, {"loss", g.loss()},
+                        {"top1", g.top1()}, {"top5", g.top5()}, {"lr", w.lr},
+                        {"images_per_second", w.images_per_second}, {"step_loss_rank0", w.step_loss},
+                        {"train_seconds", w.train_seconds}, {"sync_bytes", w.sync_bytes},
+                        {"sync_bytes_uncompressed", w.sync_bytes_uncompressed},
+                        {"grad_norm", w.grad_norm < 0 ? nlohmann::json() : nlohmann::json(w.grad_norm)},
+                        {"time", std::time(nullptr)}};
+  if (w.loss_scaling) {
+    rec["loss_scale"] = w.loss_scale;
+    rec["skipped_steps"] = w.skipped_steps;
+  }
+  metrics_.write(rec);
+  write_resources(w.step, w.train_seconds, resources);
+  if (tensorboard_) {
+    tensorboard_->add_scalar("train/loss", g.loss(), w.step);
+    tensorboard_->add_scalar("train/top1", g.top1(), w.step);
+    tensorboard_->add_scalar("train/top5", g.top5(), w.step);
+    tensorboard_->add_scalar("train/lr", w.lr, w.step);
+    tensorboard_->add_scalar("train/images_per_second", w.images_per_second, w.step);
+    tensorboard_->add_scalar("train/sync_bytes", static_cast<double>(w.sync_bytes), w.step);
+    if (w.loss_scaling) tensorboard_->add_scalar("amp/loss_scale", w.loss_scale, w.step);
+  }
+  if (plain_lines_)
+    std::cout << "epoch " << w.epoch + 1 << "/" << w.epochs << " step " << w.step << "/" << w.total_steps << " loss "
+              << std::fixed << std::setprecision(4) << g.loss() << " top1 " << percent(g.top1()) << " lr "
+              << std::setprecision(5) << w.lr << " " << std::setprecision(0) << w.images_per_second << " img/s"
+              << std::defaultfloat << std::endl;
+}
+
+// One "resources" record with every rank's latest sample, and its TensorBoard scalars per rank.
+void RunLog::write_resources(int64_t step, double train_seconds, const std::vector<double>& all) {
+  nlohmann::json rss = nlohmann::json::array(), cpu = nlohmann::json::array(), gpu_util = nlohmann::json::array(),
+                 gpu_mem = nlohmann::json::array();
+  for (int r = 0; r < world_size_; ++r) {
+    const double* f = all.data() + r * kResourceFields;
+    rss.push_back(static_cast<int64_t>(f[0]));
+    cpu.push_back(f[2]);
+    if (f[3] >= 0) {
+      gpu_util.push_back(f[3]);
+      gpu_mem.push_back(static_cast<int64_t>(f[4]));
+    }
+    if (!tensorboard_) continue;
+    const std::string who = "/rank" + std::to_string(r);
+    tensorboard_->add_scalar("memory/rss_mb" + who, f[0] / (1 << 20), step);
+    tensorboard_->add_scalar("memory/peak_rss_mb" + who, f[1] / (1 << 20), step);
+    tensorboard_->add_scalar("cpu/percent" + who, f[2], step);
+    if (f[3] >= 0) {
+      tensorboard_->add_scalar("gpu/util_percent" + who, f[3], step);
+      tensorboard_->add_scalar("gpu/memory_used_mb" + who, f[4] / (1 << 20), step);
+    }
+  }
+  nlohmann::json rec = {{"kind", "resources"}, {"step", step}, {"rss_bytes", rss}, {"cpu_percent", cpu},
+                        {"train_seconds", train_seconds}, {"time", std::time(nullptr)}};
+  if (!gpu_util.empty()) {
+    rec["gpu_util_percent"] = gpu_util;
+    rec["gpu_memory_used_bytes"] = gpu_mem;
+  }
+  metrics_.write(rec);
+}
+
+void RunLog::evaluated(const EvalWindow& e) {
+  if (!lead_) return;
+  const auto& r = e.result;
+  metrics_.write({{"kind", "eval"}, {"step", e.step}, {"epoch", e.epoch}, {"test_loss", r.loss()},
+                  {"test_top1", r.top1()}, {"test_top5", r.top5()}, {"best_test_top1", e.best},
+                  {"train_seconds", e.train_seconds}, {"time", std::time(nullptr)}});
+  if (tensorboard_) {
+    tensorboard_->add_scalar("val/loss", r.loss(), e.step);
+    tensorboard_->add_scalar("val/top1", r.top1(), e.step);
+    tensorboard_->add_scalar("val/top5", r.top5(), e.step);
+    tensorboard_->flush();
+  }
+  std::cout << "epoch " << e.epoch + 1 << " test: loss " << std::setprecision(4) << r.loss() << " top1 "
+            << percent(r.top1()) << " top5 " << percent(r.top5()) << " (best " << percent(e.best) << ")" << std::endl;
+}
+
+void RunLog::epoch_ended(int64_t epoch, int64_t step, double seconds) {
+  if (!lead_) return;
+  metrics_.write({{"kind", "epoch"}, {"epoch", epoch}, {"step", step}, {"epoch_seconds", seconds}});
+  if (tensorboard_) tensorboard_->flush();
+}
+
+void RunLog::record(const nlohmann::json& rec) {
+  if (lead_) metrics_.write(rec);
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,72 @@
+// What a training run tells the world: metrics.jsonl records, TensorBoard scalars and the lines on
+// stdout, all written by rank 0. Every rank holds a RunLog, because a training window's metrics and
+// every rank's resource sample are gathered in a collective before rank 0 writes them.
+//
+//   cohort::train::RunLog log(cfg, run_dir, world_size, /*lead=*/rank == 0, /*plain_lines=*/true);
+//   log.started(config_json, "cohort: 2 worker(s), ...");
+//   log.train_window(w, window, monitor, comm);     // every rank, at every log interval
+//   log.evaluated({step, epoch, r, best, train_seconds});
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cohort/comm/Communicator.h"
+#include "cohort/config/Config.h"
+#include "cohort/log/ResourceMonitor.h"
+#include "cohort/log/TensorBoard.h"
+#include "cohort/train/Metrics.h"
+
+namespace cohort::train {
+
+// "91.23%", or "n/a" for a negative value (no evaluation yet).
+std::string percent(double fraction);
+
+// One training window's figures as the loop knows them (the metrics are reduced inside train_window).
+struct TrainWindow {
+  int64_t step = 0, epoch = 0, epochs = 1, total_steps = 1;
+  double lr = 0, images_per_second = 0, step_loss = 0, train_seconds = 0;
+  double grad_norm = -1;  // the last step's norm, when clipping computed it
+  int64_t sync_bytes = 0, sync_bytes_uncompressed = 0;
+  bool loss_scaling = false;
+  double loss_scale = 0;
+  int64_t skipped_steps = 0;
+};
+
+struct EvalWindow {
+  int64_t step = 0, epoch = 0;
+  MetricSums result;
+  double best = -1, train_seconds = 0;
+};
+
+class RunLog {
+ public:
+  RunLog(const TrainConfig& cfg, const std::filesystem::path& run_dir, int world_size, bool lead, bool plain_lines);
+
+  // Rank 0: config.json, and the line that names the job.
+  void started(const nlohmann::json& config_json, const std::string& first_line);
+  // Collective: every rank calls it at the same step. Reduces the window's metrics and gathers every
+  // rank's resource sample (see Note [Resource samples reach rank 0 at log intervals]), writes them
+  // (rank 0), and resets the window.
+  void train_window(const TrainWindow& w, MetricWindow& window, log::ResourceMonitor& monitor, Communicator& comm);
+  void evaluated(const EvalWindow& e);
+  void epoch_ended(int64_t epoch, int64_t step, double seconds);
+  // Rank 0: any record of its own kind (model_state at the end of a run).
+  void record(const nlohmann::json& rec);
+
+ private:
+  void write_resources(int64_t step, double train_seconds, const std::vector<double>& all);
+
+  int world_size_;
+  bool lead_, plain_lines_;
+  int64_t epochs_;
+  JsonLines metrics_;
+  std::unique_ptr<log::EventWriter> tensorboard_;
+  std::filesystem::path run_dir_;
+};
+
+}  // namespace cohort::train

@@ -1,0 +1,99 @@
+#include "cohort/train/Setup.h"
+
+#include <chrono>
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/Steps.h"
+#include "cohort/train/Device.h"
+#include "cohort/train/InitialWeights.h"
+#include "cohort/train/RankAgreement.h"
+#include "cohort/train/Trainer.h"
+#include "cohort/util/Error.h"
+
+namespace cohort::train {
+namespace fs = std::filesystem;
+
+World join_world(const TrainConfig& cfg, const WorldInfo& info) {
+  at::set_num_threads(worker_threads(cfg, info));
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
+  World world = rendezvous(info, cfg.dist.backend, timeout);
+  const char* torch_debug = std::getenv("TORCH_DISTRIBUTED_DEBUG");
+  if (cfg.dist.debug == "detail" || (torch_debug && std::string(torch_debug) == "DETAIL")) world.comm->set_debug(true);
+  return world;
+}
+
+int64_t prefetch_batches(const TrainConfig& cfg) { return cfg.data.name == "imagefolder" ? cfg.data.prefetch : 0; }
+
+Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world) {
+  if (info.restart_count > 0 && cfg.train.resume.empty() && !cfg.run.dir.empty()) {
+    const auto ck = fs::path(cfg.run.dir) / "checkpoints";
+    const bool have = checkpoint::has_resumable(ck);
+    if (have) cfg.train.resume = cfg.run.dir;
+    if (info.rank == 0)
+      std::cout << "cohort: restart " << info.restart_count << ": "
+                << (have ? "resuming from " + ck.string() : std::string("no checkpoint yet; starting over")) << std::endl;
+  }
+  Resume resume;
+  if (cfg.train.resume.empty()) return resume;
+  const fs::path resume_dir = checkpoint::resolve_resume_dir(cfg.train.resume);
+  // Rank 0 picks the save to resume from (see decided_by_rank0): every rank must start from the same step.
+  resume.from = decided_by_rank0(world, "cohort/resume_from", [&] {
+    auto found = checkpoint::load_latest(resume_dir);
+    // A save cut off by a crash, or a file damaged since, is named and passed over for an older one.
+    for (const auto& why : found.skipped) std::cerr << "cohort: warning: skipping checkpoint " << why << std::endl;
+    resume.checkpoint = std::move(found.checkpoint);
+    return found.dir.string();
+  });
+  if (info.rank != 0) resume.checkpoint = checkpoint::load_any(resume.from, "last");
+  if (cfg.run.dir.empty()) cfg.run.dir = resume_dir.parent_path().string();
+  return resume;
+}
+
+Job set_up_job(TrainConfig& cfg, const WorldInfo& info, World& world, const Resume& resume) {
+  Job job;
+  const bool lead = info.rank == 0;
+  job.device = training_device(cfg.train.device, info.local_rank);
+  // See Note [What auto picks]: from here on cfg holds rank 0's precision and layout, and so do
+  // config.json and every checkpoint.
+  job.chosen = agree_auto_settings(cfg, job.device, world, resume.active() ? resume.checkpoint.state.config_json : "");
+  job.nhwc = channels_last(cfg);
+  job.data = data::open_datasets(cfg, info.rank, info.local_world_size, /*need_train=*/true, job.device);
+  torch::manual_seed(cfg.train.seed);
+  job.model = models::build(cfg.model, job.data.train->channels(), job.data.train->image_size());
+  initial_weights(*job.model, cfg, *job.data.train, resume.active() ? &resume.checkpoint.model : nullptr,
+                  (resume.from / "last.safetensors").string(), lead);
+  // Device and precision before wrapping, so the strategy's buckets and masters take the final dtypes.
+  // See Note [The mixed-precision dtype contract] in amp/MixedPrecision.h.
+  configure_device(job.device, cfg.train.cudnn_benchmark);
+  job.precision = std::make_unique<amp::MixedPrecision>(cfg.amp, job.device, lead);
+  job.model->to(job.device);
+  if (job.nhwc) to_channels_last(*job.model);
+  job.precision->prepare_model(*job.model);
+  // Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
+  job.strategy = make_strategy(cfg, job.model, world.comm);
+  job.strategy->build_optimizer(cfg.optim);
+  // The lookahead average starts from the weights the strategy made every rank's.
+  if (cfg.train.lookahead) job.lookahead = std::make_unique<optim::Ema>(*job.model, 0.95);
+  return job;
+}
+
+Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const WorldInfo& info) {
+  const int64_t batch = cfg.data.batch_size, accum = cfg.train.grad_accum_steps;
+  const int64_t steps_per_epoch = sampler.num_samples() / (batch * accum);
+  if (steps_per_epoch == 0)
+    throw ConfigError("rank " + std::to_string(info.rank) + ": data.batch_size x train.grad_accum_steps = " +
+                          std::to_string(batch * accum) + " exceeds this rank's " +
+                          std::to_string(sampler.num_samples()) + " training images",
+                      "lower data.batch_size, or use fewer workers");
+  const int64_t total_steps = cfg.train.epochs * steps_per_epoch;
+  const int64_t global_batch = batch * accum * info.world_size;
+  const double peak_lr = cfg.optim.lr * (cfg.optim.scale_lr ? double(global_batch) / cfg.optim.base_batch : 1.0);
+  const int64_t stop_step = cfg.train.max_steps > 0 ? std::min(total_steps, cfg.train.max_steps) : total_steps;
+  return {batch, accum, steps_per_epoch, total_steps, stop_step, global_batch,
+          optim::Schedule(cfg.sched, peak_lr, total_steps, steps_per_epoch)};
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,74 @@
+// What a worker sets up before it trains or evaluates, shared by run_worker and run_eval_worker: the
+// threads and the rendezvous, the checkpoint a run resumes from, the model on its device in its precision
+// wrapped by its strategy with its data, and the run's shape (batches, steps, schedule).
+//
+//   World world = cohort::train::join_world(cfg, info);
+//   const auto resume = cohort::train::find_resume(cfg, info, world);
+//   auto job = cohort::train::set_up_job(cfg, info, world, resume);
+//   const auto plan = cohort::train::make_plan(cfg, sampler, info);
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+
+#include "cohort/amp/MixedPrecision.h"
+#include "cohort/checkpoint/Checkpoint.h"
+#include "cohort/comm/Rendezvous.h"
+#include "cohort/config/Config.h"
+#include "cohort/data/Datasets.h"
+#include "cohort/data/DistributedSampler.h"
+#include "cohort/models/Models.h"
+#include "cohort/optim/Ema.h"
+#include "cohort/optim/Schedule.h"
+#include "cohort/parallel/Strategy.h"
+#include "cohort/train/AutoSettings.h"
+#include "cohort/train/Evaluate.h"
+
+namespace cohort::train {
+
+// Threads and the rendezvous: what training and evaluation both start with. Threads first: N workers on
+// one machine must not each start a thread per core (torchrun sets OMP_NUM_THREADS=1 for the same reason).
+World join_world(const TrainConfig& cfg, const WorldInfo& info);
+
+// In-memory datasets build a batch in well under a millisecond: a prefetch thread would only compete
+// with the step for the cores. Decoded datasets run ahead.
+int64_t prefetch_batches(const TrainConfig& cfg);
+
+// The checkpoint a run continues from (none: `from` is empty).
+struct Resume {
+  checkpoint::Checkpoint checkpoint;
+  std::filesystem::path from;  // the save's directory
+  bool active() const { return !from.empty(); }
+};
+
+// A restarted attempt (--max-restarts) resumes from the run's last checkpoint, if the failed attempt got
+// as far as saving one; then train.resume names the save rank 0 picked, which every rank loads.
+// Sampling and augmentation are pure functions of (seed, epoch, index), so they need no saved state.
+Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world);
+
+// The model on its device, in its precision, wrapped by its strategy, with the data it trains on.
+struct Job {
+  c10::Device device{c10::kCPU};
+  AutoSettings chosen;
+  bool nhwc = false;
+  data::Splits data;
+  std::shared_ptr<models::Classifier> model;
+  std::unique_ptr<amp::MixedPrecision> precision;
+  std::unique_ptr<Strategy> strategy;
+  std::unique_ptr<optim::Ema> lookahead;  // airbench's moving average of the weights, when train.lookahead
+  EvalPlacement placement() const { return {device, nhwc, precision.get()}; }
+};
+
+// cfg's "auto" settings are resolved here, the same on every rank (Note [What auto picks]).
+Job set_up_job(TrainConfig& cfg, const WorldInfo& info, World& world, const Resume& resume);
+
+// The run's shape: batches, steps and the learning-rate schedule.
+struct Plan {
+  int64_t batch, accum, steps_per_epoch, total_steps, stop_step, global_batch;
+  optim::Schedule schedule;
+};
+
+Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const WorldInfo& info);
+
+}  // namespace cohort::train
