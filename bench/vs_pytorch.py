@@ -66,7 +66,7 @@ def sharded_ips(a, strategy, peer_mode):
 
 def powersgd_step_s(a, peer_failures):
     """torch 2.14's powerSGD_hook over Gloo sometimes dies with "Received data size doesn't match expected
-    size" (one rank in another all-reduce than the other; seen 1 run in 4 here): such a run is retried,
+    size" (one rank in another all-reduce than the other; 2 runs in 6 here): such a run is retried,
     up to 3 times, and counted in peer_failures."""
     def run(side):
         if side["kind"] == "cohort":
