@@ -25,8 +25,8 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE 'reference|slow'
 	bash scripts/fuzz --smoke
 
-# The long variants of the soak and the kill trials (tests named Slow*, ctest label slow): CI runs them
-# after its other checks when they leave room.
+# The long variants (tests named Slow*, ctest label slow: the 20 kill trials): CI runs them after its
+# other checks when they leave room.
 test-slow: build
 	cd $(BUILD) && ctest --output-on-failure -j1 -L slow
 

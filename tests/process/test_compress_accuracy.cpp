@@ -41,10 +41,11 @@ TEST(CompressAccuracy, PowerSgdRankTwoTracksTheUncompressedLossAtAFractionOfTheB
   const double loss_plain = tail_loss(plain), loss_compressed = tail_loss(compressed);
   ASSERT_GT(loss_plain, 0.0);
   ASSERT_GT(loss_compressed, 0.0);
-  // Measured on LibTorch 1.13 (bf16, the default job's auto choice): 0.950 uncompressed, 0.980 compressed
-  // (3% higher), from 1.73 at step 31. 10% is the bound: gradients that compression got wrong leave the
-  // loss far higher, while two correct runs differ by a few percent from numerics and the approximation.
-  EXPECT_LE(loss_compressed, loss_plain * 1.10) << "uncompressed " << loss_plain << ", PowerSGD " << loss_compressed;
+  // Measured (bf16, the default job's auto choice), from 1.73 at step 31: LibTorch 1.13 0.950 uncompressed,
+  // 0.980 compressed (3% higher); pip's 2.14.1 0.938 and 0.991 (6% higher). 15% is the bound: gradients
+  // that compression got wrong leave the loss far higher (no update at all stays near 1.7), while correct
+  // runs differ by a few percent with the LibTorch's kernels and the rank-2 approximation.
+  EXPECT_LE(loss_compressed, loss_plain * 1.15) << "uncompressed " << loss_plain << ", PowerSGD " << loss_compressed;
   EXPECT_LT(loss_compressed, step_losses(compressed, kStart).front() * 0.8) << "the compressed run stopped learning";
 
   const auto a = read_json(plain / "summary.json"), b = read_json(compressed / "summary.json");

@@ -1,7 +1,6 @@
 // A long run with every rank's memory and open file descriptors sampled from /proc while it trains:
 // 4 workers, many small steps (heartbeats, store writes, collectives, log lines, a checkpoint). After
-// warm-up neither may grow beyond a stated bound. The curve goes to soak.json in the run dir. make test
-// runs 1000 steps (warm from step 300); the slow label (`ctest -L slow`) runs 3000 (warm from step 500).
+// warm-up (step 500) neither may grow beyond a stated bound. The curve goes to soak.json in the run dir.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -107,6 +106,7 @@ void soak(int steps, int warmup_step, const std::string& name) {
 
 }  // namespace
 
-TEST(Soak, FourWorkersAThousandStepsHoldMemoryAndDescriptorsSteady) { soak(1000, 300, "soak"); }
-
-TEST(SlowSoak, FourWorkersThreeThousandStepsHoldMemoryAndDescriptorsSteady) { soak(3000, 500, "soak-long"); }
+// One length only, in make test: a 1000-step run (warm from step 300) and a 1500-step run (warm from step
+// 500) each failed once on pip's LibTorch 2.14, one worker's RSS rising 94 and 47 MiB after warm-up, where
+// 3000 steps (warm from 500) stays within the bound on every LibTorch. 3000 steps take about 23 s.
+TEST(Soak, FourWorkersThreeThousandStepsHoldMemoryAndDescriptorsSteady) { soak(3000, 500, "soak"); }
