@@ -1,9 +1,11 @@
 # The two commands of the README: `make run` (the default training job) and `make test` (every test).
 # Each installs what is missing from Debian's packages first (quietly, and only when something is).
 BUILD ?= build
+# ON turns compiler warnings into errors (CI's Debian 12 build); a developer's build keeps them warnings.
+COHORT_WERROR ?= OFF
 # scripts/install-deps owns the package list, under the names of the running Debian release.
 
-.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference bench-pytorch test-slow
+.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference bench-pytorch test-slow test-asan test-tsan
 
 all: build
 
@@ -11,12 +13,12 @@ deps:
 	@bash scripts/install-deps
 
 build: deps
-	@cmake --preset default > /dev/null
+	@cmake --preset default -DCOHORT_WERROR=$(COHORT_WERROR) > /dev/null
 	@cmake --build --preset default
 
 # The default job needs the cohort binary alone: the tests, benchmarks and examples are built by `make test`.
 run: deps
-	@cmake --preset default > /dev/null
+	@cmake --preset default -DCOHORT_WERROR=$(COHORT_WERROR) > /dev/null
 	@cmake --build --preset default --target cohort
 	./$(BUILD)/cohort train
 
@@ -29,6 +31,19 @@ test: build
 # other checks when they leave room.
 test-slow: build
 	cd $(BUILD) && ctest --output-on-failure -j1 -L slow
+
+# The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded parts (communicator,
+# peer watch, loader, resource monitor, store, ddp's reducer) under ThreadSanitizer: each its own gcc tree
+# (build-asan/, build-tsan/). Run them before closing work on the code they cover; CI runs them when its
+# measured time leaves room.
+test-asan: deps
+	@cmake --preset asan > /dev/null
+	@cmake --build --preset asan
+	ctest --preset asan
+test-tsan: deps
+	@cmake --preset tsan > /dev/null
+	@cmake --build --preset tsan
+	setarch $$(uname -m) -R ctest --preset tsan
 
 # cohort against timm, torchvision, safetensors, TensorBoard and torch.optim (ctest label reference), in
 # the reference environment that scripts/pip-libtorch makes or reuses (CI runs it after check-cuda).

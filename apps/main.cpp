@@ -3,19 +3,20 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <iomanip>
+#include <iostream>
 #include <optional>
 
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
-#include <nlohmann/json.hpp>
 #include <torch/version.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
-#include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/Names.h"
+#include "cohort/checkpoint/ShardedCheckpoint.h"
+#include "cohort/checkpoint/Steps.h"
 #include "cohort/comm/WorldInfo.h"
 #include "cohort/config/Config.h"
-#include "cohort/checkpoint/Steps.h"
 #include "cohort/launch/Launcher.h"
 #include "cohort/log/Report.h"
 #include "cohort/train/BatchSizeFinder.h"
@@ -40,8 +41,8 @@ struct TrainArgs {
   std::string run_dir;
   std::string resume;
   std::string s3_endpoint;
-  std::string checkpoint;  // eval, predict
-  std::string out;         // eval, predict
+  std::string checkpoint;           // eval, predict
+  std::string out;                  // eval, predict
   std::vector<std::string> images;  // predict
   std::string input;                // predict
   int top_k = 5;                    // predict
@@ -86,8 +87,8 @@ cohort::TrainConfig resolve_config(const TrainArgs& a) {
   if (!a.run_dir.empty()) overrides.push_back("run.dir=" + a.run_dir);
   if (!a.resume.empty()) overrides.push_back("train.resume=" + a.resume);
   if (!a.s3_endpoint.empty()) overrides.push_back("ckpt.s3_endpoint=" + a.s3_endpoint);
-  return cohort::config::load(a.config_file.empty() ? std::nullopt : std::optional<std::filesystem::path>(a.config_file),
-                              overrides, base);
+  return cohort::config::load(
+      a.config_file.empty() ? std::nullopt : std::optional<std::filesystem::path>(a.config_file), overrides, base);
 }
 
 std::string message_of(const std::exception& e) {
@@ -113,8 +114,7 @@ void run_predict(const TrainArgs& args, const cohort::WorldInfo& info) {
 int run_job(const TrainArgs& args, Job job = Job::train) {
   const bool eval = job != Job::train;
   // The launcher and its workers (which see the same command line) read the secret from here.
-  if (!args.token_file.empty())
-    setenv("COHORT_TOKEN_FILE", std::filesystem::absolute(args.token_file).c_str(), 1);
+  if (!args.token_file.empty()) setenv("COHORT_TOKEN_FILE", std::filesystem::absolute(args.token_file).c_str(), 1);
   const auto info = cohort::world_from_env(cohort::current_env());
   if (info.launcher == "none") {
     // A person started us: check the config once, here, then start the workers.
@@ -150,8 +150,9 @@ int run_job(const TrainArgs& args, Job job = Job::train) {
       } catch (const std::exception&) {
         o.nnodes = 0;
       }
-      if (o.nnodes < 1) throw cohort::LaunchError("--nnodes " + args.nnodes_spec + " is not a number of machines",
-                                                  "pass --nnodes 2, or --nnodes MIN:MAX");
+      if (o.nnodes < 1)
+        throw cohort::LaunchError("--nnodes " + args.nnodes_spec + " is not a number of machines",
+                                  "pass --nnodes 2, or --nnodes MIN:MAX");
     }
     o.rdzv_timeout_s = cfg.dist.timeout_s;
     o.node_rank = args.node_rank;
@@ -194,8 +195,8 @@ int run_find_batch_size(const FindArgs& a) {
   o.steps = a.steps;
   o.max_memory = a.max_memory.empty() ? cohort::train::available_memory_bytes() * 9 / 10
                                       : cohort::train::parse_bytes(a.max_memory);
-  const fs::path run_dir = a.run_dir.empty() ? fs::path(cfg.run.dir.empty() ? "runs/find-batch-size" : cfg.run.dir)
-                                             : fs::path(a.run_dir);
+  const fs::path run_dir =
+      a.run_dir.empty() ? fs::path(cfg.run.dir.empty() ? "runs/find-batch-size" : cfg.run.dir) : fs::path(a.run_dir);
   fs::create_directories(run_dir);
   o.work_dir = run_dir / "batch-size-trials";
   std::cout << "cohort: find-batch-size for " << cfg.model.name << " on " << cfg.data.name << ": per-worker budget "
@@ -226,47 +227,59 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("cohort 0.1.0 (LibTorch ") + TORCH_VERSION + ")");
 
   TrainArgs args;
-  auto* train = app.add_subcommand("train", "train a model; with no arguments, the default job (2 local workers, "
-                                            "ResNet-8 on Fashion-MNIST)");
+  auto* train = app.add_subcommand("train",
+                                   "train a model; with no arguments, the default job (2 local workers, "
+                                   "ResNet-8 on Fashion-MNIST)");
   train->add_option("--config", args.config_file, "TOML config file")->check(CLI::ExistingFile);
   train->add_option("--nproc-per-node", args.nproc_per_node, "worker processes on this machine")
-      ->capture_default_str()->check(CLI::Range(1, 1024));
-  train->add_option("--nnodes", args.nnodes_spec,
-                    "machines in the job: N, or MIN:MAX to carry on (with --max-restarts) as long as MIN remain")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  train
+      ->add_option("--nnodes", args.nnodes_spec,
+                   "machines in the job: N, or MIN:MAX to carry on (with --max-restarts) as long as MIN remain")
       ->capture_default_str();
   train->add_option("--node-rank", args.node_rank, "this machine's index, 0..nnodes-1")->capture_default_str();
   train->add_option("--master-addr", args.master_addr, "address of node 0, where rank 0 hosts the rendezvous store")
       ->capture_default_str();
   train->add_option("--master-port", args.master_port, "port of the rendezvous store (0: a free one, single machine)")
-      ->capture_default_str()->check(CLI::Range(0, 65535));
-  train->add_option("--token-file", args.token_file,
-                    "file (mode 600) holding the job's shared secret for the rendezvous store; required on every "
-                    "machine of a multi-machine job unless COHORT_TOKEN is set")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  train
+      ->add_option("--token-file", args.token_file,
+                   "file (mode 600) holding the job's shared secret for the rendezvous store; required on every "
+                   "machine of a multi-machine job unless COHORT_TOKEN is set")
       ->check(CLI::ExistingFile);
   train->add_option("--run-dir", args.run_dir, "run directory (default runs/<timestamp>); same as run.dir=");
-  train->add_option("--max-restarts", args.max_restarts,
-                    "when a worker fails, restart all workers this many times; they resume from the last checkpoint")
-      ->capture_default_str()->check(CLI::Range(0, 1000));
+  train
+      ->add_option("--max-restarts", args.max_restarts,
+                   "when a worker fails, restart all workers this many times; they resume from the last checkpoint")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   train->add_option("--resume", args.resume, "run directory to resume from; same as train.resume=");
   train->add_option("overrides", args.overrides, "config overrides, key=value (see the list below)");
-  train->add_option("--s3-endpoint", args.s3_endpoint, "S3-compatible endpoint for ckpt.upload; same as ckpt.s3_endpoint=");
+  train->add_option("--s3-endpoint", args.s3_endpoint,
+                    "S3-compatible endpoint for ckpt.upload; same as ckpt.s3_endpoint=");
   train->footer(cohort::config::help_text());
 
   TrainArgs eval_args;
   eval_args.nproc_per_node = 1;
   auto* evaluator = app.add_subcommand("eval", "top-1 and top-5 of a checkpoint on the validation set, across ranks");
-  evaluator->add_option("--checkpoint", eval_args.checkpoint,
-                        "model weights (.safetensors, e.g. RUN/checkpoints/best.safetensors), or a run directory "
-                        "(its best checkpoint, else last; sharded ones are reassembled)")
-      ->required()->check(CLI::ExistingPath);
+  evaluator
+      ->add_option("--checkpoint", eval_args.checkpoint,
+                   "model weights (.safetensors, e.g. RUN/checkpoints/best.safetensors), or a run directory "
+                   "(its best checkpoint, else last; sharded ones are reassembled)")
+      ->required()
+      ->check(CLI::ExistingPath);
   evaluator->add_option("--config", eval_args.config_file, "TOML config file (the model and data of the checkpoint)")
       ->check(CLI::ExistingFile);
   evaluator->add_option("--nproc-per-node", eval_args.nproc_per_node, "worker processes on this machine")
-      ->capture_default_str()->check(CLI::Range(1, 1024));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   evaluator->add_option("--nnodes", eval_args.nnodes_spec, "machines")->capture_default_str();
   evaluator->add_option("--node-rank", eval_args.node_rank, "this machine's index")->capture_default_str();
   evaluator->add_option("--master-addr", eval_args.master_addr, "address of node 0")->capture_default_str();
-  evaluator->add_option("--master-port", eval_args.master_port, "rendezvous port (0: a free one)")->capture_default_str();
+  evaluator->add_option("--master-port", eval_args.master_port, "rendezvous port (0: a free one)")
+      ->capture_default_str();
   evaluator->add_option("--token-file", eval_args.token_file, "file holding the job's shared secret, as for train")
       ->check(CLI::ExistingFile);
   evaluator->add_option("--out", eval_args.out, "also write the result as JSON to this file");
@@ -275,27 +288,36 @@ int main(int argc, char** argv) {
   TrainArgs predict_args;
   predict_args.nproc_per_node = 1;
   auto* predictor = app.add_subcommand(
-      "predict", "top-k classes of a trained model for JPEG images (JSON lines), or its logits for a safetensors "
-                 "file of preprocessed images");
-  predictor->add_option("--checkpoint", predict_args.checkpoint,
-                        "model weights (.safetensors), or a run directory (its best checkpoint, else last)")
-      ->required()->check(CLI::ExistingPath);
+      "predict",
+      "top-k classes of a trained model for JPEG images (JSON lines), or its logits for a safetensors "
+      "file of preprocessed images");
+  predictor
+      ->add_option("--checkpoint", predict_args.checkpoint,
+                   "model weights (.safetensors), or a run directory (its best checkpoint, else last)")
+      ->required()
+      ->check(CLI::ExistingPath);
   predictor->add_option("inputs", predict_args.images,
                         "JPEG files or folders of them, and config overrides key=value as for train (the model "
                         "and data of the checkpoint)");
-  predictor->add_option("--input", predict_args.input,
-                        "instead of images: a safetensors file of one float tensor [N, C, H, W], already "
-                        "preprocessed; the logits go to --out (default <input>.logits.safetensors)")
+  predictor
+      ->add_option("--input", predict_args.input,
+                   "instead of images: a safetensors file of one float tensor [N, C, H, W], already "
+                   "preprocessed; the logits go to --out (default <input>.logits.safetensors)")
       ->check(CLI::ExistingFile);
   predictor->add_option("--out", predict_args.out, "write here instead of standard output");
-  predictor->add_option("--top-k", predict_args.top_k, "classes per image")->capture_default_str()->check(CLI::PositiveNumber);
+  predictor->add_option("--top-k", predict_args.top_k, "classes per image")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   predictor->add_option("--batch-size", predict_args.batch_size, "images per forward pass")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   predictor->add_option("--config", predict_args.config_file, "TOML config file (the model and data of the checkpoint)")
       ->check(CLI::ExistingFile);
   predictor->add_option("--nproc-per-node", predict_args.nproc_per_node, "worker processes on this machine")
-      ->capture_default_str()->check(CLI::Range(1, 1024));
-  predictor->add_option("--master-port", predict_args.master_port, "rendezvous port (0: a free one)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  predictor->add_option("--master-port", predict_args.master_port, "rendezvous port (0: a free one)")
+      ->capture_default_str();
 
   FindArgs find;
   auto* finder = app.add_subcommand("find-batch-size",
@@ -304,25 +326,38 @@ int main(int argc, char** argv) {
   finder->add_option("--config", find.config_file, "TOML config file")->check(CLI::ExistingFile);
   finder->add_option("--max-memory", find.max_memory,
                      "peak resident memory allowed per worker, e.g. 4G (default: 90% of MemAvailable)");
-  finder->add_option("--start", find.start, "first batch size tried")->capture_default_str()->check(CLI::PositiveNumber);
-  finder->add_option("--max-batch", find.max_batch, "largest batch size tried")->capture_default_str()->check(CLI::PositiveNumber);
-  finder->add_option("--max-trials", find.max_trials, "trials at most")->capture_default_str()->check(CLI::PositiveNumber);
-  finder->add_option("--steps", find.steps, "training steps per trial")->capture_default_str()->check(CLI::PositiveNumber);
-  finder->add_option("--run-dir", find.run_dir, "where batch_size.json goes (default: run.dir, else runs/find-batch-size)");
+  finder->add_option("--start", find.start, "first batch size tried")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  finder->add_option("--max-batch", find.max_batch, "largest batch size tried")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  finder->add_option("--max-trials", find.max_trials, "trials at most")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  finder->add_option("--steps", find.steps, "training steps per trial")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  finder->add_option("--run-dir", find.run_dir,
+                     "where batch_size.json goes (default: run.dir, else runs/find-batch-size)");
   finder->add_option("overrides", find.overrides, "config overrides, key=value, as for train");
 
   ReportArgs report;
-  auto* reporter = app.add_subcommand("report", "write the run logbook (report.md, report.json, SVG plots) of one "
-                                                "run, or a comparison of several with speedups");
+  auto* reporter = app.add_subcommand("report",
+                                      "write the run logbook (report.md, report.json, SVG plots) of one "
+                                      "run, or a comparison of several with speedups");
   reporter->add_option("run_dirs", report.run_dirs, "run directories (the first is the baseline of the speedups)")
-      ->required()->check(CLI::ExistingDirectory);
+      ->required()
+      ->check(CLI::ExistingDirectory);
   reporter->add_option("--out", report.out, "output folder (default: the run dir for one run, ./report for several)");
 
-  std::string export_from, export_tag = "last", export_out;
-  auto* exporter = app.add_subcommand("export", "write one full safetensors file of a checkpoint's weights (from a "
-                                                "sharded zero1/zero2/fsdp save, or an ordinary one)");
+  std::string export_from, export_tag = cohort::checkpoint::names::kLast, export_out;
+  auto* exporter = app.add_subcommand("export",
+                                      "write one full safetensors file of a checkpoint's weights (from a "
+                                      "sharded zero1/zero2/fsdp save, or an ordinary one)");
   exporter->add_option("checkpoint", export_from, "run directory or its checkpoints/ directory")
-      ->required()->check(CLI::ExistingDirectory);
+      ->required()
+      ->check(CLI::ExistingDirectory);
   exporter->add_option("--tag", export_tag, "which checkpoint: last or best")->capture_default_str();
   exporter->add_option("--out", export_out, "output file (default: <checkpoints>/<tag>.full.safetensors)");
 
@@ -338,7 +373,8 @@ int main(int argc, char** argv) {
       // Positional words: key=value overrides, unless a file or folder of that name exists.
       std::vector<std::string> images;
       for (auto& w : predict_args.images)
-        (w.find('=') != std::string::npos && !std::filesystem::exists(w) ? predict_args.overrides : images).push_back(w);
+        (w.find('=') != std::string::npos && !std::filesystem::exists(w) ? predict_args.overrides : images)
+            .push_back(w);
       predict_args.images = images;
       if (predict_args.images.empty() == predict_args.input.empty())
         throw cohort::ConfigError("cohort predict needs image files or folders, or --input, and not both",
@@ -349,11 +385,10 @@ int main(int argc, char** argv) {
     if (*exporter) {
       namespace ck = cohort::checkpoint;
       const auto dir = ck::resolve_resume_dir(export_from);
-      const auto c = export_tag == "last" ? ck::load_latest(dir).checkpoint : ck::load_any(dir, export_tag);
+      const auto c = export_tag == ck::names::kLast ? ck::load_latest(dir).checkpoint : ck::load_any(dir, export_tag);
       const std::filesystem::path out =
-          export_out.empty() ? dir / (export_tag + ".full.safetensors") : std::filesystem::path(export_out);
-      ck::save_safetensors(out, c.model, {{"cohort.format", "cohort-model"}, {"cohort.version", std::to_string(ck::kCheckpointVersion)},
-                                          {"step", std::to_string(c.state.step)}, {"epoch", std::to_string(c.state.epoch)}});
+          export_out.empty() ? dir / ck::names::export_file(export_tag) : std::filesystem::path(export_out);
+      ck::export_weights(c, out);
       std::cout << "cohort: exported " << c.model.size() << " tensors of step " << c.state.step << " (saved by "
                 << c.state.world_size << " worker(s)) to " << out.string() << std::endl;
       return 0;

@@ -5,12 +5,12 @@
 // Prints JSON. Run: build/bench/compress_bytes > bench/results/compress_bytes.json
 #include <iostream>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "cohort/models/Models.h"
+#include "cohort/parallel/BucketPlan.h"
 #include "cohort/parallel/compress/PowerSgd.h"
-#include "cohort/parallel/ddp/BucketPlan.h"
 
 using namespace cohort;
 
@@ -34,17 +34,13 @@ int main() {
     std::vector<ParamSpec> specs;
     for (const auto& p : net->parameters()) {
       params.push_back(p);
-      specs.push_back({p.numel(), p.scalar_type()});
+      specs.push_back({"", p.sizes().vec(), p.scalar_type()});
     }
     const auto buckets = plan_buckets(specs, 25ll << 20, 1ll << 20);
     int64_t dense = 0;
     for (const auto& b : buckets) dense += b.numel * 4;
-    nlohmann::json row = {{"model", c.label},
-                          {"parameters", dense / 4},
-                          {"buckets", buckets.size()},
-                          {"none_bytes", dense},
-                          {"fp16_bytes", dense / 2},
-                          {"fp16_ratio", 2.0}};
+    nlohmann::json row = {{"model", c.label},    {"parameters", dense / 4}, {"buckets", buckets.size()},
+                          {"none_bytes", dense}, {"fp16_bytes", dense / 2}, {"fp16_ratio", 2.0}};
     for (int64_t rank : {1, 2, 4}) {
       PowerSgdOptions o;
       o.rank = rank;

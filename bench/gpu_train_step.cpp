@@ -11,9 +11,9 @@
 #include <iostream>
 #include <string>
 
+#include <torch/torch.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
 
 #include "cohort/amp/MasterWeights.h"
 #include "cohort/amp/MixedPrecision.h"
@@ -211,13 +211,22 @@ int main(int argc, char** argv) {
       seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       timed_steps = a.steps;
     }
-    nlohmann::json out = {{"impl", "cohort"}, {"model", a.model}, {"precision", a.precision}, {"batch", a.batch},
-                          {"image", a.image}, {"classes", a.classes}, {"channels_last", a.channels_last},
-                          {"cuda_graph", graph_used}, {"steps", timed_steps}, {"warmup", a.warmup},
+    nlohmann::json out = {{"impl", "cohort"},
+                          {"model", a.model},
+                          {"precision", a.precision},
+                          {"batch", a.batch},
+                          {"image", a.image},
+                          {"classes", a.classes},
+                          {"channels_last", a.channels_last},
+                          {"cuda_graph", graph_used},
+                          {"steps", timed_steps},
+                          {"warmup", a.warmup},
                           {"epochs", a.epochs ? nlohmann::json(a.epochs) : nlohmann::json()},
                           {"dataset_size", a.epochs ? nlohmann::json(a.dataset_size) : nlohmann::json()},
-                          {"images_per_second", timed_steps * a.batch / seconds}, {"seconds", seconds},
-                          {"peak_memory_bytes", nullptr}, {"device", device.str()},
+                          {"images_per_second", timed_steps * a.batch / seconds},
+                          {"seconds", seconds},
+                          {"peak_memory_bytes", nullptr},
+                          {"device", device.str()},
                           {"torch", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR)}};
 #if COHORT_HAVE_CUDA
     if (device.is_cuda()) {

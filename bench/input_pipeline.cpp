@@ -64,7 +64,6 @@ std::vector<uint8_t> make_image(uint64_t seed, int& w, int& h) {
   return p;
 }
 
-
 void read_file(const fs::path& path, std::vector<uint8_t>& bytes) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) throw DataError("cannot open " + path.string());

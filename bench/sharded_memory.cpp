@@ -28,13 +28,13 @@
 #include <iostream>
 #include <map>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "cohort/amp/MasterWeights.h"
 #include "cohort/models/Models.h"
 #include "cohort/parallel/Strategy.h"
-#include "cohort/parallel/shard/Sharded.h"
+#include "cohort/parallel/shard/ShardedStrategy.h"
 #include "unit/ThreadRanks.h"
 
 namespace {
@@ -49,7 +49,7 @@ struct Bytes {
 
 cohort::ShardedOptions options_for(const std::string& strategy) {
   cohort::ShardedOptions o;
-  o.stage = strategy == "zero1" ? cohort::ShardStage::kZero1
+  o.stage = strategy == "zero1"   ? cohort::ShardStage::kZero1
             : strategy == "zero2" ? cohort::ShardStage::kZero2
                                   : cohort::ShardStage::kFsdp;
   o.bucket_mb = 25;
@@ -77,7 +77,7 @@ Bytes predicted(const std::string& strategy, torch::nn::Module& model, int world
     const auto& unit = plan.unit(u);
     const int64_t e = unit.params.empty() ? 4 : width.at(plan.params()[unit.params.front()].name);
     b.params += strategy == "fsdp" ? 0 : e * unit.padded;
-    (e == 4 ? b.params : b.optimizer) += 4 * unit.shard;                 // the float32 master slice
+    (e == 4 ? b.params : b.optimizer) += 4 * unit.shard;                // the float32 master slice
     b.grads += strategy == "zero1" ? e * unit.padded : e * unit.shard;  // zero1's slice is a view of the full
     for (const auto& r : plan.ranges(u, rank)) owned += r.length;
   }
@@ -86,7 +86,7 @@ Bytes predicted(const std::string& strategy, torch::nn::Module& model, int world
 }
 
 double formula(const std::string& strategy, const std::string& precision, double psi, int n) {
-  const double w = precision == "fp32" ? 4 : 2;  // bytes of a weight and of a gradient
+  const double w = precision == "fp32" ? 4 : 2;                        // bytes of a weight and of a gradient
   if (strategy == "ddp") return (3 * w + 8 + (w == 2 ? 4 : 0)) * psi;  // fp32 masters beside 2-byte weights
   if (strategy == "zero1") return 2 * w * psi + 12 * psi / n;
   if (strategy == "zero2") return w * psi + (w + 12) * psi / n;
@@ -158,7 +158,8 @@ int main() {
   at::set_num_threads(1);
   nlohmann::json rows = nlohmann::json::array();
   bool all_within = true, all_match = true;
-  for (const auto& [model_name, image] : std::vector<std::pair<std::string, int64_t>>{{"resnet50", 64}, {"vit_b32", 224}}) {
+  for (const auto& [model_name, image] :
+       std::vector<std::pair<std::string, int64_t>>{{"resnet50", 64}, {"vit_b32", 224}}) {
     cohort::ModelConfig mc;
     mc.name = model_name;
     mc.num_classes = 1000;
@@ -171,8 +172,9 @@ int main() {
       for (const std::string strategy : {"ddp", "zero1", "zero2", "fsdp"}) {
         for (int world : {1, 2, 4, 8}) {
           const Bytes plan = predicted(strategy, *model, world, 0);
-          nlohmann::json row = {{"model", model_name}, {"parameters", psi}, {"strategy", strategy}, {"world_size", world},
-                                {"optimizer", "adamw"}, {"precision", precision}, {"from_plan", plan.json()}};
+          nlohmann::json row = {{"model", model_name},     {"parameters", psi},    {"strategy", strategy},
+                                {"world_size", world},     {"optimizer", "adamw"}, {"precision", precision},
+                                {"from_plan", plan.json()}};
           int64_t bytes = plan.total();
           if (world <= 4) {
             const Bytes m = measure(model_name, image, strategy, precision, world);
@@ -195,8 +197,8 @@ int main() {
           row["within_5pct_plus_padding"] = std::abs(bytes - f) <= 0.05 * f + pad;
           all_within &= row["within_5pct_plus_padding"].get<bool>();
           row["saving_vs_ddp"] = 1.0 - bytes / formula("ddp", precision, static_cast<double>(psi), world);
-          std::cerr << model_name << " " << precision << " " << strategy << " N=" << world << ": " << bytes / 1048576.0 << " MiB ("
-                    << bytes / f << " of formula)" << std::endl;
+          std::cerr << model_name << " " << precision << " " << strategy << " N=" << world << ": " << bytes / 1048576.0
+                    << " MiB (" << bytes / f << " of formula)" << std::endl;
           rows.push_back(row);
         }
       }

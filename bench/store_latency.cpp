@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cohort/comm/AuthStore.h"
+#include "cohort/store/AuthStore.h"
 #include "cohort/util/TorchCompat.h"
 
 namespace {
@@ -55,8 +55,8 @@ int main() {
     out["c10d_tcpstore"] = measure(*server, kOps);
   }
   for (const char* op : {"set", "get", "add"})
-    out["ratio_cohort_over_c10d_median"][op] = out["cohort_auth_store"][op]["median_us"].get<double>() /
-                                              out["c10d_tcpstore"][op]["median_us"].get<double>();
+    out["ratio_cohort_over_c10d_median"][op] =
+        out["cohort_auth_store"][op]["median_us"].get<double>() / out["c10d_tcpstore"][op]["median_us"].get<double>();
   out["ops_each"] = kOps;
   out["what"] = "one client, loopback, 16-byte values; cohort's store authenticates once per connection";
   out["command"] = "build/bench/store_latency > bench/results/store_latency.json";

@@ -11,7 +11,9 @@
 #include "cohort/parallel/ddp/DistributedDataParallel.h"
 
 struct NetImpl : torch::nn::Module {
-  NetImpl() : fc1(register_module("fc1", torch::nn::Linear(784, 128))), fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
+  NetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(784, 128))),
+        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
   torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x.flatten(1)))); }
   torch::nn::Linear fc1, fc2;
 };
@@ -19,8 +21,8 @@ TORCH_MODULE(Net);
 
 int main() {
   // 1. Join the job: rank and world size come from whichever launcher started us.
-  cohort::World world = cohort::rendezvous(cohort::world_from_env(cohort::current_env()), "gloo",
-                                           std::chrono::seconds(60));
+  cohort::World world =
+      cohort::rendezvous(cohort::world_from_env(cohort::current_env()), "gloo", std::chrono::seconds(60));
   const int rank = world.info.rank, size = world.info.world_size;
   at::set_num_threads(1);
 
@@ -41,8 +43,8 @@ int main() {
     int64_t batches = 0;
     for (size_t b = 0; b + 64 <= mine.size(); b += 64) {
       auto idx = torch::tensor(std::vector<int64_t>(mine.begin() + b, mine.begin() + b + 64));
-      auto loss = torch::nn::functional::cross_entropy(net->forward(images.index_select(0, idx)),
-                                                       labels.index_select(0, idx));
+      auto loss =
+          torch::nn::functional::cross_entropy(net->forward(images.index_select(0, idx)), labels.index_select(0, idx));
       opt.zero_grad();
       loss.backward();  // gradients are averaged across ranks, bucket by bucket, during this call
       opt.step();

@@ -3,9 +3,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "FuzzSupport.h"
 #include "cohort/config/Config.h"
 #include "cohort/util/Error.h"
-#include "FuzzSupport.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto text = cohort::fuzz::as_text(data, size);

@@ -5,10 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cohort/checkpoint/Sharded.h"
+#include "FuzzSupport.h"
+#include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/checkpoint/Steps.h"
 #include "cohort/util/Error.h"
-#include "FuzzSupport.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto text = cohort::fuzz::as_text(data, size);

@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "FuzzSupport.h"
 #include "cohort/checkpoint/Safetensors.h"
 #include "cohort/util/Error.h"
-#include "FuzzSupport.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto bytes = cohort::fuzz::as_text(data, size);

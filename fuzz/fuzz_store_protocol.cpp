@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "cohort/comm/StoreProtocol.h"
-#include "cohort/util/Error.h"
 #include "FuzzSupport.h"
+#include "cohort/store/StoreProtocol.h"
+#include "cohort/util/Error.h"
 
 namespace store = cohort::store;
 
@@ -20,8 +20,8 @@ namespace {
 
 void check_round_trip(const std::string& encoded, std::string_view input, const char* what) {
   if (encoded == input) return;
-  std::fprintf(stderr, "%s: decoding %zu bytes and encoding them again gave %zu different bytes\n", what,
-               input.size(), encoded.size());
+  std::fprintf(stderr, "%s: decoding %zu bytes and encoding them again gave %zu different bytes\n", what, input.size(),
+               encoded.size());
   std::abort();
 }
 
@@ -51,9 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const cohort::CommError& e) {
     cohort::fuzz::rejected(e);
   }
-  for (auto decode : {+[](std::string_view b) { store::decode_hello(b); },
-                      +[](std::string_view b) { store::decode_auth(b); },
-                      +[](std::string_view b) { store::decode_auth_reply(b); }}) {
+  for (auto decode :
+       {+[](std::string_view b) { store::decode_hello(b); }, +[](std::string_view b) { store::decode_auth(b); },
+        +[](std::string_view b) { store::decode_auth_reply(b); }}) {
     try {
       decode(bytes);
     } catch (const cohort::CommError& e) {

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 
 Proc::Proc(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   static int counter = 0;
-  log_ = fs::temp_directory_path() / ("cohort-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".log");
+  log_ = fs::temp_directory_path() /
+         ("cohort-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + ".log");
   pid_ = fork();
   if (pid_ == 0) {
     setpgid(0, 0);  // own process group: a timeout kills launcher and workers together
@@ -25,9 +26,9 @@ Proc::Proc(const std::vector<std::string>& argv, const std::map<std::string, std
     dup2(fd, 1);
     dup2(fd, 2);
     // Tests run under ctest, maybe inside a launcher's environment: start clean.
-    for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                          "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                          "TORCHELASTIC_RUN_ID", "COHORT_LAUNCHER"})
+    for (const char* v :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+          "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "COHORT_LAUNCHER"})
       unsetenv(v);
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> args;
@@ -165,10 +166,10 @@ std::vector<std::string> quick_args(const fs::path& run_dir, std::vector<std::st
   // fp32 and the contiguous layout, not auto: these runs compare losses with each other and with
   // references bit for bit, which must not depend on the machine's bf16 units (test_auto_settings.cpp
   // runs the defaults). A test that wants another precision appends it; the later value wins.
-  std::vector<std::string> a{"--run-dir", run_dir.string(), "model.name=resnet8", "model.width=4",
-                             "data.train_limit=1536", "data.test_limit=500", "data.batch_size=32",
-                             "log.every_steps=1", "dist.timeout_s=60", "amp.precision=fp32",
-                             "train.channels_last=false"};
+  std::vector<std::string> a{"--run-dir",          run_dir.string(),           "model.name=resnet8",
+                             "model.width=4",      "data.train_limit=1536",    "data.test_limit=500",
+                             "data.batch_size=32", "log.every_steps=1",        "dist.timeout_s=60",
+                             "amp.precision=fp32", "train.channels_last=false"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }

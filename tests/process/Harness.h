@@ -14,11 +14,11 @@
 namespace cohort::testing {
 
 struct ProcResult {
-  int exit_code = -1;   // -1 when killed by a signal
+  int exit_code = -1;  // -1 when killed by a signal
   int term_signal = 0;
   bool timed_out = false;
   double seconds = 0;
-  std::string output;   // stdout and stderr together
+  std::string output;  // stdout and stderr together
 };
 
 // A started process whose output goes to a file; wait() reaps it.
@@ -36,7 +36,8 @@ class Proc {
   bool reaped_ = false;
 };
 
-ProcResult run(const std::vector<std::string>& argv, double timeout_s, const std::map<std::string, std::string>& env = {});
+ProcResult run(const std::vector<std::string>& argv, double timeout_s,
+               const std::map<std::string, std::string>& env = {});
 
 // `cohort ARGS...` (any subcommand: report, eval, find-batch-size).
 ProcResult run_cohort(const std::vector<std::string>& args, double timeout_s = 240);

@@ -32,7 +32,8 @@ TEST(AmpProcess, OverflowOnOneRankSkipsTheStepEverywhereAndTheScaleResumes) {
   const auto dir = fresh_dir("amp-fp16");
   // Steps 3 (inf) and 6 (NaN) overflow on rank 1 only; a checkpoint after step 4 carries the scale.
   const std::map<std::string, std::string> env{{"COHORT_FAULT_NONFINITE_STEPS", "3,6"}, {"COHORT_FAULT_RANK", "1"}};
-  auto args = quick_args(dir, {"--nproc-per-node", "2", "amp.precision=fp16", "train.max_steps=4", "ckpt.every_steps=4"});
+  auto args =
+      quick_args(dir, {"--nproc-per-node", "2", "amp.precision=fp16", "train.max_steps=4", "ckpt.every_steps=4"});
   auto r = cohort_train(args, 240, env);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("amp.precision=fp16 on CPU"), std::string::npos) << r.output;
@@ -43,9 +44,9 @@ TEST(AmpProcess, OverflowOnOneRankSkipsTheStepEverywhereAndTheScaleResumes) {
       << r.output;
 
   // Resume to step 8: the scale continues from 32768, and step 6 halves it again.
-  auto resumed = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "amp.precision=fp16", "train.max_steps=8",
-                                               "--resume", dir.string()}),
-                              240, env);
+  auto resumed = cohort_train(
+      quick_args(dir, {"--nproc-per-node", "2", "amp.precision=fp16", "train.max_steps=8", "--resume", dir.string()}),
+      240, env);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   const auto recs = train_records(dir);
   const std::map<int64_t, double> expected{{1, 65536}, {2, 65536}, {3, 32768}, {4, 32768},
@@ -67,8 +68,8 @@ TEST(AmpProcess, OverflowOnOneRankSkipsTheStepEverywhereAndTheScaleResumes) {
 TEST(AmpProcess, Bf16TrainsAndModesThatNeedAGpuSaySo) {
   const auto dir = fresh_dir("amp-bf16");
   const auto fp32_dir = fresh_dir("amp-fp32");
-  auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "amp.precision=bf16", "dist.grad_dtype=bf16",
-                                         "train.max_steps=6"}));
+  auto r = cohort_train(
+      quick_args(dir, {"--nproc-per-node", "2", "amp.precision=bf16", "dist.compress=bf16", "train.max_steps=6"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto ref = cohort_train(quick_args(fp32_dir, {"--nproc-per-node", "2", "train.max_steps=6"}));
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
@@ -81,7 +82,8 @@ TEST(AmpProcess, Bf16TrainsAndModesThatNeedAGpuSaySo) {
   ASSERT_EQ(losses.size(), 6u);
   for (const auto& [step, loss] : fp32) EXPECT_NEAR(losses.at(step), loss, 0.05 * loss) << "step " << step;
 
-  auto master = cohort_train(quick_args(fresh_dir("amp-master"), {"--nproc-per-node", "1", "amp.precision=fp16-master"}));
+  auto master =
+      cohort_train(quick_args(fresh_dir("amp-master"), {"--nproc-per-node", "1", "amp.precision=fp16-master"}));
   EXPECT_NE(master.exit_code, 0);
   EXPECT_NE(master.output.find("amp.precision=fp16-master needs a CUDA device"), std::string::npos) << master.output;
   auto cuda = cohort_train(quick_args(fresh_dir("amp-cuda"), {"--nproc-per-node", "1", "train.device=cuda"}));

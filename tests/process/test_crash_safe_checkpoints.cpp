@@ -35,9 +35,11 @@ void kill_trials(int trials, const std::string& name) {
   const fs::path ck_dir = dir / "checkpoints";
   std::mt19937 rng(12345);
   std::uniform_int_distribution<int> delay_ms(0, 600);
-  const std::vector<std::string> common{"--nproc-per-node", "1", "model.width=96", "train.max_steps=100000",
-                                        "ckpt.every_steps=1", "ckpt.keep_last=2", "eval.enabled=false",
-                                        "log.progress=plain", "data.batch_size=4"};
+  const std::vector<std::string> common{"--nproc-per-node",   "1",
+                                        "model.width=96",     "train.max_steps=100000",
+                                        "ckpt.every_steps=1", "ckpt.keep_last=2",
+                                        "eval.enabled=false", "log.progress=plain",
+                                        "data.batch_size=4"};
   int cut_off_seen = 0, resumed = 0;
   int64_t previous_step = 0;
   for (int trial = 0; trial < trials; ++trial) {
@@ -48,7 +50,8 @@ void kill_trials(int trials, const std::string& name) {
     const auto start = std::chrono::steady_clock::now();
     while (last_logged_step(run.output_so_far()) <= previous_step + 1) {
       ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120))
-          << "trial " << trial << ": no progress\n" << run.output_so_far();
+          << "trial " << trial << ": no progress\n"
+          << run.output_so_far();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
@@ -70,15 +73,17 @@ void kill_trials(int trials, const std::string& name) {
     cut_off_seen += cut;
   }
   // The last word: a resumed run finishes normally from whatever the kills left.
-  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "1", "model.width=96", "eval.enabled=false",
-                                               "data.batch_size=4", "train.resume=" + dir.string(),
-                                               "train.max_steps=" + std::to_string(previous_step + 3)}));
+  const auto r = cohort_train(
+      quick_args(dir, {"--nproc-per-node", "1", "model.width=96", "eval.enabled=false", "data.batch_size=4",
+                       "train.resume=" + dir.string(), "train.max_steps=" + std::to_string(previous_step + 3)}));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(ck::load_latest(ck_dir).checkpoint.state.step, previous_step + 3);
   EXPECT_EQ(resumed, trials - 1);
   // The long run must exercise what it claims: some kills landed inside a save. Ten kills miss every save
   // about once in 400 runs, so the short run only reports it.
-  if (trials >= 20) EXPECT_GE(cut_off_seen, 1) << "no kill landed inside a save; make saves a larger share of the step";
+  if (trials >= 20) {
+    EXPECT_GE(cut_off_seen, 1) << "no kill landed inside a save; make saves a larger share of the step";
+  }
   std::ofstream(dir / "crash_safe.json") << nlohmann::json{{"trials", trials},
                                                            {"kills_inside_a_save", cut_off_seen},
                                                            {"resumes_from_a_complete_checkpoint", resumed + 1},

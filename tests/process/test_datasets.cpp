@@ -31,11 +31,13 @@ fs::path make_image_folder(const std::string& name) {
   return root;
 }
 
-std::vector<std::string> folder_args(const fs::path& run_dir, const fs::path& data, std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"--run-dir", run_dir.string(), "data.name=imagefolder", "data.root=" + data.string(),
-                                "data.image_size=32", "model.name=resnet8", "model.width=8", "model.num_classes=3",
-                                "data.batch_size=8", "eval.batch_size=8", "data.workers=1", "train.epochs=2",
-                                "log.every_steps=2", "dist.timeout_s=60"};
+std::vector<std::string> folder_args(const fs::path& run_dir, const fs::path& data,
+                                     std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {
+      "--run-dir",          run_dir.string(),     "data.name=imagefolder", "data.root=" + data.string(),
+      "data.image_size=32", "model.name=resnet8", "model.width=8",         "model.num_classes=3",
+      "data.batch_size=8",  "eval.batch_size=8",  "data.workers=1",        "train.epochs=2",
+      "log.every_steps=2",  "dist.timeout_s=60"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -55,8 +57,8 @@ TEST(Datasets, ImageFolderTrainsSkipsTheCorruptFileAndEvalAgrees) {
   EXPECT_GE(s["bad_files_skipped"].get<int64_t>(), 1);
   EXPECT_LE(s["bad_files_skipped"].get<int64_t>(), 2);
   // `cohort eval` of the last checkpoint on 2 ranks gives the run's final accuracy.
-  r = run_cohort({"eval", "--checkpoint", (dir / "checkpoints" / "last.safetensors").string(), "--nproc-per-node",
-                  "2", "--out", (dir / "eval.json").string(), "data.name=imagefolder", "data.root=" + data.string(),
+  r = run_cohort({"eval", "--checkpoint", (dir / "checkpoints" / "last.safetensors").string(), "--nproc-per-node", "2",
+                  "--out", (dir / "eval.json").string(), "data.name=imagefolder", "data.root=" + data.string(),
                   "data.image_size=32", "model.name=resnet8", "model.width=8", "model.num_classes=3",
                   "eval.batch_size=8", "data.workers=1"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -77,9 +79,8 @@ TEST(Datasets, FineTuningFromACheckpointWithAnotherClassCount) {
   auto r = cohort_train(folder_args(base, data, {"model.num_classes=5", "train.max_steps=2"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto tuned = fresh_dir("finetune-tuned");
-  r = cohort_train(folder_args(tuned, data,
-                               {"model.pretrained=" + (base / "checkpoints" / "last.safetensors").string(),
-                                "train.max_steps=2"}));
+  r = cohort_train(folder_args(
+      tuned, data, {"model.pretrained=" + (base / "checkpoints" / "last.safetensors").string(), "train.max_steps=2"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("new classifier head: fc.weight, fc.bias"), std::string::npos) << r.output;
   // Weights of another architecture: the error lists what does not fit.
@@ -105,9 +106,10 @@ TEST(Datasets, AirbenchOnCifarFilesWithLookaheadTtaAndAlternatingFlips) {
   for (int i = 1; i <= 5; ++i) write_file(root / ("data_batch_" + std::to_string(i) + ".bin"), records(64, i));
   write_file(root / "test_batch.bin", records(100, 0));
   const auto dir = fresh_dir("airbench-run");
-  auto r = cohort_train({"--run-dir", dir.string(), "--config", std::string(COHORT_SOURCE_DIR) + "/configs/cifar10_airbench.toml",
-                         "data.root=" + root.string(), "data.batch_size=32", "train.epochs=2", "eval.batch_size=50",
-                         "dist.timeout_s=60"});
+  auto r =
+      cohort_train({"--run-dir", dir.string(), "--config",
+                    std::string(COHORT_SOURCE_DIR) + "/configs/cifar10_airbench.toml", "data.root=" + root.string(),
+                    "data.batch_size=32", "train.epochs=2", "eval.batch_size=50", "dist.timeout_s=60"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json s = read_json(dir / "summary.json");
   EXPECT_EQ(s["model"], "airbench");
@@ -139,5 +141,6 @@ TEST(Datasets, DeviceResidentDataTrainsTheSameNumbersAsTheHostPath) {
   const auto want = losses_by_step(host_dir), got = losses_by_step(dev_dir);
   ASSERT_EQ(got.size(), 6u);
   for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
-  EXPECT_EQ(read_json(dev_dir / "summary.json")["test_accuracy"], read_json(host_dir / "summary.json")["test_accuracy"]);
+  EXPECT_EQ(read_json(dev_dir / "summary.json")["test_accuracy"],
+            read_json(host_dir / "summary.json")["test_accuracy"]);
 }

@@ -98,9 +98,12 @@ TEST(Failures, ABrokenConnectionStillNamesTheRankThatIsGone) {
     ps.push_back(std::make_unique<Proc>(
         cohort_argv(quick_args(dir, {"data.train_limit=0", "train.epochs=5", "log.progress=plain",
                                      "dist.timeout_s=" + std::to_string(timeout_s)})),
-        std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
-                                           {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", "2"},
-                                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29743"}}));
+        std::map<std::string, std::string>{{"RANK", std::to_string(r)},
+                                           {"WORLD_SIZE", "2"},
+                                           {"LOCAL_RANK", std::to_string(r)},
+                                           {"LOCAL_WORLD_SIZE", "2"},
+                                           {"MASTER_ADDR", "127.0.0.1"},
+                                           {"MASTER_PORT", "29743"}}));
   const auto start = std::chrono::steady_clock::now();
   while (ps[0]->output_so_far().find(" step 3/") == std::string::npos) {
     ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120)) << ps[0]->output_so_far();
@@ -132,7 +135,10 @@ TEST(Failures, TruncatedIdxFileIsNamed) {
   // A raw, truncated train image file takes precedence over nothing: replace the .gz by a short raw file.
   fs::remove(dir / "train-images-idx3-ubyte.gz");
   std::ofstream(dir / "train-images-idx3-ubyte", std::ios::binary)
-      .write("\x00\x00\x08\x03\x00\x00\xea\x60\x00\x00\x00\x1c\x00\x00\x00\x1c" "abc", 19);
+      .write(
+          "\x00\x00\x08\x03\x00\x00\xea\x60\x00\x00\x00\x1c\x00\x00\x00\x1c"
+          "abc",
+          19);
   const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "1", "data.root=" + dir.string()}), 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("train-images-idx3-ubyte"), std::string::npos) << r.output;
@@ -156,8 +162,11 @@ TEST(Failures, ConfigErrorsNameTheKeyBeforeAnyWorkerStarts) {
 // values named, before any data is loaded or any step runs (machine-local keys may differ).
 TEST(Failures, DifferentConfigsOnTwoMachinesAreNamedAtStart) {
   const auto dir = fresh_dir("config-mismatch");
-  const std::vector<std::string> common{"--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
-                                        "--master-port", "29733", "train.max_steps=4", "train.threads=1"};
+  const std::vector<std::string> common{"--nnodes",          "2",
+                                        "--nproc-per-node",  "1",
+                                        "--master-addr",     "127.0.0.1",
+                                        "--master-port",     "29733",
+                                        "train.max_steps=4", "train.threads=1"};
   auto a0 = quick_args(dir, common), a1 = quick_args(dir, common);
   a0.insert(a0.end(), {"--node-rank", "0"});
   a1.insert(a1.end(), {"--node-rank", "1", "model.width=8", "optim.lr=0.1", "data.workers=3"});
@@ -185,11 +194,13 @@ TEST(Failures, DuplicateRanksAreNamed) {
   const int ranks[] = {0, 1, 1};
   for (int i = 0; i < 3; ++i) {
     auto args = quick_args(dir, {"dist.timeout_s=" + std::to_string(timeout_s)});
-    ps.push_back(std::make_unique<Proc>(
-        cohort_argv(args), std::map<std::string, std::string>{{"RANK", std::to_string(ranks[i])}, {"WORLD_SIZE", "3"},
-                                                              {"LOCAL_RANK", std::to_string(ranks[i])},
-                                                              {"LOCAL_WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
-                                                              {"MASTER_PORT", "29735"}}));
+    ps.push_back(std::make_unique<Proc>(cohort_argv(args),
+                                        std::map<std::string, std::string>{{"RANK", std::to_string(ranks[i])},
+                                                                           {"WORLD_SIZE", "3"},
+                                                                           {"LOCAL_RANK", std::to_string(ranks[i])},
+                                                                           {"LOCAL_WORLD_SIZE", "3"},
+                                                                           {"MASTER_ADDR", "127.0.0.1"},
+                                                                           {"MASTER_PORT", "29735"}}));
     if (i == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // so the first rank 1 claims first
   }
   int named = 0;
@@ -206,9 +217,12 @@ TEST(Failures, DuplicateRanksAreNamed) {
 TEST(Failures, UnreachableMasterIsNamedAfterTheTimeout) {
   const auto dir = fresh_dir("no-master");
   const int timeout_s = 5;
-  Proc p(cohort_argv(quick_args(dir, {"dist.timeout_s=" + std::to_string(timeout_s)})),
-         {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
-          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29737"}});
+  Proc p(cohort_argv(quick_args(dir, {"dist.timeout_s=" + std::to_string(timeout_s)})), {{"RANK", "1"},
+                                                                                         {"WORLD_SIZE", "2"},
+                                                                                         {"LOCAL_RANK", "0"},
+                                                                                         {"LOCAL_WORLD_SIZE", "1"},
+                                                                                         {"MASTER_ADDR", "127.0.0.1"},
+                                                                                         {"MASTER_PORT", "29737"}});
   const auto r = p.wait(timeout_s + 30.0);
   EXPECT_FALSE(r.timed_out) << r.output;
   EXPECT_NE(r.exit_code, 0);

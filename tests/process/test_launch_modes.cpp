@@ -13,7 +13,7 @@ using namespace cohort::testing;
 
 TEST(LaunchModes, TwoNodesOnLoopback) {
   const auto dir = fresh_dir("two-nodes");
-  const std::vector<std::string> common{"--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+  const std::vector<std::string> common{"--nnodes",      "2",     "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
                                         "--master-port", "29741", "train.max_steps=6"};
   auto a0 = quick_args(dir, common), a1 = quick_args(dir, common);
   a0.insert(a0.end(), {"--node-rank", "0"});
@@ -32,9 +32,13 @@ TEST(LaunchModes, TwoNodesOnLoopback) {
 // same launcher rendezvous round, and they resume together from the checkpoint.
 TEST(LaunchModes, TwoNodesRestartTogetherAfterAFailureOnOne) {
   const auto dir = fresh_dir("two-nodes-restart");
-  const std::vector<std::string> common{"--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
-                                        "--master-port", "29745", "--max-restarts", "1", "train.max_steps=12",
-                                        "ckpt.every_steps=4", "eval.enabled=false", "log.progress=plain"};
+  const std::vector<std::string> common{"--nnodes",           "2",
+                                        "--nproc-per-node",   "1",
+                                        "--master-addr",      "127.0.0.1",
+                                        "--master-port",      "29745",
+                                        "--max-restarts",     "1",
+                                        "train.max_steps=12", "ckpt.every_steps=4",
+                                        "eval.enabled=false", "log.progress=plain"};
   auto a0 = quick_args(dir, common), a1 = quick_args(dir, common);
   a0.insert(a0.end(), {"--node-rank", "0"});
   a1.insert(a1.end(), {"--node-rank", "1"});
@@ -62,13 +66,18 @@ TEST(LaunchModes, UnderTorchrunEnvironmentWithAgentStore) {
   const auto dir = fresh_dir("torchrun-env");
   std::vector<std::unique_ptr<Proc>> ps;
   for (int r = 0; r < 2; ++r)
-    ps.push_back(std::make_unique<Proc>(
-        cohort_argv(quick_args(dir, {"train.max_steps=4"})),
-        std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"LOCAL_RANK", std::to_string(r)},
-                                           {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "0"},
-                                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
-                                           {"TORCHELASTIC_RUN_ID", "test"}, {"TORCHELASTIC_RESTART_COUNT", "0"},
-                                           {"TORCHELASTIC_MAX_RESTARTS", "0"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+    ps.push_back(std::make_unique<Proc>(cohort_argv(quick_args(dir, {"train.max_steps=4"})),
+                                        std::map<std::string, std::string>{{"RANK", std::to_string(r)},
+                                                                           {"LOCAL_RANK", std::to_string(r)},
+                                                                           {"WORLD_SIZE", "2"},
+                                                                           {"LOCAL_WORLD_SIZE", "2"},
+                                                                           {"GROUP_RANK", "0"},
+                                                                           {"MASTER_ADDR", "127.0.0.1"},
+                                                                           {"MASTER_PORT", std::to_string(port)},
+                                                                           {"TORCHELASTIC_RUN_ID", "test"},
+                                                                           {"TORCHELASTIC_RESTART_COUNT", "0"},
+                                                                           {"TORCHELASTIC_MAX_RESTARTS", "0"},
+                                                                           {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
   for (auto& p : ps) {
     const auto r = p->wait(120);
     ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -3,10 +3,10 @@
 // `cohort find-batch-size` against a memory budget (the batch found fits, twice it does not).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <tuple>
-#include <cstring>
 
 #include "process/Harness.h"
 
@@ -99,7 +99,9 @@ TEST(Logbook, ReportOfTwoRealRunsMatchesTheirSummaries) {
   EXPECT_EQ(read_file(two / "report.md").find("## Comparison"), std::string::npos);
 
   // The trainer's TensorBoard scalars, decoded by protoc: training, validation and every rank's resources.
-  if (std::system("command -v protoc > /dev/null 2>&1") != 0) GTEST_SKIP() << "protoc not installed";
+  if (std::system("command -v protoc > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "protoc not installed";
+  }
   const std::string events = decoded_events(two, out / "record.bin");
   for (const char* tag : {"train/loss", "train/top1", "train/lr", "train/images_per_second", "val/loss", "val/top1",
                           "val/top5", "memory/rss_mb/rank0", "memory/rss_mb/rank1", "cpu/percent/rank1"})
@@ -120,17 +122,31 @@ TEST(Logbook, FoundBatchFitsTheBudgetAndTwiceItDoesNot) {
   // process needs at batch 1 (libraries, the dataset), so activations decide. That base is measured
   // first: it depends on the LibTorch (0.41 GiB with pip's CUDA 2.14, more than a fixed 420M allowed).
   const auto trial_args = [&](int64_t batch, const std::string& budget) {
-    return std::vector<std::string>{"find-batch-size", "--max-memory", budget, "--steps", "2", "--run-dir", dir.string(),
-                                    "--start", std::to_string(batch), "--max-batch", std::to_string(batch),
-                                    "--max-trials", "1", "model.width=8", "train.threads=1", "data.train_limit=4000"};
+    return std::vector<std::string>{"find-batch-size",
+                                    "--max-memory",
+                                    budget,
+                                    "--steps",
+                                    "2",
+                                    "--run-dir",
+                                    dir.string(),
+                                    "--start",
+                                    std::to_string(batch),
+                                    "--max-batch",
+                                    std::to_string(batch),
+                                    "--max-trials",
+                                    "1",
+                                    "model.width=8",
+                                    "train.threads=1",
+                                    "data.train_limit=4000"};
   };
   auto r = run_cohort(trial_args(1, "16G"), 200);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const int64_t base_mib = read_json(dir / "batch_size.json")["trials"][0]["peak_rss_bytes"].get<int64_t>() >> 20;
   const int64_t budget_mib = base_mib + 64;
   const std::string budget = std::to_string(budget_mib) + "M";
-  const std::vector<std::string> args = {"find-batch-size", "--max-memory", budget, "--steps", "2", "--run-dir",
-                                         dir.string(), "model.width=8", "train.threads=1", "data.train_limit=4000"};
+  const std::vector<std::string> args = {
+      "find-batch-size", "--max-memory", budget,          "--steps",         "2",
+      "--run-dir",       dir.string(),   "model.width=8", "train.threads=1", "data.train_limit=4000"};
   r = run_cohort(args, 400);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json found = read_json(dir / "batch_size.json");
@@ -140,7 +156,8 @@ TEST(Logbook, FoundBatchFitsTheBudgetAndTwiceItDoesNot) {
   EXPECT_EQ(found["max_memory_bytes"], budget_mib << 20);
   bool fit_seen = false, next_failed = false;
   for (const auto& t : found["trials"]) {
-    if (t["batch_size"] == b) fit_seen = t["fits"].get<bool>() && t["peak_rss_bytes"].get<int64_t>() <= (budget_mib << 20);
+    if (t["batch_size"] == b)
+      fit_seen = t["fits"].get<bool>() && t["peak_rss_bytes"].get<int64_t>() <= (budget_mib << 20);
     if (t["batch_size"] == b + 1) next_failed = !t["fits"].get<bool>();
   }
   EXPECT_TRUE(fit_seen && next_failed) << found.dump(1);
@@ -157,7 +174,9 @@ TEST(Logbook, FoundBatchFitsTheBudgetAndTwiceItDoesNot) {
     const json one = read_json(dir / "batch_size.json");
     ASSERT_EQ(one["trials"].size(), 1u) << r.output;
     EXPECT_EQ(one["trials"][0]["fits"].get<bool>(), should_fit) << "batch " << batch << ": " << one.dump(1);
-    if (!should_fit) EXPECT_NE(one["trials"][0]["why"].get<std::string>().find("peak RSS"), std::string::npos);
+    if (!should_fit) {
+      EXPECT_NE(one["trials"][0]["why"].get<std::string>().find("peak RSS"), std::string::npos);
+    }
   }
   std::ofstream(dir / "batch_size.json") << search_result;
 

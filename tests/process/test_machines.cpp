@@ -36,11 +36,15 @@ class Machines {
       why_not_ = "`ip netns add` failed (no CAP_SYS_ADMIN, or iproute2 missing)";
       return;
     }
-    ok_ = sh("ip -n " + ns("sw") + " link add br0 type bridge") == 0 && sh("ip -n " + ns("sw") + " link set br0 up") == 0;
+    ok_ =
+        sh("ip -n " + ns("sw") + " link add br0 type bridge") == 0 && sh("ip -n " + ns("sw") + " link set br0 up") == 0;
     for (int i = 0; i < 3 && ok_; ++i) {
-      const std::string m = ns("m" + std::to_string(i)), a = "v" + std::to_string(i) + "a", b = "v" + std::to_string(i) + "b";
-      ok_ = sh("ip netns add " + m) == 0 && sh("ip link add " + prefix_ + a + " type veth peer name " + prefix_ + b) == 0 &&
-            sh("ip link set " + prefix_ + a + " netns " + m) == 0 && sh("ip link set " + prefix_ + b + " netns " + ns("sw")) == 0 &&
+      const std::string m = ns("m" + std::to_string(i)), a = "v" + std::to_string(i) + "a",
+                        b = "v" + std::to_string(i) + "b";
+      ok_ = sh("ip netns add " + m) == 0 &&
+            sh("ip link add " + prefix_ + a + " type veth peer name " + prefix_ + b) == 0 &&
+            sh("ip link set " + prefix_ + a + " netns " + m) == 0 &&
+            sh("ip link set " + prefix_ + b + " netns " + ns("sw")) == 0 &&
             sh("ip -n " + m + " link set " + prefix_ + a + " name eth0") == 0 &&
             sh("ip -n " + m + " addr add " + address(i) + "/24 dev eth0") == 0 &&
             sh("ip -n " + m + " link set eth0 up") == 0 && sh("ip -n " + m + " link set lo up") == 0 &&
@@ -82,9 +86,13 @@ fs::path token_file(const fs::path& dir, const std::string& secret) {
 
 std::vector<std::string> node_args(const fs::path& run_dir, int node, const fs::path& token,
                                    std::vector<std::string> extra) {
-  std::vector<std::string> a{"--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node", "2",
-                             "--master-addr", Machines::address(0), "--master-port", "29650",
-                             "--token-file", token.string(), "eval.enabled=false", "log.progress=plain"};
+  std::vector<std::string> a{"--nnodes",           "2",
+                             "--node-rank",        std::to_string(node),
+                             "--nproc-per-node",   "2",
+                             "--master-addr",      Machines::address(0),
+                             "--master-port",      "29650",
+                             "--token-file",       token.string(),
+                             "eval.enabled=false", "log.progress=plain"};
   a.insert(a.end(), extra.begin(), extra.end());
   // Each machine has its own run dir, as on separate disks.
   return quick_args(run_dir / ("node" + std::to_string(node)), a);
@@ -94,16 +102,23 @@ std::vector<std::string> node_args(const fs::path& run_dir, int node, const fs::
 
 TEST(Machines, TwoMachinesTrainTogetherAndAStrangerIsTurnedAway) {
   Machines net;
-  if (!net.ok()) GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  if (!net.ok()) {
+    GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  }
   const auto dir = fresh_dir("machines-train");
   const auto token = token_file(dir, "a-long-shared-secret-for-this-test");
   Proc m0(net.on(0, node_args(dir, 0, token, {"train.max_steps=12"})));
   Proc m1(net.on(1, node_args(dir, 1, token, {"train.max_steps=12"})));
   // A third machine tries to join as rank 3 with a wrong secret, and another with none at all.
   const auto wrong = token_file(dir / "stranger", "not-the-secret");
-  const auto stranger = run(net.on(2, quick_args(dir / "stranger-run", {"--token-file", wrong.string(), "dist.timeout_s=10"})),
-                            60, {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-                                 {"MASTER_ADDR", Machines::address(0)}, {"MASTER_PORT", "29650"}});
+  const auto stranger =
+      run(net.on(2, quick_args(dir / "stranger-run", {"--token-file", wrong.string(), "dist.timeout_s=10"})), 60,
+          {{"RANK", "3"},
+           {"WORLD_SIZE", "4"},
+           {"LOCAL_RANK", "1"},
+           {"LOCAL_WORLD_SIZE", "2"},
+           {"MASTER_ADDR", Machines::address(0)},
+           {"MASTER_PORT", "29650"}});
   const auto r0 = m0.wait(240), r1 = m1.wait(240);
   ASSERT_EQ(r0.exit_code, 0) << r0.output << "\n---- machine 1:\n" << r1.output;
   ASSERT_EQ(r1.exit_code, 0) << r1.output;
@@ -116,10 +131,12 @@ TEST(Machines, TwoMachinesTrainTogetherAndAStrangerIsTurnedAway) {
 
 TEST(Machines, AMultiMachineJobWithoutASecretIsRefusedBeforeItStarts) {
   Machines net;
-  if (!net.ok()) GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  if (!net.ok()) {
+    GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  }
   const auto dir = fresh_dir("machines-nosecret");
-  const auto r = run(net.on(0, quick_args(dir, {"--nnodes", "2", "--node-rank", "0", "--master-addr", Machines::address(0),
-                                                "--master-port", "29651"})),
+  const auto r = run(net.on(0, quick_args(dir, {"--nnodes", "2", "--node-rank", "0", "--master-addr",
+                                                Machines::address(0), "--master-port", "29651"})),
                      60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(r.seconds, 20);
@@ -129,7 +146,9 @@ TEST(Machines, AMultiMachineJobWithoutASecretIsRefusedBeforeItStarts) {
 
 TEST(Machines, AMachineThatVanishesMidRunIsNamedWithinTheTimeout) {
   Machines net;
-  if (!net.ok()) GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  if (!net.ok()) {
+    GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  }
   const auto dir = fresh_dir("machines-vanish");
   const auto token = token_file(dir, "another-shared-secret");
   const int timeout_s = 10;
@@ -158,9 +177,10 @@ TEST(Machines, AMachineThatVanishesMidRunIsNamedWithinTheTimeout) {
   // Whichever of machine 0's ranks fails first is reported: one whose own timer fired ("timed out after"),
   // or one that saw the sockets of a peer whose timer fired first close ("failed (timeout ...)").
   const std::string t = std::to_string(timeout_s);
-  EXPECT_TRUE(std::regex_search(r0.output, std::regex("(timed out after|failed \\(timeout) " + t + " s")))
-      << r0.output;
-  std::ofstream(dir / "vanish.json") << nlohmann::json{{"machines", 2}, {"workers", 4}, {"dist_timeout_s", timeout_s},
+  EXPECT_TRUE(std::regex_search(r0.output, std::regex("(timed out after|failed \\(timeout) " + t + " s"))) << r0.output;
+  std::ofstream(dir / "vanish.json") << nlohmann::json{{"machines", 2},
+                                                       {"workers", 4},
+                                                       {"dist_timeout_s", timeout_s},
                                                        {"seconds_from_unplug_to_named_failure", took},
                                                        {"named", named}}
                                             .dump(1)
@@ -172,16 +192,33 @@ TEST(Machines, AMachineThatVanishesMidRunIsNamedWithinTheTimeout) {
 // is shared by all three, as a network file system would be.
 TEST(Machines, WithNnodesMinMaxTheSurvivorsCarryOnFromTheCheckpoint) {
   Machines net;
-  if (!net.ok()) GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  if (!net.ok()) {
+    GTEST_SKIP() << "network namespaces unavailable: " << net.why_not();
+  }
   const auto dir = fresh_dir("machines-elastic");
   const auto token = token_file(dir / "secret", "elastic-shared-secret");
   const int timeout_s = 10;
   auto args = [&](int node) {
-    return quick_args(dir / "run", {"--nnodes", "2:3", "--node-rank", std::to_string(node), "--nproc-per-node", "2",
-                                    "--master-addr", Machines::address(0), "--master-port", "29660",
-                                    "--token-file", token.string(), "--max-restarts", "1",
-                                    "dist.timeout_s=" + std::to_string(timeout_s), "train.max_steps=40", "train.epochs=10",
-                                    "ckpt.every_steps=4", "eval.enabled=false", "log.progress=plain"});
+    return quick_args(dir / "run", {"--nnodes",
+                                    "2:3",
+                                    "--node-rank",
+                                    std::to_string(node),
+                                    "--nproc-per-node",
+                                    "2",
+                                    "--master-addr",
+                                    Machines::address(0),
+                                    "--master-port",
+                                    "29660",
+                                    "--token-file",
+                                    token.string(),
+                                    "--max-restarts",
+                                    "1",
+                                    "dist.timeout_s=" + std::to_string(timeout_s),
+                                    "train.max_steps=40",
+                                    "train.epochs=10",
+                                    "ckpt.every_steps=4",
+                                    "eval.enabled=false",
+                                    "log.progress=plain"});
   };
   Proc m0(net.on(0, args(0)));
   Proc m1(net.on(1, args(1)));
@@ -205,7 +242,9 @@ TEST(Machines, WithNnodesMinMaxTheSurvivorsCarryOnFromTheCheckpoint) {
   EXPECT_EQ(summary["world_size"], 4) << summary.dump();
   // Every step was trained: the steps after the checkpoint again, by the smaller group.
   EXPECT_EQ(losses_by_step(dir / "run").size(), 40u);
-  std::ofstream(dir / "elastic.json") << nlohmann::json{{"nnodes", "2:3"}, {"workers_before", 6}, {"workers_after", 4},
+  std::ofstream(dir / "elastic.json") << nlohmann::json{{"nnodes", "2:3"},
+                                                        {"workers_before", 6},
+                                                        {"workers_after", 4},
                                                         {"machine_lost_at_step_after", 6},
                                                         {"restarts", summary["restarts"]},
                                                         {"steps_completed", losses_by_step(dir / "run").size()}}

@@ -38,10 +38,11 @@ void expect_resumes_as_before(const std::string& name) {
   for (const auto& [step, loss] : expected.at("losses_after_resume").items()) {
     const auto it = losses.find(std::stoll(step));
     ASSERT_NE(it, losses.end()) << "no loss logged for step " << step;
-    if (replayed_exactly())
+    if (replayed_exactly()) {
       EXPECT_EQ(it->second, loss.get<double>()) << name << " step " << step;
-    else
+    } else {
       EXPECT_NEAR(it->second, loss.get<double>(), 1e-3) << name << " step " << step;
+    }
   }
 }
 

@@ -45,7 +45,8 @@ TEST(Predict, JpegFilesGiveTopKJsonLinesWithLabels) {
   const auto dir = fresh_dir("predict-jpegs");
   write_jpeg(dir / "photos" / "a.jpg", 64, 48, 1);
   write_jpeg(dir / "photos" / "nested" / "b.JPEG", 40, 60, 2);
-  const auto r = run_cohort(predict_args({(dir / "photos").string(), "--top-k", "3", "--out", (dir / "p.jsonl").string()}));
+  const auto r =
+      run_cohort(predict_args({(dir / "photos").string(), "--top-k", "3", "--out", (dir / "p.jsonl").string()}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto lines = read_jsonl(dir / "p.jsonl");
   ASSERT_EQ(lines.size(), 2u);
@@ -71,8 +72,8 @@ TEST(Predict, TensorInputGivesTheSameLogitsOnOneAndTwoRanks) {
   std::vector<at::Tensor> logits;
   for (const char* ranks : {"1", "2"}) {
     const auto out = dir / (std::string("logits") + ranks + ".safetensors");
-    const auto r = run_cohort(predict_args({"--input", (dir / "x.safetensors").string(), "--out", out.string(),
-                                            "--nproc-per-node", ranks}));
+    const auto r = run_cohort(
+        predict_args({"--input", (dir / "x.safetensors").string(), "--out", out.string(), "--nproc-per-node", ranks}));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     logits.push_back(ck::load_safetensors(out).tensors.at(0).second);
   }

@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 using namespace cohort::testing;
 
 TEST(Restart, AKilledWorkerIsRestartedAndTheRunEndsBitwiseAsUninterrupted) {
-  const std::vector<std::string> common{"--nproc-per-node", "2", "train.max_steps=24", "ckpt.every_steps=8",
-                                        "eval.enabled=false", "log.progress=plain"};
+  const std::vector<std::string> common{
+      "--nproc-per-node", "2", "train.max_steps=24", "ckpt.every_steps=8", "eval.enabled=false", "log.progress=plain"};
   const auto full = fresh_dir("restart-full");
   auto r = cohort_train(quick_args(full, common));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -62,19 +62,18 @@ TEST(Restart, AKilledWorkerIsRestartedAndTheRunEndsBitwiseAsUninterrupted) {
   ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
   for (size_t i = 0; i < wa.tensors.size(); ++i)
     EXPECT_TRUE(torch::equal(wa.tensors[i].second, wb.tensors[i].second)) << wa.tensors[i].first;
-  std::ofstream(faulty / "restart.json") << nlohmann::json{{"faults_injected", 1}, {"faults_survived", 1},
-                                                           {"restart_to_first_step_s", restart_to_step},
-                                                           {"workers", 2}, {"resumed_from_step", 8},
-                                                           {"bitwise_equal_to_uninterrupted", true}}
-                                                .dump(1)
-                                         << "\n";
+  std::ofstream(faulty / "restart.json")
+      << nlohmann::json{{"faults_injected", 1}, {"faults_survived", 1},   {"restart_to_first_step_s", restart_to_step},
+                        {"workers", 2},         {"resumed_from_step", 8}, {"bitwise_equal_to_uninterrupted", true}}
+             .dump(1)
+      << "\n";
 }
 
 TEST(Restart, WithoutRestartsLeftTheJobFailsNamingTheWorker) {
   const auto dir = fresh_dir("restart-none");
-  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=12", "eval.enabled=false",
-                                               "--max-restarts", "0"}),
-                              120, {{"COHORT_FAULT_STEP", "4"}});
+  const auto r = cohort_train(
+      quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=12", "eval.enabled=false", "--max-restarts", "0"}),
+      120, {{"COHORT_FAULT_STEP", "4"}});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("worker rank 1"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("restarting"), std::string::npos) << r.output;

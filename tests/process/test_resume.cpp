@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "cohort/checkpoint/Safetensors.h"
+#include "cohort/checkpoint/Steps.h"
 #include "process/Harness.h"
 
 namespace fs = std::filesystem;
@@ -89,4 +90,20 @@ TEST(Resume, MissingOrDamagedCheckpointIsNamed) {
   r = cohort_train({"--nproc-per-node", "1", "--resume", dir.string()});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("last.safetensors' is damaged: its data has CRC-32C"), std::string::npos) << r.output;
+}
+
+// A periodic save (ckpt.every_steps) that falls on the last step of an epoch waits for that epoch's
+// evaluation, so the step is saved once with the best accuracy it found, not as step-N and step-N.1.
+TEST(Resume, APeriodicSaveAtTheEndOfAnEpochIsWrittenOnce) {
+  const auto dir = fresh_dir("save-once");
+  // 1536 images / 2 ranks / batch 32 = 24 steps an epoch: saves at 12, 24 (an epoch's end), 36 and 48.
+  auto r = cohort_train(
+      quick_args(dir, {"--nproc-per-node", "2", "train.epochs=2", "ckpt.every_steps=12", "ckpt.keep_last=10"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<int64_t> steps;
+  for (const auto& d : cohort::checkpoint::list_step_dirs(dir / "checkpoints")) {
+    EXPECT_EQ(d.serial, 0) << d.path << ": step " << d.step << " was saved twice";
+    steps.push_back(d.step);
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{48, 36, 24, 12}));
 }

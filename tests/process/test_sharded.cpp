@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "cohort/checkpoint/Safetensors.h"
+#include "cohort/checkpoint/Steps.h"
 #include "process/Harness.h"
 
 namespace fs = std::filesystem;
@@ -16,8 +17,8 @@ using namespace cohort::testing;
 namespace {
 
 std::vector<std::string> with(const fs::path& dir, std::vector<std::string> extra) {
-  std::vector<std::string> common{"train.epochs=2", "eval.enabled=false", "optim.name=adamw", "optim.lr=0.003",
-                                  "dist.bucket_mb=0.01", "dist.first_bucket_mb=0.01"};
+  std::vector<std::string> common{"train.epochs=2", "eval.enabled=false",  "optim.name=adamw",
+                                  "optim.lr=0.003", "dist.bucket_mb=0.01", "dist.first_bucket_mb=0.01"};
   common.insert(common.end(), extra.begin(), extra.end());
   return quick_args(dir, common);
 }
@@ -25,10 +26,15 @@ std::vector<std::string> with(const fs::path& dir, std::vector<std::string> extr
 TEST(ShardedTrain, FsdpResumesBitwiseAndReshardsFrom2To3Workers) {
   const int k = 10;
   const auto full = fresh_dir("sharded-full");
-  auto r = cohort_train(with(full, {"--nproc-per-node", "2", "dist.strategy=fsdp", "train.max_steps=" + std::to_string(2 * k)}));
+  auto r = cohort_train(
+      with(full, {"--nproc-per-node", "2", "dist.strategy=fsdp", "train.max_steps=" + std::to_string(2 * k)}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(full / "checkpoints" / "last.shard-00001-of-00002.safetensors"));
-  EXPECT_TRUE(fs::exists(full / "checkpoints" / "last.commit"));
+  // One commit marker per save: the step directory's COMMIT, no last.commit beside it.
+  const auto steps = cohort::checkpoint::list_step_dirs(full / "checkpoints");
+  ASSERT_FALSE(steps.empty());
+  EXPECT_TRUE(fs::exists(steps.front().path / "COMMIT"));
+  EXPECT_FALSE(fs::exists(steps.front().path / "last.commit"));
   EXPECT_FALSE(fs::exists(full / "checkpoints" / "last.safetensors")) << "fsdp writes shards, not a full file";
 
   const auto part = fresh_dir("sharded-part");
@@ -69,7 +75,8 @@ TEST(ShardedTrain, FsdpResumesBitwiseAndReshardsFrom2To3Workers) {
   EXPECT_EQ(read_json(part / "eval.json")["images"], 500);
 
   // Another world size: 3 workers pick up the 2-worker shards; the slices are rewritten for 3.
-  r = cohort_train({"--nproc-per-node", "3", "--resume", resharded.string(), "train.max_steps=" + std::to_string(k + 4)});
+  r = cohort_train(
+      {"--nproc-per-node", "3", "--resume", resharded.string(), "train.max_steps=" + std::to_string(k + 4)});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resuming at step " + std::to_string(k)), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(resharded / "checkpoints" / "last.shard-00002-of-00003.safetensors"));

@@ -47,12 +47,12 @@ void soak(int steps, int warmup_step, const std::string& name) {
   constexpr int kFdGrowth = 0;
   constexpr int kFdTransient = 4;
   const auto dir = fresh_dir(name);
-  Proc launcher(cohort_argv(quick_args(dir, {"--nproc-per-node", "4", "model.name=mlp", "model.width=16",
-                                             "data.batch_size=8", "data.train_limit=0", "train.epochs=2",
-                                             "train.max_steps=" + std::to_string(steps), "eval.enabled=false", "log.every_steps=100",
-                                             "log.progress=plain", "train.threads=1"})));
+  Proc launcher(cohort_argv(
+      quick_args(dir, {"--nproc-per-node", "4", "model.name=mlp", "model.width=16", "data.batch_size=8",
+                       "data.train_limit=0", "train.epochs=2", "train.max_steps=" + std::to_string(steps),
+                       "eval.enabled=false", "log.every_steps=100", "log.progress=plain", "train.threads=1"})));
   std::map<pid_t, std::vector<std::pair<int64_t, int>>> samples;  // after warm-up: (rss KiB, fds)
-  std::vector<std::pair<double, int64_t>> total_rss;                 // (seconds, all workers' RSS)
+  std::vector<std::pair<double, int64_t>> total_rss;              // (seconds, all workers' RSS)
   const auto start = std::chrono::steady_clock::now();
   bool warm = false;
   while (std::chrono::steady_clock::now() - start < std::chrono::seconds(240)) {
@@ -83,25 +83,34 @@ void soak(int steps, int warmup_step, const std::string& name) {
       rss_max = std::max(rss_max, rss);
       fd_max = std::max(fd_max, fds);
     }
-    EXPECT_LE(rss_max - s.front().first, kRssGrowthKiB) << "worker " << pid << " RSS grew from " << s.front().first
-                                                         << " KiB to " << rss_max << " KiB";
+    EXPECT_LE(rss_max - s.front().first, kRssGrowthKiB)
+        << "worker " << pid << " RSS grew from " << s.front().first << " KiB to " << rss_max << " KiB";
     int fd_rest = fd_max;
-    for (size_t i = s.size() - std::min<size_t>(s.size(), 8); i < s.size(); ++i) fd_rest = std::min(fd_rest, s[i].second);
-    EXPECT_LE(fd_rest - s.front().second, kFdGrowth) << "worker " << pid << " open descriptors went from "
-                                                      << s.front().second << " to " << fd_rest << " at rest";
+    for (size_t i = s.size() - std::min<size_t>(s.size(), 8); i < s.size(); ++i)
+      fd_rest = std::min(fd_rest, s[i].second);
+    EXPECT_LE(fd_rest - s.front().second, kFdGrowth)
+        << "worker " << pid << " open descriptors went from " << s.front().second << " to " << fd_rest << " at rest";
     EXPECT_LE(fd_max - s.front().second, kFdTransient) << "worker " << pid << " held " << fd_max << " descriptors";
-    per_worker.push_back({{"samples", s.size()}, {"rss_kib_first", s.front().first}, {"rss_kib_max", rss_max},
-                          {"rss_kib_last", s.back().first}, {"fds_first", s.front().second}, {"fds_max", fd_max},
+    per_worker.push_back({{"samples", s.size()},
+                          {"rss_kib_first", s.front().first},
+                          {"rss_kib_max", rss_max},
+                          {"rss_kib_last", s.back().first},
+                          {"fds_first", s.front().second},
+                          {"fds_max", fd_max},
                           {"fds_at_rest_last", fd_rest}});
   }
   nlohmann::json curve = nlohmann::json::array();
   for (const auto& [t, rss] : total_rss) curve.push_back({{"seconds", t}, {"rss_kib_all_workers", rss}});
-  std::ofstream(dir / "soak.json") << nlohmann::json{{"steps", steps}, {"workers", 4}, {"warmup_step", warmup_step},
+  std::ofstream(dir / "soak.json") << nlohmann::json{{"steps", steps},
+                                                     {"workers", 4},
+                                                     {"warmup_step", warmup_step},
                                                      {"bound_rss_growth_kib", kRssGrowthKiB},
-                                                     {"bound_fd_growth", kFdGrowth}, {"bound_fd_transient", kFdTransient}, {"per_worker", per_worker},
+                                                     {"bound_fd_growth", kFdGrowth},
+                                                     {"bound_fd_transient", kFdTransient},
+                                                     {"per_worker", per_worker},
                                                      {"curve", curve}}
-                                         .dump(1)
-                                  << "\n";
+                                          .dump(1)
+                                   << "\n";
 }
 
 }  // namespace

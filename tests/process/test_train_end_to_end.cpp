@@ -42,9 +42,9 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
   const auto weights = cohort::checkpoint::load_safetensors(dir / "checkpoints" / "last.safetensors");
   std::vector<std::string> names;
   for (const auto& [n, t] : weights.tensors) names.push_back(n);
-  for (const char* expected : {"conv1.weight", "bn1.running_mean", "layer1.0.conv1.weight", "layer1.0.bn1.running_var",
-                               "layer2.0.downsample.0.weight", "layer2.0.downsample.1.num_batches_tracked",
-                               "fc.weight", "fc.bias"})
+  for (const char* expected :
+       {"conv1.weight", "bn1.running_mean", "layer1.0.conv1.weight", "layer1.0.bn1.running_var",
+        "layer2.0.downsample.0.weight", "layer2.0.downsample.1.num_batches_tracked", "fc.weight", "fc.bias"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   // TensorBoard: one event file from rank 0 holding the file_version event, 6 training scalars and 3
   // resource scalars per rank (RSS, peak RSS, CPU; no GPU here) per log line (48), and 3 per evaluation

@@ -60,13 +60,12 @@ class Upload : public MotoSuite {
                                     << " bytes local";
     }
   }
-
 };
 
 TEST_F(Upload, BestCheckpointArrivesByteIdentical) {
   const auto dir = fresh_dir("upload-ok");
-  const auto r = train_and_upload(dir, "runs", {"train.epochs=1", "--s3-endpoint", moto_->endpoint()},
-                                  moto_->secret_key());
+  const auto r =
+      train_and_upload(dir, "runs", {"train.epochs=1", "--s3-endpoint", moto_->endpoint()}, moto_->secret_key());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto up = read_json(dir / "summary.json").at("upload");
   EXPECT_EQ(up.at("ok"), true) << up.dump();
@@ -82,8 +81,8 @@ TEST_F(Upload, BestCheckpointArrivesByteIdentical) {
 
 TEST_F(Upload, WrongSecretWarnsAndKeepsRunAndCheckpoint) {
   const auto dir = fresh_dir("upload-denied");
-  const auto r = train_and_upload(dir, "denied", {"train.epochs=1", "ckpt.s3_endpoint=" + moto_->endpoint()},
-                                  "not-the-secret");
+  const auto r =
+      train_and_upload(dir, "denied", {"train.epochs=1", "ckpt.s3_endpoint=" + moto_->endpoint()}, "not-the-secret");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto up = read_json(dir / "summary.json").at("upload");
   EXPECT_EQ(up.at("ok"), false) << up.dump();
@@ -128,8 +127,9 @@ TEST_F(Upload, EveryTimeUploadsEachImprovementAndEndsWithTheFinalBest) {
 // marker, so the bucket holds a checkpoint `cohort export` can reassemble.
 TEST_F(Upload, ShardedBestUploadsEveryShardManifestAndCommitMarker) {
   const auto dir = fresh_dir("upload-sharded");
-  const auto r = train_and_upload(dir, "sharded", {"train.epochs=1", "dist.strategy=fsdp", "--s3-endpoint", moto_->endpoint()},
-                                  moto_->secret_key());
+  const auto r =
+      train_and_upload(dir, "sharded", {"train.epochs=1", "dist.strategy=fsdp", "--s3-endpoint", moto_->endpoint()},
+                       moto_->secret_key());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto up = read_json(dir / "summary.json").at("upload");
   EXPECT_EQ(up.at("ok"), true) << up.dump();

@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
     if (what == "sampler" && argc == 2) return sampler();
     if (what == "safetensors-copy" && argc == 4) return safetensors_copy(argv[2], argv[3]);
     if (what == "preprocess" && argc >= 4) return preprocess(argv[2], argc - 3, argv + 3);
-    if (what == "loss" && argc >= 4) return loss_and_grad(argv[2], argv[3], std::vector<std::string>(argv + 4, argv + argc));
+    if (what == "loss" && argc >= 4)
+      return loss_and_grad(argv[2], argv[3], std::vector<std::string>(argv + 4, argv + argc));
     if (what == "optim" && argc >= 7)
       return optim_steps(argv[2], argv[3], std::stoll(argv[4]), std::stoll(argv[5]), std::stod(argv[6]),
                          std::vector<std::string>(argv + 7, argv + argc));

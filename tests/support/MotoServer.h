@@ -148,7 +148,8 @@ class MotoServer {
     for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) r.out.append(buf, n);
     const int status = ::pclose(p);
     r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!r.ok) r.error = "aws " + args + " failed (status " + std::to_string(status) + "): " + moto_detail::read_file(log);
+    if (!r.ok)
+      r.error = "aws " + args + " failed (status " + std::to_string(status) + "): " + moto_detail::read_file(log);
     return r;
   }
 
@@ -182,8 +183,13 @@ class MotoServer {
     const std::string log = (dir_ / "moto.log").string();
     const std::string port = std::to_string(port_);
     // env(1) sets the count for moto alone; the argv strings live until execv in the child.
-    std::vector<std::string> args{"/usr/bin/env", "INITIAL_NO_AUTH_ACTION_COUNT=" + std::to_string(kUnauthenticatedCalls),
-                                  moto_, "-H", "127.0.0.1", "-p", port};
+    std::vector<std::string> args{"/usr/bin/env",
+                                  "INITIAL_NO_AUTH_ACTION_COUNT=" + std::to_string(kUnauthenticatedCalls),
+                                  moto_,
+                                  "-H",
+                                  "127.0.0.1",
+                                  "-p",
+                                  port};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -217,8 +223,8 @@ class MotoServer {
       if (up) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    throw std::runtime_error("moto_server did not listen on port " + port + " within 30 s: " +
-                             moto_detail::read_file(log));
+    throw std::runtime_error("moto_server did not listen on port " + port +
+                             " within 30 s: " + moto_detail::read_file(log));
   }
 
   // Exactly kUnauthenticatedCalls requests.
@@ -262,7 +268,9 @@ class MotoSuite : public ::testing::Test {
   static void TearDownTestSuite() { moto_.reset(); }
 
   void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    if (!skip_.empty()) {
+      GTEST_SKIP() << skip_;
+    }
     // A server that failed to start is a failure, never a skip.
     ASSERT_TRUE(moto_) << error_;
   }

@@ -16,9 +16,7 @@ GradScaler::GradScaler(const AmpConfig& cfg, bool enabled) : cfg_(cfg), enabled_
   state_.scale = cfg_.init_scale;
 }
 
-at::Tensor GradScaler::scale(const at::Tensor& loss) const {
-  return enabled() ? loss * state_.scale : loss;
-}
+at::Tensor GradScaler::scale(const at::Tensor& loss) const { return enabled() ? loss * state_.scale : loss; }
 
 bool GradScaler::update(bool found_inf) {
   if (!enabled()) return false;

@@ -7,7 +7,6 @@
 namespace cohort::amp {
 namespace {
 
-
 bool is_batchnorm(const torch::nn::Module& m) {
   return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m) || dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m) ||
          dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m);

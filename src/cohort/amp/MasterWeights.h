@@ -13,12 +13,14 @@
 
 #include <torch/nn/module.h>
 
+#include "cohort/checkpoint/Names.h"
 #include "cohort/optim/Optimizer.h"
 
 namespace cohort::amp {
 
-// The training-state names of fp32 master weights: "master.<parameter name>", for every strategy.
-inline const std::string kMasterPrefix = "master.";
+// The training-state names of fp32 master weights: "master.<parameter name>", for every strategy (the
+// prefix belongs to the checkpoint format).
+inline const std::string& kMasterPrefix = checkpoint::names::kMasterPrefix;
 
 // Casts every parameter and buffer of `model` to fp16, except those of batch-norm modules, which stay
 // fp32 as Apex O2's keep_batchnorm_fp32 does: their statistics would lose too much in fp16, and cuDNN

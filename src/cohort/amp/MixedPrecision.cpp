@@ -14,7 +14,8 @@ Precision parse_precision(const std::string& name) {
   if (name == "fp16") return Precision::kFp16;
   if (name == "fp16-master") return Precision::kFp16Master;
   COHORT_ASSERT(name != "auto", "amp.precision=auto resolved (train::resolve_auto) before MixedPrecision");
-  throw ConfigError("amp.precision '" + name + "' is not a precision cohort knows", "use fp32, bf16, fp16 or fp16-master");
+  throw ConfigError("amp.precision '" + name + "' is not a precision cohort knows",
+                    "use fp32, bf16, fp16 or fp16-master");
 }
 
 MixedPrecision::MixedPrecision(const AmpConfig& cfg, c10::Device device, bool lead)
@@ -24,9 +25,10 @@ MixedPrecision::MixedPrecision(const AmpConfig& cfg, c10::Device device, bool le
       lead_(lead),
       scaler_(cfg, /*enabled=*/precision_ == Precision::kFp16 || precision_ == Precision::kFp16Master) {
   if (precision_ == Precision::kFp16Master && device_.is_cpu())
-    throw ConfigError("amp.precision=fp16-master needs a CUDA device: LibTorch's CPU kernels for convolution, "
-                      "matrix products and batch norm do not take fp16 weights",
-                      "on CPU use amp.precision=bf16, or fp16 (loss scaling with fp32 compute)");
+    throw ConfigError(
+        "amp.precision=fp16-master needs a CUDA device: LibTorch's CPU kernels for convolution, "
+        "matrix products and batch norm do not take fp16 weights",
+        "on CPU use amp.precision=bf16, or fp16 (loss scaling with fp32 compute)");
   if (precision_ == Precision::kFp16 && device_.is_cpu() && lead_)
     std::cout << "cohort: note: amp.precision=fp16 on CPU: LibTorch has no fp16 CPU kernels for conv and matmul, "
                  "so the forward computes in fp32; dynamic loss scaling runs as on a GPU (use bf16 for 16-bit "

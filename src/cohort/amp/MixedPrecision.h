@@ -25,8 +25,8 @@
 #include <memory>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
+#include <nlohmann/json.hpp>
 
 #include "cohort/amp/Autocast.h"
 #include "cohort/amp/GradScaler.h"

@@ -6,7 +6,8 @@
 #include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
-#include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/Names.h"
+#include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/checkpoint/Steps.h"
 #include "cohort/util/Error.h"
 
@@ -82,13 +83,13 @@ void save(const fs::path& dir, const std::string& tag, const torch::nn::Module& 
                           "check run.dir is writable and the disk has space");
   // The weights go first: if we crash between the two renames, load() sees differing steps and says so,
   // and the previous pair is only ever replaced file by file, never truncated.
-  save_safetensors(dir / (tag + ".safetensors"), model_state(module), format_metadata("cohort-model", state));
+  save_safetensors(dir / names::weights_file(tag), model_state(module), format_metadata("cohort-model", state));
   auto meta = format_metadata("cohort-train-state", state);
   meta["best_test_accuracy"] = std::to_string(state.best_test_accuracy);
   meta["world_size"] = std::to_string(state.world_size);
   meta["config"] = state.config_json;
   if (state.loss_scale > 0) meta["amp_scaler"] = scaler_json(state);
-  save_safetensors(dir / (tag + ".state.safetensors"), optimizer_state, meta);
+  save_safetensors(dir / names::state_file(tag), optimizer_state, meta);
   remove_sharded(dir, tag);  // a sharded save of this tag from a run resumed under ddp is stale now
 }
 
@@ -105,8 +106,8 @@ TrainState parse_train_state(const SafetensorsFile& file, const std::string& sou
 }
 
 std::string scaler_json(const TrainState& s) {
-  return nlohmann::json{{"scale", s.loss_scale}, {"growth_tracker", s.loss_scale_growth_tracker},
-                        {"skipped_steps", s.skipped_steps}}
+  return nlohmann::json{
+      {"scale", s.loss_scale}, {"growth_tracker", s.loss_scale_growth_tracker}, {"skipped_steps", s.skipped_steps}}
       .dump();
 }
 
@@ -116,7 +117,8 @@ void parse_scaler_json(const std::string& text, TrainState& s, const std::string
     const double scale = j.at("scale").get<double>();
     const auto tracker = j.at("growth_tracker").get<int64_t>();
     const auto skipped = j.at("skipped_steps").get<int64_t>();
-    if (!(scale > 0 && std::isfinite(scale)) || tracker < 0 || skipped < 0) throw std::out_of_range("value out of range");
+    if (!(scale > 0 && std::isfinite(scale)) || tracker < 0 || skipped < 0)
+      throw std::out_of_range("value out of range");
     s.loss_scale = scale;
     s.loss_scale_growth_tracker = tracker;
     s.skipped_steps = skipped;
@@ -126,9 +128,13 @@ void parse_scaler_json(const std::string& text, TrainState& s, const std::string
   }
 }
 
+void export_weights(const Checkpoint& ck, const fs::path& out) {
+  save_safetensors(out, ck.model, format_metadata("cohort-model", ck.state));
+}
+
 Checkpoint load(const fs::path& dir, const std::string& tag) {
-  const fs::path model_path = dir / (tag + ".safetensors");
-  const fs::path state_path = dir / (tag + ".state.safetensors");
+  const fs::path model_path = dir / names::weights_file(tag);
+  const fs::path state_path = dir / names::state_file(tag);
   for (const auto& p : {model_path, state_path})
     if (!fs::exists(p))
       throw CheckpointError("checkpoint file " + p.string() + " does not exist",
@@ -150,8 +156,9 @@ Checkpoint load(const fs::path& dir, const std::string& tag) {
 }
 
 fs::path resolve_resume_dir(const fs::path& path) {
-  if (fs::exists(path / "checkpoints")) return path / "checkpoints";
-  if (fs::exists(path / "last.safetensors") || fs::exists(path / "last.manifest.json") || !list_step_dirs(path).empty())
+  if (fs::exists(path / names::kCheckpointsDir)) return path / names::kCheckpointsDir;
+  if (fs::exists(path / names::weights_file(names::kLast)) || fs::exists(path / names::manifest_file(names::kLast)) ||
+      !list_step_dirs(path).empty())
     return path;
   throw CheckpointError("nothing to resume in '" + path.string() + "': no checkpoints/ directory or last.safetensors",
                         "pass the run directory of an earlier `cohort train` (it holds checkpoints/)");
@@ -182,7 +189,7 @@ std::vector<std::string> load_weights(torch::nn::Module& module, const NamedTens
     const std::string& name = entry.first;
     if (!given.count(name) && std::find(replaced.begin(), replaced.end(), name) == replaced.end() &&
         std::none_of(mismatched.begin(), mismatched.end(),
-                                           [&](const std::string& m) { return m.rfind(name + " ", 0) == 0; }))
+                     [&](const std::string& m) { return m.rfind(name + " ", 0) == 0; }))
       missing.push_back(name);
   }
   if (!unexpected.empty() || !missing.empty() || !mismatched.empty()) {

@@ -60,6 +60,10 @@ Checkpoint load(const std::filesystem::path& dir, const std::string& tag);
 // from_safetensors_bytes. Throws CheckpointError naming `source` (the file) and the entry.
 TrainState parse_train_state(const SafetensorsFile& file, const std::string& source);
 
+// `cohort export`: the checkpoint's model weights as one ordinary safetensors file at `out` (a
+// "cohort-model" file, as <tag>.safetensors is), whatever layout the checkpoint was saved in.
+void export_weights(const Checkpoint& ck, const std::filesystem::path& out);
+
 // Accepts a run directory or its checkpoints directory; returns the checkpoints directory.
 std::filesystem::path resolve_resume_dir(const std::filesystem::path& path);
 

@@ -34,9 +34,8 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16},
-    {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
-    {"U8", at::kByte},    {"BOOL", at::kBool},
+    {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"I64", at::kLong},
+    {"I32", at::kInt},    {"I16", at::kShort}, {"I8", at::kChar},  {"U8", at::kByte},       {"BOOL", at::kBool},
 };
 
 const DtypeInfo* find_dtype(at::ScalarType t) {
@@ -75,15 +74,14 @@ std::string build_header(const NamedTensors& tensors, const std::map<std::string
     if (!seen.insert(name).second)
       throw CheckpointError("cannot save two tensors named '" + name + "' in one safetensors file",
                             "give every tensor a unique name");
-    if (!t.defined())
-      throw CheckpointError("cannot save tensor '" + name + "': it is undefined");
+    if (!t.defined()) throw CheckpointError("cannot save tensor '" + name + "': it is undefined");
     if (t.layout() != at::kStrided || t.is_quantized())
       throw CheckpointError("cannot save tensor '" + name + "': only dense tensors can be saved",
                             "convert it with .to_dense() (or dequantize) first");
     const DtypeInfo* d = find_dtype(t.scalar_type());
     if (d == nullptr)
-      throw CheckpointError("cannot save tensor '" + name + "': dtype " +
-                                std::string(c10::toString(t.scalar_type())) + " is not supported",
+      throw CheckpointError("cannot save tensor '" + name + "': dtype " + std::string(c10::toString(t.scalar_type())) +
+                                " is not supported",
                             "supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL; convert it with .to(...)");
     const std::uint64_t n = static_cast<std::uint64_t>(t.numel()) * t.element_size();
     nbytes.push_back(n);
@@ -212,9 +210,7 @@ Entry parse_entry(const std::string& source, const std::string& name, const Orde
 
 std::string to_safetensors_bytes(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
   std::string out;
-  serialize(tensors, metadata, [&out](const void* p, std::size_t n) {
-    out.append(static_cast<const char*>(p), n);
-  });
+  serialize(tensors, metadata, [&out](const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); });
   return out;
 }
 
@@ -232,11 +228,11 @@ SafetensorsFile from_safetensors_bytes(std::string_view bytes, const std::string
   std::uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);  // little-endian on disk and on the host
   if (n > kSafetensorsMaxHeaderBytes)
-    corrupt(src, "header length " + std::to_string(n) + " exceeds the " +
-                     std::to_string(kSafetensorsMaxHeaderBytes) + "-byte cap");
+    corrupt(src, "header length " + std::to_string(n) + " exceeds the " + std::to_string(kSafetensorsMaxHeaderBytes) +
+                     "-byte cap");
   if (n > bytes.size() - 8)
-    corrupt(src, "header length " + std::to_string(n) + " is larger than the " +
-                     std::to_string(bytes.size() - 8) + " bytes that follow it");
+    corrupt(src, "header length " + std::to_string(n) + " is larger than the " + std::to_string(bytes.size() - 8) +
+                     " bytes that follow it");
   const std::string_view header_text = bytes.substr(8, n);
   const std::string_view data = bytes.substr(8 + n);
 
@@ -274,20 +270,19 @@ SafetensorsFile from_safetensors_bytes(std::string_view bytes, const std::string
 
   // Stable, so tensors at the same offset (empty ones) keep their header order; our writer lists tensors
   // in the order it was given, so files it wrote come back in that order.
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   std::uint64_t cursor = 0;
   for (const Entry& e : entries) {
     const std::string range = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
     if (e.end > data.size())
-      corrupt(src, "tensor '" + e.name + "': data_offsets " + range + " run past the " +
-                       std::to_string(data.size()) + " data bytes in the file");
+      corrupt(src, "tensor '" + e.name + "': data_offsets " + range + " run past the " + std::to_string(data.size()) +
+                       " data bytes in the file");
     if (e.begin < cursor)
       corrupt(src, "tensor '" + e.name + "': data_offsets " + range + " overlap the previous tensor, which ends at " +
                        std::to_string(cursor));
     if (e.begin > cursor)
-      corrupt(src, "tensor '" + e.name + "': data_offsets " + range + " leave a hole after byte " +
-                       std::to_string(cursor));
+      corrupt(src,
+              "tensor '" + e.name + "': data_offsets " + range + " leave a hole after byte " + std::to_string(cursor));
     cursor = e.end;
   }
   if (cursor != data.size())

@@ -43,8 +43,7 @@ void save_safetensors(const std::filesystem::path& path, const NamedTensors& ten
 SafetensorsFile load_safetensors(const std::filesystem::path& path);
 
 // The same format in memory. `source_name` names the bytes in error messages (usually the file path).
-std::string to_safetensors_bytes(const NamedTensors& tensors,
-                                 const std::map<std::string, std::string>& metadata);
+std::string to_safetensors_bytes(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata);
 SafetensorsFile from_safetensors_bytes(std::string_view bytes, const std::string& source_name);
 
 }  // namespace cohort::checkpoint

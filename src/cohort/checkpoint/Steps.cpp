@@ -8,7 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/Names.h"
+#include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
 
@@ -16,12 +17,10 @@ namespace cohort::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr char kPrefix[] = "step-";
-
 std::optional<StepDir> parse_name(const fs::path& p) {
   const std::string name = p.filename().string();
-  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
-  const std::string rest = name.substr(sizeof kPrefix - 1);
+  if (name.rfind(names::kStepDirPrefix, 0) != 0) return std::nullopt;
+  const std::string rest = name.substr(names::kStepDirPrefix.size());
   const auto dot = rest.find('.');
   const std::string digits = rest.substr(0, dot);
   const std::string serial = dot == std::string::npos ? "0" : rest.substr(dot + 1);
@@ -35,9 +34,10 @@ std::optional<StepDir> parse_name(const fs::path& p) {
 std::string dir_name(int64_t step, int64_t serial) {
   char buf[48];
   if (serial == 0)
-    std::snprintf(buf, sizeof buf, "%s%08lld", kPrefix, static_cast<long long>(step));
+    std::snprintf(buf, sizeof buf, "%s%08lld", names::kStepDirPrefix.c_str(), static_cast<long long>(step));
   else
-    std::snprintf(buf, sizeof buf, "%s%08lld.%lld", kPrefix, static_cast<long long>(step), static_cast<long long>(serial));
+    std::snprintf(buf, sizeof buf, "%s%08lld.%lld", names::kStepDirPrefix.c_str(), static_cast<long long>(step),
+                  static_cast<long long>(serial));
   return buf;
 }
 
@@ -52,7 +52,7 @@ std::string read_text(const fs::path& p) {
 bool is_step_link(const fs::path& p) {
   std::error_code ec;
   if (!fs::is_symlink(fs::symlink_status(p, ec))) return false;
-  return fs::read_symlink(p, ec).string().rfind(kPrefix, 0) == 0;
+  return fs::read_symlink(p, ec).string().rfind(names::kStepDirPrefix, 0) == 0;
 }
 
 void link_atomically(const fs::path& link, const fs::path& target) {
@@ -117,7 +117,7 @@ CommitMarker parse_commit_marker(std::string_view text, const std::string& sourc
 }
 
 std::string step_dir_problem(const fs::path& step_dir) {
-  const fs::path marker = step_dir / kCommitMarker;
+  const fs::path marker = step_dir / names::kStepCommit;
   std::error_code ec;
   if (!fs::exists(marker, ec)) return "no COMMIT marker (the save was cut off before it finished)";
   try {
@@ -139,12 +139,12 @@ void commit_step(const fs::path& ck_dir, const fs::path& step_dir, int64_t step,
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(step_dir)) {
     const auto name = e.path().filename().string();
-    if (name == kCommitMarker || name.find(".tmp.") != std::string::npos) continue;
+    if (name == names::kStepCommit || name.find(".tmp.") != std::string::npos) continue;
     names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   for (const auto& name : names) files.push_back({{"name", name}, {"bytes", fs::file_size(step_dir / name)}});
-  util::write_file_atomic(step_dir / kCommitMarker,
+  util::write_file_atomic(step_dir / names::kStepCommit,
                           nlohmann::json{{"step", step}, {"files", files}}.dump(1) + "\n");
 
   // Links: ck_dir/<name> -> step-N/<name> for this save's files. Links into older saves go, and so do
@@ -154,8 +154,8 @@ void commit_step(const fs::path& ck_dir, const fs::path& step_dir, int64_t step,
   const std::string tag_prefix = names.empty() ? std::string() : names.front().substr(0, names.front().find('.') + 1);
   for (const auto& e : fs::directory_iterator(ck_dir, ec)) {
     const auto name = e.path().filename().string();
-    const bool ours = is_step_link(e.path()) ||
-                      (!tag_prefix.empty() && name.rfind(tag_prefix, 0) == 0 && !e.is_directory(ec));
+    const bool ours =
+        is_step_link(e.path()) || (!tag_prefix.empty() && name.rfind(tag_prefix, 0) == 0 && !e.is_directory(ec));
     if (ours && std::find(names.begin(), names.end(), name) == names.end()) fs::remove(e.path(), ec);
   }
   for (const auto& name : names) {
@@ -180,9 +180,10 @@ void commit_step(const fs::path& ck_dir, const fs::path& step_dir, int64_t step,
 
 bool has_resumable(const fs::path& ck_dir) {
   for (const auto& d : list_step_dirs(ck_dir))
-    if (fs::exists(d.path / kCommitMarker)) return true;
+    if (fs::exists(d.path / names::kStepCommit)) return true;
   std::error_code ec;
-  return fs::exists(ck_dir / "last.safetensors", ec) || fs::exists(ck_dir / "last.commit", ec);
+  return fs::exists(ck_dir / names::weights_file(names::kLast), ec) ||
+         fs::exists(ck_dir / names::commit_file(names::kLast), ec);
 }
 
 Latest load_latest(const fs::path& ck_dir) {
@@ -192,7 +193,7 @@ Latest load_latest(const fs::path& ck_dir) {
     std::string problem = step_dir_problem(d.path);
     if (problem.empty()) {
       try {
-        out.checkpoint = load_any(d.path, "last");
+        out.checkpoint = load_any(d.path, names::kLast);
         out.dir = d.path;
         return out;
       } catch (const Error& e) {
@@ -203,11 +204,13 @@ Latest load_latest(const fs::path& ck_dir) {
   }
   // Runs saved before step directories keep last.* directly in ck_dir (regular files, not our links).
   std::error_code ec;
-  const bool flat = (fs::exists(ck_dir / "last.safetensors", ec) && !is_step_link(ck_dir / "last.safetensors")) ||
-                    (fs::exists(ck_dir / "last.manifest.json", ec) && !is_step_link(ck_dir / "last.manifest.json"));
+  const auto weights = ck_dir / names::weights_file(names::kLast),
+             manifest = ck_dir / names::manifest_file(names::kLast);
+  const bool flat =
+      (fs::exists(weights, ec) && !is_step_link(weights)) || (fs::exists(manifest, ec) && !is_step_link(manifest));
   if (flat) {
     try {
-      out.checkpoint = load_any(ck_dir, "last");
+      out.checkpoint = load_any(ck_dir, names::kLast);
       out.dir = ck_dir;
       return out;
     } catch (const Error& e) {
@@ -226,8 +229,8 @@ ModelWeights load_model_weights(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(path)) return {load_safetensors(path).tensors, path.string()};
   const auto dir = resolve_resume_dir(path);
-  if (fs::exists(dir / "best.safetensors") || fs::exists(dir / "best.manifest.json"))
-    return {load_any(dir, "best").model, (dir / "best").string()};
+  if (fs::exists(dir / names::weights_file(names::kBest)) || fs::exists(dir / names::manifest_file(names::kBest)))
+    return {load_any(dir, names::kBest).model, (dir / names::kBest).string()};
   auto latest = load_latest(dir);
   return {std::move(latest.checkpoint.model), latest.dir.string()};
 }

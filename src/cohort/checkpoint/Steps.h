@@ -21,10 +21,9 @@
 #include <vector>
 
 #include "cohort/checkpoint/Checkpoint.h"
+#include "cohort/checkpoint/Names.h"
 
 namespace cohort::checkpoint {
-
-inline constexpr char kCommitMarker[] = "COMMIT";
 
 struct StepDir {
   std::filesystem::path path;
@@ -65,8 +64,8 @@ bool has_resumable(const std::filesystem::path& ck_dir);
 
 struct Latest {
   Checkpoint checkpoint;
-  std::filesystem::path dir;          // where it was loaded from
-  std::vector<std::string> skipped;   // "step-00000130: no COMMIT marker (the save was cut off)"
+  std::filesystem::path dir;         // where it was loaded from
+  std::vector<std::string> skipped;  // "step-00000130: no COMMIT marker (the save was cut off)"
 };
 
 // The newest committed step directory that loads (checksums included); each one skipped on the way is

@@ -1,7 +1,8 @@
 // The tensors of a training-state file (<tag>.train.safetensors) have three owners: the optimizer's
 // per-parameter state under its own names, a strategy's resume state (PowerSGD's residuals and Q) under
 // "strategy.", and airbench's lookahead average under "lookahead.". This is where those prefixes are
-// defined; the trainer joins the parts before a save and splits them after a load.
+// split (the prefixes themselves are in checkpoint/Names.h); the trainer joins the parts before a save and
+// splits them after a load.
 //
 //   auto saved = cohort::checkpoint::join_training_state(opt_state, strategy_state, lookahead_state);
 //   auto parts = cohort::checkpoint::split_training_state(ck.optimizer);   // parts.strategy, ...
@@ -10,11 +11,9 @@
 #include <string>
 
 #include "cohort/checkpoint/Checkpoint.h"
+#include "cohort/checkpoint/Names.h"
 
 namespace cohort::checkpoint {
-
-inline const std::string kStrategyPrefix = "strategy.";
-inline const std::string kLookaheadPrefix = "lookahead.";
 
 struct TrainingStateParts {
   NamedTensors optimizer, strategy, lookahead;

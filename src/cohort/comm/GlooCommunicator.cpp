@@ -73,9 +73,8 @@ class GlooHandle : public Handle {
       const std::string msg = e.what();
       const bool timed_out = msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
       std::ostringstream os;
-      os << ctx_.describe() << (timed_out ? " timed out after " : " failed (timeout ")
-         << ctx_.timeout.count() / 1000.0 << " s" << (timed_out ? "" : ")") << ": ranks "
-         << other_ranks(ctx_.rank, ctx_.size) << " did not complete it";
+      os << ctx_.describe() << (timed_out ? " timed out after " : " failed (timeout ") << ctx_.timeout.count() / 1000.0
+         << " s" << (timed_out ? "" : ")") << ": ranks " << other_ranks(ctx_.rank, ctx_.size) << " did not complete it";
       // Asked on a broken connection too, not only on a timeout: a peer whose timer fired first exits,
       // so a rank whose own timer had not yet fired sees "connection closed" from that peer, and only the
       // heartbeats still say who is really gone.
@@ -107,7 +106,10 @@ class GlooCommunicatorImpl : public Communicator {
  public:
   GlooCommunicatorImpl(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, c10::intrusive_ptr<c10d::Store> store, int rank,
                        int size, std::chrono::milliseconds timeout)
-      : pg_(std::move(pg)), rank_(rank), size_(size), timeout_(timeout),
+      : pg_(std::move(pg)),
+        rank_(rank),
+        size_(size),
+        timeout_(timeout),
         watch_(std::make_shared<comm::PeerWatch>(std::move(store), rank, size)) {}
 
   int rank() const override { return rank_; }
@@ -189,19 +191,22 @@ class GlooCommunicatorImpl : public Communicator {
     auto out = output;
     const int world = size_;
     const auto dtype = input.scalar_type();
-    return std::make_shared<GlooHandle>(work, context("reduce_scatter", what), [recv, send, out, n, world, op, bits16,
-                                                                                 dtype]() mutable {
-      auto chunks = (bits16 ? recv.view(dtype) : recv).view({world, n});
-      const bool widen = dtype == at::kBFloat16 || dtype == at::kHalf;
-      at::Tensor r = widen ? chunks[0].to(at::kFloat) : chunks[0].clone();
-      for (int k = 1; k < world; ++k) {
-        auto c = widen ? chunks[k].to(at::kFloat) : chunks[k];
-        if (op == ReduceOp::kSum) r.add_(c);
-        else if (op == ReduceOp::kMax) r = at::maximum(r, c);
-        else r = at::minimum(r, c);
-      }
-      out.view(-1).copy_(r);
-    });
+    return std::make_shared<GlooHandle>(work, context("reduce_scatter", what),
+                                        [recv, send, out, n, world, op, bits16, dtype]() mutable {
+                                          auto chunks = (bits16 ? recv.view(dtype) : recv).view({world, n});
+                                          const bool widen = dtype == at::kBFloat16 || dtype == at::kHalf;
+                                          at::Tensor r = widen ? chunks[0].to(at::kFloat) : chunks[0].clone();
+                                          for (int k = 1; k < world; ++k) {
+                                            auto c = widen ? chunks[k].to(at::kFloat) : chunks[k];
+                                            if (op == ReduceOp::kSum)
+                                              r.add_(c);
+                                            else if (op == ReduceOp::kMax)
+                                              r = at::maximum(r, c);
+                                            else
+                                              r = at::minimum(r, c);
+                                          }
+                                          out.view(-1).copy_(r);
+                                        });
   }
 
   // Gloo's all-reduce has no bfloat16 type (c10d's Gloo process group rejects it: "Invalid scalar
@@ -220,17 +225,20 @@ class GlooCommunicatorImpl : public Communicator {
     c10d::AllgatherOptions opts;
     opts.timeout = timeout_;
     auto out = tensor;
-    return std::make_shared<GlooHandle>(
-        pg_->allgather(outs, ins, opts), context("all_reduce", what), [gathered, out, n, op, this]() mutable {
-          auto all = gathered.view(at::kBFloat16).view({size_, n}).to(at::kFloat);
-          at::Tensor r = all[0].clone();
-          for (int k = 1; k < size_; ++k) {
-            if (op == ReduceOp::kSum) r.add_(all[k]);
-            else if (op == ReduceOp::kMax) r = at::maximum(r, all[k]);
-            else r = at::minimum(r, all[k]);
-          }
-          out.view(-1).copy_(r);
-        });
+    return std::make_shared<GlooHandle>(pg_->allgather(outs, ins, opts), context("all_reduce", what),
+                                        [gathered, out, n, op, this]() mutable {
+                                          auto all = gathered.view(at::kBFloat16).view({size_, n}).to(at::kFloat);
+                                          at::Tensor r = all[0].clone();
+                                          for (int k = 1; k < size_; ++k) {
+                                            if (op == ReduceOp::kSum)
+                                              r.add_(all[k]);
+                                            else if (op == ReduceOp::kMax)
+                                              r = at::maximum(r, all[k]);
+                                            else
+                                              r = at::minimum(r, all[k]);
+                                          }
+                                          out.view(-1).copy_(r);
+                                        });
   }
 
   HandlePtr barrier(const std::string& what) override {
@@ -281,10 +289,10 @@ CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>& 
   try {
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local_address));
   } catch (const std::exception& e) {
-    throw CommError("rank " + std::to_string(rank) + ": cannot use address '" + local_address +
-                        "' for Gloo: " + e.what(),
-                    "set COHORT_SOCKET_IFNAME (or GLOO_SOCKET_IFNAME) to the network interface that reaches "
-                    "the other machines");
+    throw CommError(
+        "rank " + std::to_string(rank) + ": cannot use address '" + local_address + "' for Gloo: " + e.what(),
+        "set COHORT_SOCKET_IFNAME (or GLOO_SOCKET_IFNAME) to the network interface that reaches "
+        "the other machines");
   }
   // Two threads are plenty: DDP keeps at most a few buckets in flight, and on a small machine every
   // extra Gloo thread competes with compute for a core.
@@ -294,8 +302,8 @@ CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>& 
     pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
   } catch (const std::exception& e) {
     throw CommError("rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                        ": Gloo could not connect to the other ranks within " +
-                        std::to_string(timeout.count() / 1000) + " s: " + e.what(),
+                        ": Gloo could not connect to the other ranks within " + std::to_string(timeout.count() / 1000) +
+                        " s: " + e.what(),
                     "check that every rank was started and can reach this machine; raise dist.timeout_s "
                     "for slow starts");
   }
@@ -306,8 +314,9 @@ CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>& 
 
 CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>&, int rank, int, const std::string&,
                                          std::chrono::milliseconds) {
-  throw CommError("rank " + std::to_string(rank) + ": dist.backend=gloo is not available: this cohort was built "
-                  "without gloo's headers",
+  throw CommError("rank " + std::to_string(rank) +
+                      ": dist.backend=gloo is not available: this cohort was built "
+                      "without gloo's headers",
                   "install libgloo-dev and rebuild, or use dist.backend=nccl on GPUs");
 }
 

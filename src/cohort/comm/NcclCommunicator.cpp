@@ -1,3 +1,5 @@
+// Over 450 lines on purpose: every collective of the NCCL backend with its stream, event and watchdog
+// handling, which share private state; each collective is a short function.
 #include "cohort/comm/NcclCommunicator.h"
 
 #include <algorithm>
@@ -94,8 +96,8 @@ std::string nccl_error(ncclComm_t comm, ncclResult_t r) {
 
 // One launched collective, as the watchdog and the handle see it.
 struct NcclWork {
-  std::string desc;  // "all_reduce 'bucket 3' (collective #12) on rank 0 of 8"
-  uint64_t seq;      // 12: what PeerWatch::diagnose asks about
+  std::string desc;                          // "all_reduce 'bucket 3' (collective #12) on rank 0 of 8"
+  uint64_t seq;                              // 12: what PeerWatch::diagnose asks about
   std::shared_ptr<at::cuda::CUDAEvent> end;  // recorded on the comm stream after the collective
   Clock::time_point launched;
 };
@@ -103,7 +105,11 @@ struct NcclWork {
 struct NcclState {
   NcclState(int rank_, int size_, int device_, std::chrono::milliseconds timeout_, ncclComm_t comm_,
             c10::intrusive_ptr<c10d::Store> store)
-      : rank(rank_), size(size_), device(static_cast<c10::DeviceIndex>(device_)), timeout(timeout_), comm(comm_),
+      : rank(rank_),
+        size(size_),
+        device(static_cast<c10::DeviceIndex>(device_)),
+        timeout(timeout_),
+        comm(comm_),
         // High priority, as in c10d: a bucket's all-reduce should not queue behind backward kernels.
         stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
         barrier_buf(at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device))),
@@ -125,7 +131,7 @@ struct NcclState {
   std::mutex mu;
   bool aborted = false;
   std::string failure, failure_desc, failure_hint;  // the first failure; every later call rethrows it
-  std::deque<std::shared_ptr<NcclWork>> works;       // in launch order, which is completion order
+  std::deque<std::shared_ptr<NcclWork>> works;      // in launch order, which is completion order
   bool stopping = false;
   std::condition_variable cv;
   std::thread watchdog;
@@ -162,8 +168,9 @@ struct NcclState {
     std::string others;
     for (int r = 0; r < size; ++r)
       if (r != rank) others += (others.empty() ? "" : ",") + std::to_string(r);
-    fail_locked(w.desc, w.desc + " did not complete within " + seconds(timeout) + ": of ranks {" + others +
-                            "}, at least one did not reach it or died in it; " + who,
+    fail_locked(w.desc,
+                w.desc + " did not complete within " + seconds(timeout) + ": of ranks {" + others +
+                    "}, at least one did not reach it or died in it; " + who,
                 "rerun with NCCL_DEBUG=INFO and check that every rank reached this collective (look for a "
                 "rank-dependent branch, or a rank that failed first: see its error), or raise dist.timeout_s");
   }
@@ -265,13 +272,13 @@ struct NcclState {
                       "move the model and its tensors to cuda:<local rank> first, or use dist.backend=gloo for "
                       "CPU training");
     if (t.device().index() != device)
-      throw CommError(where + " is on " + t.device().str() + ", but this rank's NCCL communicator is on cuda:" +
-                          std::to_string(device),
+      throw CommError(where + " is on " + t.device().str() +
+                          ", but this rank's NCCL communicator is on cuda:" + std::to_string(device),
                       "each rank uses the GPU of its local rank: .to(torch::Device(torch::kCUDA, local_rank))");
     if (!t.is_contiguous())
-      throw CommError(where + " is not contiguous (sizes " + c10::str(t.sizes()) + ", strides " +
-                          c10::str(t.strides()) + ")",
-                      "pass .contiguous() or a flat bucket; NCCL reads one dense block of memory");
+      throw CommError(
+          where + " is not contiguous (sizes " + c10::str(t.sizes()) + ", strides " + c10::str(t.strides()) + ")",
+          "pass .contiguous() or a flat bucket; NCCL reads one dense block of memory");
     if (!to_nccl(t.scalar_type()))
       throw CommError(where + " has type " + std::string(c10::toString(t.scalar_type())) +
                           ", which the NCCL backend does not carry",
@@ -299,8 +306,10 @@ struct NcclState {
       // Finalize waits for this rank's outstanding NCCL work; bounded, as every wait here.
       const ncclResult_t r =
           quiet ? settle(comm, ncclCommFinalize(comm), Clock::now() + timeout, sleep_for) : ncclInProgress;
-      if (r == ncclSuccess) ncclCommDestroy(comm);
-      else ncclCommAbort(comm);
+      if (r == ncclSuccess)
+        ncclCommDestroy(comm);
+      else
+        ncclCommAbort(comm);
     }
     comm = nullptr;
   }
@@ -411,10 +420,10 @@ CommunicatorPtr NcclCommunicator::create(c10::intrusive_ptr<c10d::Store> store, 
     const std::string why = r == ncclInProgress ? "the other ranks did not all join within " + detail::seconds(timeout)
                                                 : detail::nccl_error(comm, r);
     if (comm) ncclCommAbort(comm);
-    throw CommError(who + ": NCCL could not set up its communicator on cuda:" + std::to_string(device_index) +
-                        ": " + why,
-                    "check that every rank was started and reached rendezvous; rerun with NCCL_DEBUG=INFO, and set "
-                    "NCCL_SOCKET_IFNAME if the machines have several network interfaces");
+    throw CommError(
+        who + ": NCCL could not set up its communicator on cuda:" + std::to_string(device_index) + ": " + why,
+        "check that every rank was started and reached rendezvous; rerun with NCCL_DEBUG=INFO, and set "
+        "NCCL_SOCKET_IFNAME if the machines have several network interfaces");
   }
   std::shared_ptr<detail::NcclState> state;
   try {
@@ -512,8 +521,7 @@ HandlePtr NcclCommunicator::reduce_scatter(const at::Tensor& output, const at::T
   const auto in = on_device(input, state_->device);
   const auto out = on_device(output, state_->device);
   auto work = state_->launch("reduce_scatter", what, {in, out}, [&](ncclDataType_t dtype, cudaStream_t st) {
-    return ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), dtype, detail::to_nccl(op), state_->comm,
-                             st);
+    return ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), dtype, detail::to_nccl(op), state_->comm, st);
   });
   return handle_for(state_, std::move(work), output, out);
 }

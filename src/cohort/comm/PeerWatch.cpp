@@ -127,7 +127,8 @@ void check_same_collective(const at::Tensor& all, int rank, uint64_t seq, const 
   const int64_t* a = rows.data_ptr<int64_t>();
   std::string diff;
   for (int64_t r = 0; r < rows.size(0); ++r)
-    if (!std::equal(a + 3 * r, a + 3 * r + 3, a + 3 * rank)) diff += "; rank " + std::to_string(r) + " called " + describe(a + 3 * r);
+    if (!std::equal(a + 3 * r, a + 3 * r + 3, a + 3 * rank))
+      diff += "; rank " + std::to_string(r) + " called " + describe(a + 3 * r);
   if (!diff.empty())
     throw CommError("collective #" + std::to_string(seq) + " differs across ranks: rank " + std::to_string(rank) +
                         " called " + describe(a + 3 * rank) + " ('" + what + "')" + diff,

@@ -2,8 +2,8 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <netdb.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,8 +13,8 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "cohort/comm/AuthStore.h"
 #include "cohort/comm/GlooCommunicator.h"
+#include "cohort/store/AuthStore.h"
 #if COHORT_HAVE_NCCL
 #include <torch/cuda.h>
 
@@ -58,17 +58,16 @@ CommunicatorPtr nccl_communicator(const World& world, std::chrono::milliseconds 
   return NcclCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/nccl", world.store), info.rank,
                                   info.world_size, info.local_rank, timeout);
 #else
-  throw CommError(who + ": dist.backend=nccl is not available: this cohort was built without CUDA (COHORT_CUDA=OFF: "
-                        "the LibTorch it was built against has no CUDA)",
+  throw CommError(who +
+                      ": dist.backend=nccl is not available: this cohort was built without CUDA (COHORT_CUDA=OFF: "
+                      "the LibTorch it was built against has no CUDA)",
                   "build against a CUDA LibTorch (scripts/gpu-check shows how) or use dist.backend=gloo");
 #endif
 }
 
 }  // namespace
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
 std::string rendezvous_secret(const WorldInfo& info) {
   std::string secret = store::secret_from_env();
@@ -150,8 +149,8 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
                       "check that torchrun's agent is running and MASTER_ADDR/MASTER_PORT are right");
     }
     if (info.agent_store)
-      world.store = c10::make_intrusive<c10d::PrefixStore>(
-          "/worker/attempt_" + std::to_string(info.restart_count), world.store);
+      world.store =
+          c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(info.restart_count), world.store);
   }
   world.store->setTimeout(timeout);
   // Two processes given the same rank would otherwise wait in Gloo's connect until the timeout and fail
@@ -164,8 +163,9 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
                               std::to_string(info.world_size) + " (the second was node " +
                               std::to_string(info.node_rank) + ", local rank " + std::to_string(info.local_rank) + ")";
       world.store->set("cohort/duplicate_rank", std::vector<uint8_t>(msg.begin(), msg.end()));
-      throw CommError(who + ": " + msg, "give every machine its own --node-rank (0 .. nnodes-1), or every process "
-                                        "its own RANK / SLURM_PROCID");
+      throw CommError(who + ": " + msg,
+                      "give every machine its own --node-rank (0 .. nnodes-1), or every process "
+                      "its own RANK / SLURM_PROCID");
     }
   }
   if (backend != "gloo" && backend != "nccl")
@@ -173,8 +173,7 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
   try {
     if (backend == "gloo")
       world.comm = GlooCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", world.store),
-                                            info.rank, info.world_size, local_address_for(info.master_addr),
-                                            timeout);
+                                            info.rank, info.world_size, local_address_for(info.master_addr), timeout);
     else
       world.comm = nccl_communicator(world, timeout);
   } catch (const CommError& e) {

@@ -32,9 +32,9 @@ std::string str(const EnvMap& env, const std::string& key, const std::string& fa
 
 void check(const WorldInfo& w, const std::string& source) {
   if (w.world_size < 1 || w.rank >= w.world_size)
-    throw LaunchError(source + ": rank " + std::to_string(w.rank) + " is not below world size " +
-                          std::to_string(w.world_size),
-                      "the launcher's rank and world-size variables disagree");
+    throw LaunchError(
+        source + ": rank " + std::to_string(w.rank) + " is not below world size " + std::to_string(w.world_size),
+        "the launcher's rank and world-size variables disagree");
   if (w.local_world_size < 1 || w.local_rank >= w.local_world_size)
     throw LaunchError(source + ": local rank " + std::to_string(w.local_rank) + " is not below local world size " +
                           std::to_string(w.local_world_size),

@@ -1,3 +1,6 @@
+// Over 450 lines on purpose: about half is fields(), the declarative table of every key with its help,
+// choices and check (one place to read them all, and what --help and the README print); the rest parses
+// values, TOML files and overrides against it.
 #include "cohort/config/Config.h"
 
 #include <algorithm>
@@ -7,8 +10,8 @@
 #include <functional>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
+#include <nlohmann/json.hpp>
 
 #include "cohort/config/TomlGuard.h"
 #include "cohort/util/Error.h"
@@ -30,8 +33,7 @@ Check<V> non_negative() {
 }
 Check<double> in_range(double lo, double hi) {
   return [lo, hi](const double& v) {
-    return (v >= lo && v <= hi) ? std::string()
-                                : "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    return (v >= lo && v <= hi) ? std::string() : "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   };
 }
 
@@ -62,8 +64,7 @@ int64_t parse_value<int64_t>(const std::string& key, const std::string& text) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE)
-    bad_value(key, text, "expected an integer", key + "=128");
+  if (text.empty() || *end != '\0' || errno == ERANGE) bad_value(key, text, "expected an integer", key + "=128");
   return v;
 }
 template <>
@@ -100,16 +101,22 @@ std::string parse_value<std::string>(const std::string&, const std::string& text
 
 template <class V>
 std::string type_name() {
-  if constexpr (std::is_same_v<V, bool>) return "bool";
-  else if constexpr (std::is_integral_v<V>) return "int";
-  else if constexpr (std::is_floating_point_v<V>) return "float";
-  else return "string";
+  if constexpr (std::is_same_v<V, bool>)
+    return "bool";
+  else if constexpr (std::is_integral_v<V>)
+    return "int";
+  else if constexpr (std::is_floating_point_v<V>)
+    return "float";
+  else
+    return "string";
 }
 
 template <class V>
 std::string to_text(const V& v) {
-  if constexpr (std::is_same_v<V, bool>) return v ? "true" : "false";
-  else if constexpr (std::is_same_v<V, std::string>) return v;
+  if constexpr (std::is_same_v<V, bool>)
+    return v ? "true" : "false";
+  else if constexpr (std::is_same_v<V, std::string>)
+    return v;
   else {
     std::ostringstream os;
     os << v;
@@ -167,11 +174,12 @@ const std::vector<Field>& fields() {
       field("model.name", &T::model, &ModelConfig::name,
             "architecture: CIFAR-style 6n+2 ResNets (resnet8..32), torchvision's ImageNet ResNets (resnet18/34/50; "
             "torchvision's parameter names), ViT-B/32 (vit_b32; timm's names), airbench94 (airbench), or an MLP",
-            {"resnet8", "resnet14", "resnet20", "resnet32", "resnet18", "resnet34", "resnet50", "vit_b32", "airbench", "mlp"}),
+            {"resnet8", "resnet14", "resnet20", "resnet32", "resnet18", "resnet34", "resnet50", "vit_b32", "airbench",
+             "mlp"}),
       field("model.width", &T::model, &ModelConfig::width,
             "channels of the first stage of resnet8..32 (doubled per stage) or hidden units of the MLP; "
-            "resnet18/34/50 keep torchvision's widths", {},
-            positive<int64_t>()),
+            "resnet18/34/50 keep torchvision's widths",
+            {}, positive<int64_t>()),
       field("model.num_classes", &T::model, &ModelConfig::num_classes, "classes of the output layer", {},
             positive<int64_t>()),
       field("model.pretrained", &T::model, &ModelConfig::pretrained,
@@ -186,7 +194,9 @@ const std::vector<Field>& fields() {
             "batch size per worker; the global batch is this x world size", {}, positive<int64_t>()),
       field("data.augment", &T::data, &DataConfig::augment,
             "random crop with zero padding + horizontal flip on training images"),
-      field("data.crop_padding", &T::data, &DataConfig::crop_padding, "padding of the random crop, pixels (0: no crop, flips only; the 3-epoch default job is more accurate without crops)",
+      field("data.crop_padding", &T::data, &DataConfig::crop_padding,
+            "padding of the random crop, pixels (0: no crop, flips only; the 3-epoch default job is more accurate "
+            "without crops)",
             {}, non_negative<int64_t>()),
       field("data.flip", &T::data, &DataConfig::flip,
             "horizontal flips of training images: random (p = 0.5 each time) or alternating (airbench: a fixed "
@@ -195,7 +205,8 @@ const std::vector<Field>& fields() {
       field("data.image_size", &T::data, &DataConfig::image_size,
             "pixels of the images the model sees (0: the dataset's own, 224 for imagefolder); imagefolder: "
             "the RandomResizedCrop size and the validation center crop after resizing the shorter side to "
-            "image_size x 256 / 224; other datasets: a bilinear resize", {}, non_negative<int64_t>()),
+            "image_size x 256 / 224; other datasets: a bilinear resize",
+            {}, non_negative<int64_t>()),
       field("data.workers", &T::data, &DataConfig::workers,
             "imagefolder: decoding threads per worker (0: cores / local workers)", {}, non_negative<int64_t>()),
       field("data.prefetch", &T::data, &DataConfig::prefetch,
@@ -207,17 +218,16 @@ const std::vector<Field>& fields() {
             "keep the whole in-memory dataset (fashion-mnist, mnist, cifar10) on the training device and "
             "gather, augment and normalize batches there: no pixels copied per step; the host path's numbers "
             "(up to float rounding when a GPU also resizes, data.image_size)"),
-      field("data.train_limit", &T::data, &DataConfig::train_limit,
-            "use only the first N training images (0: all)", {}, non_negative<int64_t>()),
-      field("data.test_limit", &T::data, &DataConfig::test_limit,
-            "use only the first N test images (0: all)", {}, non_negative<int64_t>()),
+      field("data.train_limit", &T::data, &DataConfig::train_limit, "use only the first N training images (0: all)", {},
+            non_negative<int64_t>()),
+      field("data.test_limit", &T::data, &DataConfig::test_limit, "use only the first N test images (0: all)", {},
+            non_negative<int64_t>()),
       field("train.epochs", &T::train, &TrainLoopConfig::epochs, "passes over the training set", {},
             positive<int64_t>()),
       field("train.max_steps", &T::train, &TrainLoopConfig::max_steps,
-            "stop after this many optimizer steps (0: no limit); the schedule still spans train.epochs",
-            {}, non_negative<int64_t>()),
-      field("train.seed", &T::train, &TrainLoopConfig::seed,
-            "seed of initialization, shuffling and augmentation"),
+            "stop after this many optimizer steps (0: no limit); the schedule still spans train.epochs", {},
+            non_negative<int64_t>()),
+      field("train.seed", &T::train, &TrainLoopConfig::seed, "seed of initialization, shuffling and augmentation"),
       field("train.lookahead", &T::train, &TrainLoopConfig::lookahead,
             "airbench's lookahead: every 5 steps pull the weights to their moving average (decay 0.95^5 x "
             "progress^3), and end on the average"),
@@ -225,8 +235,7 @@ const std::vector<Field>& fields() {
             "airbench: train the whitening layer's bias for this many epochs, then freeze it (0: never freeze)", {},
             non_negative<int64_t>()),
       field("train.grad_accum_steps", &T::train, &TrainLoopConfig::grad_accum_steps,
-            "micro-batches per optimizer step; gradients sync only on the last one", {},
-            positive<int64_t>()),
+            "micro-batches per optimizer step; gradients sync only on the last one", {}, positive<int64_t>()),
       field("train.threads", &T::train, &TrainLoopConfig::threads,
             "intra-op threads per worker (0: cores / local workers, or OMP_NUM_THREADS if set)", {},
             non_negative<int64_t>()),
@@ -248,14 +257,13 @@ const std::vector<Field>& fields() {
       field("optim.lr", &T::optim, &OptimConfig::lr, "peak learning rate", {}, positive<double>()),
       field("optim.momentum", &T::optim, &OptimConfig::momentum, "SGD momentum", {}, in_range(0, 1)),
       field("optim.nesterov", &T::optim, &OptimConfig::nesterov, "Nesterov momentum"),
-      field("optim.weight_decay", &T::optim, &OptimConfig::weight_decay, "L2 weight decay", {},
-            non_negative<double>()),
+      field("optim.weight_decay", &T::optim, &OptimConfig::weight_decay, "L2 weight decay", {}, non_negative<double>()),
       field("optim.decay_norm_and_bias", &T::optim, &OptimConfig::decay_norm_and_bias,
             "also decay batch-norm weights and all biases (off: as the ResNet training recipes do)"),
       field("optim.scale_lr", &T::optim, &OptimConfig::scale_lr,
             "linear scaling rule: lr x global batch / optim.base_batch"),
-      field("optim.base_batch", &T::optim, &OptimConfig::base_batch, "reference batch of the scaling rule",
-            {}, positive<int64_t>()),
+      field("optim.base_batch", &T::optim, &OptimConfig::base_batch, "reference batch of the scaling rule", {},
+            positive<int64_t>()),
       field("optim.beta1", &T::optim, &OptimConfig::beta1, "adamw: first-moment decay", {}, in_range(0, 1)),
       field("optim.beta2", &T::optim, &OptimConfig::beta2, "adamw: second-moment decay", {}, in_range(0, 1)),
       field("optim.eps", &T::optim, &OptimConfig::eps, "adamw: denominator epsilon", {}, positive<double>()),
@@ -270,21 +278,21 @@ const std::vector<Field>& fields() {
       field("sched.warmup_epochs", &T::sched, &SchedConfig::warmup_epochs,
             "linear warmup (cosine, step, constant); onecycle warms up over sched.pct_start", {},
             non_negative<double>()),
-      field("sched.warmup_start_factor", &T::sched, &SchedConfig::warmup_start_factor,
-            "warmup starts at lr x this", {}, in_range(0, 1)),
-      field("sched.pct_start", &T::sched, &SchedConfig::pct_start, "onecycle: fraction spent increasing",
-            {}, in_range(0, 1)),
-      field("sched.div_factor", &T::sched, &SchedConfig::div_factor, "onecycle: initial lr = lr / this",
-            {}, positive<double>()),
+      field("sched.warmup_start_factor", &T::sched, &SchedConfig::warmup_start_factor, "warmup starts at lr x this", {},
+            in_range(0, 1)),
+      field("sched.pct_start", &T::sched, &SchedConfig::pct_start, "onecycle: fraction spent increasing", {},
+            in_range(0, 1)),
+      field("sched.div_factor", &T::sched, &SchedConfig::div_factor, "onecycle: initial lr = lr / this", {},
+            positive<double>()),
       field("sched.final_div_factor", &T::sched, &SchedConfig::final_div_factor,
             "onecycle: final lr = initial lr / this", {}, positive<double>()),
-      field("sched.step_epochs", &T::sched, &SchedConfig::step_epochs, "step: decay every this many epochs",
-            {}, positive<double>()),
+      field("sched.step_epochs", &T::sched, &SchedConfig::step_epochs, "step: decay every this many epochs", {},
+            positive<double>()),
       field("sched.gamma", &T::sched, &SchedConfig::gamma, "step: decay factor", {}, positive<double>()),
-      field("sched.min_lr_factor", &T::sched, &SchedConfig::min_lr_factor, "cosine: final lr = lr x this",
-            {}, in_range(0, 1)),
-      field("loss.label_smoothing", &T::loss, &LossConfig::label_smoothing, "label smoothing of the loss",
-            {}, in_range(0, 1)),
+      field("sched.min_lr_factor", &T::sched, &SchedConfig::min_lr_factor, "cosine: final lr = lr x this", {},
+            in_range(0, 1)),
+      field("loss.label_smoothing", &T::loss, &LossConfig::label_smoothing, "label smoothing of the loss", {},
+            in_range(0, 1)),
       field("dist.strategy", &T::dist, &DistConfig::strategy,
             "data parallelism: ddp (full replicas), zero1 (optimizer state sharded), zero2 (+ gradients "
             "sharded), fsdp (+ parameters sharded, gathered per unit)",
@@ -294,8 +302,7 @@ const std::vector<Field>& fields() {
             "child module such as layer1)",
             {"block", "child"}),
       field("dist.backend", &T::dist, &DistConfig::backend, "collective engine", {"gloo", "nccl"}),
-      field("dist.bucket_mb", &T::dist, &DistConfig::bucket_mb, "gradient bucket size, MiB", {},
-            positive<double>()),
+      field("dist.bucket_mb", &T::dist, &DistConfig::bucket_mb, "gradient bucket size, MiB", {}, positive<double>()),
       field("dist.first_bucket_mb", &T::dist, &DistConfig::first_bucket_mb,
             "first bucket's size, MiB (small, so communication starts early)", {}, positive<double>()),
       field("dist.timeout_s", &T::dist, &DistConfig::timeout_s,
@@ -313,13 +320,10 @@ const std::vector<Field>& fields() {
       field("dist.compress", &T::dist, &DistConfig::compress,
             "gradient compression hook: none, fp16 / bf16 (all-reduce in 16 bits) or powersgd",
             {"none", "fp16", "bf16", "powersgd"}),
-      field("dist.grad_dtype", &T::dist, &DistConfig::grad_dtype,
-            "dtype gradients are all-reduced in (PyTorch's fp16_compress_hook / bf16_compress_hook); the "
-            "same hook as dist.compress=fp16|bf16",
-            {"fp32", "bf16", "fp16"}),
       field("amp.precision", &T::amp, &AmpConfig::precision,
             "auto (bf16 where the CPU or GPU computes it natively, else fp32 on CPU and fp16-master on older "
-            "GPUs, fp16 there with train.lookahead or gradient compression); fp32; bf16 (autocast); fp16 (autocast + dynamic loss scaling, as torch.cuda.amp or Apex O1); "
+            "GPUs, fp16 there with train.lookahead or gradient compression); fp32; bf16 (autocast); fp16 (autocast + "
+            "dynamic loss scaling, as torch.cuda.amp or Apex O1); "
             "fp16-master (fp16 weights, fp32 batch norm, fp32 master weights in the optimizer, loss scaling: "
             "Apex O2)",
             {"auto", "fp32", "bf16", "fp16", "fp16-master"}),
@@ -327,8 +331,8 @@ const std::vector<Field>& fields() {
       field("amp.growth_interval", &T::amp, &AmpConfig::growth_interval,
             "fp16: the loss scale grows after this many steps in a row without inf/NaN gradients", {},
             positive<int64_t>()),
-      field("amp.growth_factor", &T::amp, &AmpConfig::growth_factor, "fp16: loss scale x this when it grows",
-            {}, positive<double>()),
+      field("amp.growth_factor", &T::amp, &AmpConfig::growth_factor, "fp16: loss scale x this when it grows", {},
+            positive<double>()),
       field("amp.backoff_factor", &T::amp, &AmpConfig::backoff_factor,
             "fp16: loss scale x this after an overflow (the step is skipped on every rank)", {}, in_range(0, 1)),
       field("powersgd.rank", &T::powersgd, &PowerSgdConfig::rank,
@@ -343,13 +347,12 @@ const std::vector<Field>& fields() {
       field("powersgd.warm_start", &T::powersgd, &PowerSgdConfig::warm_start,
             "reuse last step's Q instead of drawing a new random one"),
       field("ckpt.every_steps", &T::ckpt, &CkptConfig::every_steps,
-            "save checkpoints/last every N steps (0: at the end of every epoch)", {},
-            non_negative<int64_t>()),
+            "save checkpoints/last every N steps (0: at the end of every epoch)", {}, non_negative<int64_t>()),
       field("ckpt.keep_last", &T::ckpt, &CkptConfig::keep_last,
             "how many saves of checkpoints/last (step-N directories) to keep; a crash during a save leaves the "
-            "previous one", {}, positive<int64_t>()),
-      field("ckpt.save_best", &T::ckpt, &CkptConfig::save_best,
-            "keep checkpoints/best for the best test accuracy"),
+            "previous one",
+            {}, positive<int64_t>()),
+      field("ckpt.save_best", &T::ckpt, &CkptConfig::save_best, "keep checkpoints/best for the best test accuracy"),
       field("ckpt.upload", &T::ckpt, &CkptConfig::upload,
             "after training, upload checkpoints/best to s3://bucket/prefix/<run name>/ (empty: no upload); "
             "credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
@@ -360,7 +363,8 @@ const std::vector<Field>& fields() {
             "same as --s3-endpoint"),
       field("eval.tta", &T::eval, &EvalConfig::tta,
             "test-time augmentation: 0 none, 1 average with the flipped image, 2 also 1-pixel translations "
-            "(airbench's multi-view TTA)", {}, non_negative<int64_t>()),
+            "(airbench's multi-view TTA)",
+            {}, non_negative<int64_t>()),
       field("eval.enabled", &T::eval, &EvalConfig::enabled, "evaluate on the test set after each epoch"),
       field("eval.batch_size", &T::eval, &EvalConfig::batch_size, "evaluation batch size per worker", {},
             positive<int64_t>()),
@@ -391,7 +395,25 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+// Keys an earlier cohort read, with what to write instead: a user's old config gets that, not "unknown
+// key"; a run directory's saved config.json (which cohort wrote, not the user) is migrated by from_json.
+struct RemovedKey {
+  const char* key;
+  const char* instead;
+  void (*migrate)(TrainConfig& cfg, const std::string& value);
+};
+const RemovedKey kRemovedKeys[] = {
+    {"dist.grad_dtype",
+     "write dist.compress=fp16 or dist.compress=bf16 instead (the same gradient hook); for dist.grad_dtype=fp32 "
+     "remove the line (dist.compress=none is the default)",
+     [](TrainConfig& cfg, const std::string& value) {
+       if (value != "fp32") cfg.dist.compress = value;
+     }},
+};
+
 const Field& find_field(const std::string& key) {
+  for (const auto& removed : kRemovedKeys)
+    if (key == removed.key) throw ConfigError("config key '" + key + "' was removed in cohort 0.2", removed.instead);
   const auto& all = fields();
   auto it = std::find_if(all.begin(), all.end(), [&](const Field& f) { return f.info.key == key; });
   if (it != all.end()) return *it;
@@ -435,9 +457,7 @@ std::vector<KeyInfo> keys() {
   return out;
 }
 
-void set(TrainConfig& cfg, const std::string& key, const std::string& value) {
-  find_field(key).set(cfg, value);
-}
+void set(TrainConfig& cfg, const std::string& key, const std::string& value) { find_field(key).set(cfg, value); }
 
 void apply_override(TrainConfig& cfg, const std::string& assignment) {
   const auto eq = assignment.find('=');
@@ -449,30 +469,23 @@ void apply_override(TrainConfig& cfg, const std::string& assignment) {
 
 void validate(const TrainConfig& cfg) {
   if (cfg.train.whiten_bias_epochs > 0 && cfg.model.name != "airbench")
-    throw ConfigError("train.whiten_bias_epochs applies to model.name=airbench (its whitening layer), not " +
-                          cfg.model.name,
-                      "remove train.whiten_bias_epochs, or set model.name=airbench");
+    throw ConfigError(
+        "train.whiten_bias_epochs applies to model.name=airbench (its whitening layer), not " + cfg.model.name,
+        "remove train.whiten_bias_epochs, or set model.name=airbench");
   if (cfg.dist.strategy != "ddp" && cfg.dist.compress != "none")
-    throw ConfigError("dist.compress=" + cfg.dist.compress + " works with dist.strategy=ddp only, not " +
-                          cfg.dist.strategy,
-                      "set dist.compress=none, or dist.strategy=ddp");
+    throw ConfigError(
+        "dist.compress=" + cfg.dist.compress + " works with dist.strategy=ddp only, not " + cfg.dist.strategy,
+        "set dist.compress=none, or dist.strategy=ddp");
   if (cfg.data.device_resident && cfg.data.name == "imagefolder")
-    throw ConfigError("data.device_resident keeps an in-memory dataset on the device; data.name=imagefolder is "
-                          "decoded from JPEG files batch by batch",
-                      "remove data.device_resident, or use fashion-mnist, mnist or cifar10");
+    throw ConfigError(
+        "data.device_resident keeps an in-memory dataset on the device; data.name=imagefolder is "
+        "decoded from JPEG files batch by batch",
+        "remove data.device_resident, or use fashion-mnist, mnist or cifar10");
   // The lookahead average writes the weights directly; sharded strategies update their master slices
   // and would overwrite it at the next step.
   if (cfg.dist.strategy != "ddp" && cfg.train.lookahead)
     throw ConfigError("train.lookahead works with dist.strategy=ddp only, not " + cfg.dist.strategy,
                       "use dist.strategy=ddp with train.lookahead (airbench's model is small enough to replicate)");
-  if (cfg.dist.grad_dtype != "fp32" && cfg.dist.compress != "none" && cfg.dist.compress != cfg.dist.grad_dtype)
-    throw ConfigError("dist.grad_dtype=" + cfg.dist.grad_dtype + " and dist.compress=" + cfg.dist.compress +
-                          " both pick the gradient hook",
-                      "set one of them: dist.grad_dtype is the same as dist.compress=fp16|bf16");
-  if (cfg.dist.strategy != "ddp" && cfg.dist.grad_dtype != "fp32")
-    throw ConfigError("dist.grad_dtype=" + cfg.dist.grad_dtype + " works with dist.strategy=ddp only, not " +
-                          cfg.dist.strategy,
-                      "set dist.grad_dtype=fp32, or dist.strategy=ddp");
   if (cfg.amp.precision == "fp16-master" && cfg.train.lookahead)
     throw ConfigError("train.lookahead averages the model's own weights, which amp.precision=fp16-master keeps in fp16",
                       "use amp.precision=fp16 with train.lookahead");
@@ -495,8 +508,8 @@ void validate(const TrainConfig& cfg) {
   if (cfg.eval.tta > 2)
     throw ConfigError("config key 'eval.tta' must be 0, 1 or 2, got " + std::to_string(cfg.eval.tta),
                       "eval.tta=2 is airbench's multi-view test-time augmentation");
-  if (!cfg.ckpt.upload.empty() && (cfg.ckpt.upload.rfind("s3://", 0) != 0 || cfg.ckpt.upload.size() <= 5 ||
-                                   cfg.ckpt.upload[5] == '/'))
+  if (!cfg.ckpt.upload.empty() &&
+      (cfg.ckpt.upload.rfind("s3://", 0) != 0 || cfg.ckpt.upload.size() <= 5 || cfg.ckpt.upload[5] == '/'))
     throw ConfigError("config key 'ckpt.upload' must be s3://bucket[/prefix], got '" + cfg.ckpt.upload + "'",
                       "for example ckpt.upload=s3://my-bucket/cohort-runs");
 }
@@ -542,7 +555,8 @@ TrainConfig load(const std::optional<std::filesystem::path>& file, const std::ve
   std::ostringstream text;
   if (in) text << in.rdbuf();
   if (!in || in.bad())
-    throw ConfigError("config file '" + file->string() + "' cannot be read", "check the --config path and its permissions");
+    throw ConfigError("config file '" + file->string() + "' cannot be read",
+                      "check the --config path and its permissions");
   return load_from_string(text.str(), file->string(), overrides, base);
 }
 
@@ -554,7 +568,7 @@ nlohmann::json to_json(const TrainConfig& cfg) {
 
 const std::vector<std::string>& machine_local_keys() {
   // Where things live and how many threads a machine has: a job may set them per machine.
-  static const std::vector<std::string> keys = {"run.dir",      "train.resume", "data.root",    "train.threads",
+  static const std::vector<std::string> keys = {"run.dir",      "train.resume",  "data.root",    "train.threads",
                                                 "data.workers", "data.prefetch", "log.progress", "log.monitor_s"};
   return keys;
 }
@@ -574,7 +588,15 @@ std::vector<std::string> differing_keys(const nlohmann::json& a, const nlohmann:
 
 TrainConfig from_json(const nlohmann::json& j) {
   TrainConfig cfg;
-  for (const auto& [k, v] : j.items()) set(cfg, k, v.is_string() ? v.get<std::string>() : v.dump());
+  for (const auto& [k, v] : j.items()) {
+    const std::string value = v.is_string() ? v.get<std::string>() : v.dump();
+    auto removed = std::find_if(std::begin(kRemovedKeys), std::end(kRemovedKeys),
+                                [&k = k](const RemovedKey& r) { return k == r.key; });
+    if (removed != std::end(kRemovedKeys))
+      removed->migrate(cfg, value);
+    else
+      set(cfg, k, value);
+  }
   return cfg;
 }
 

@@ -99,7 +99,6 @@ struct DistConfig {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
   std::string compress = "none";
-  std::string grad_dtype = "fp32";
   std::string debug = "off";
 };
 

@@ -32,7 +32,9 @@ void refuse_what_toml_cannot_read(std::string_view text, const std::string& sour
   // (a key, a value, an array element). Elsewhere (`+'...`) toml++ reads it as part of a bad token and
   // may scan on over non-ASCII bytes, so for us it opens nothing and what follows must be ASCII.
   unsigned char prev = '\n';
-  auto may_open_string = [&] { return prev == '\n' || prev == '=' || prev == '[' || prev == ',' || prev == '{' || prev == '.'; };
+  auto may_open_string = [&] {
+    return prev == '\n' || prev == '=' || prev == '[' || prev == ',' || prev == '{' || prev == '.';
+  };
   while (i < text.size()) {
     const unsigned char c = at(i);
     size_t step = 1;
@@ -73,11 +75,15 @@ void refuse_what_toml_cannot_read(std::string_view text, const std::string& sour
             while (at(k) == ' ' || at(k) == '\t' || at(k) == '\r' || at(k) == '\n') ++k;
           if (at(k) >= 0x80) {
             for (; i < k; ++i) {  // point at the character
-              if (text[i] == '\n') line += 1, column = 1; else ++column;
+              if (text[i] == '\n')
+                line += 1, column = 1;
+              else
+                ++column;
             }
-            refuse("non-ASCII character right after a backslash in a multi-line string, which the TOML "
-                   "library (toml++ 3.3) cannot read safely",
-                   "begin the continued line with an ASCII character, or write it as \\uXXXX");
+            refuse(
+                "non-ASCII character right after a backslash in a multi-line string, which the TOML "
+                "library (toml++ 3.3) cannot read safely",
+                "begin the continued line with an ASCII character, or write it as \\uXXXX");
           }
           step = k == i + 1 ? 2 : k - i;  // an escape pair, or the backslash and the whitespace after it
         } else if (c == '"' && quotes_at(i, '"') >= 3) {
@@ -96,8 +102,10 @@ void refuse_what_toml_cannot_read(std::string_view text, const std::string& sour
     }
     for (size_t end = std::min(i + step, text.size()); i < end; ++i) {
       const auto b = static_cast<unsigned char>(text[i]);
-      if (b == '\n') line += 1, column = 1;
-      else if ((b & 0xC0) != 0x80) ++column;  // columns count characters, as toml++'s do
+      if (b == '\n')
+        line += 1, column = 1;
+      else if ((b & 0xC0) != 0x80)
+        ++column;  // columns count characters, as toml++'s do
     }
   }
 }

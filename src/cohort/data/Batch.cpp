@@ -45,7 +45,8 @@ AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index
   if (options.hflip && options.alternating_flip) {
     // airbench's alternating flip: a sample's flip is a coin toss of its own, fixed for the run, inverted
     // every odd epoch, so each image is seen both ways within any two epochs.
-    const bool own = (Rng(mix_seed(options.seed, 0xF1195EEDull, static_cast<uint64_t>(sample_index))).next_u64() & 1) != 0;
+    const bool own =
+        (Rng(mix_seed(options.seed, 0xF1195EEDull, static_cast<uint64_t>(sample_index))).next_u64() & 1) != 0;
     p.flip = own != ((options.epoch & 1) != 0);
   }
   p.dx = dx;
@@ -53,16 +54,15 @@ AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index
   return p;
 }
 
-Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t count,
-                 const AugmentOptions& options) {
+Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t count, const AugmentOptions& options) {
   check_augment(options);
   const at::Tensor& images = dataset.images;
   const at::Tensor& labels = dataset.labels;
-  COHORT_ASSERT(images.defined() && images.dim() == 4 && images.scalar_type() == at::kByte &&
-                    images.is_contiguous() && images.device().is_cpu(),
+  COHORT_ASSERT(images.defined() && images.dim() == 4 && images.scalar_type() == at::kByte && images.is_contiguous() &&
+                    images.device().is_cpu(),
                 "make_batch: dataset images must be a contiguous CPU uint8 [N, C, H, W] tensor");
-  COHORT_ASSERT(labels.defined() && labels.dim() == 1 && labels.scalar_type() == at::kLong &&
-                    labels.is_contiguous() && labels.size(0) == images.size(0),
+  COHORT_ASSERT(labels.defined() && labels.dim() == 1 && labels.scalar_type() == at::kLong && labels.is_contiguous() &&
+                    labels.size(0) == images.size(0),
                 "make_batch: dataset labels must be a contiguous int64 [N] tensor matching the images");
   COHORT_ASSERT(count >= 0 && (count == 0 || indices != nullptr), "make_batch: bad index range");
 
@@ -82,8 +82,8 @@ Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t co
   // 100 K pixels, far too little work to pay for the dispatch of a dozen small tensor operations.
   for (int64_t b = 0; b < count; ++b) {
     const int64_t index = indices[b];
-    COHORT_ASSERT(index >= 0 && index < n, "make_batch: sample index " + std::to_string(index) +
-                                               " outside [0, " + std::to_string(n) + ")");
+    COHORT_ASSERT(index >= 0 && index < n,
+                  "make_batch: sample index " + std::to_string(index) + " outside [0, " + std::to_string(n) + ")");
     dst_labels[b] = src_labels[index];
     const AugmentParams p = augment_params(options, index);
     for (int64_t ch = 0; ch < c; ++ch) {
@@ -114,8 +114,7 @@ Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t co
   return batch;
 }
 
-Batch make_batch(const ImageDataset& dataset, const std::vector<int64_t>& indices,
-                 const AugmentOptions& options) {
+Batch make_batch(const ImageDataset& dataset, const std::vector<int64_t>& indices, const AugmentOptions& options) {
   return make_batch(dataset, indices.data(), static_cast<int64_t>(indices.size()), options);
 }
 

@@ -63,7 +63,6 @@ void check_augment(const AugmentOptions& options);
 // Gathers dataset samples indices[0..count) into a batch. Indices must lie in [0, dataset.size()).
 Batch make_batch(const ImageDataset& dataset, const int64_t* indices, int64_t count,
                  const AugmentOptions& options = {});
-Batch make_batch(const ImageDataset& dataset, const std::vector<int64_t>& indices,
-                 const AugmentOptions& options = {});
+Batch make_batch(const ImageDataset& dataset, const std::vector<int64_t>& indices, const AugmentOptions& options = {});
 
 }  // namespace cohort::data

@@ -42,8 +42,8 @@ class DeviceResident final : public Source {
     auto* rows = host.data_ptr<int64_t>();
     for (int64_t b = 0; b < count; ++b) {
       const int64_t i = indices[b];
-      COHORT_ASSERT(i >= 0 && i < n_, "device_resident: sample index " + std::to_string(i) + " outside [0, " +
-                                          std::to_string(n_) + ")");
+      COHORT_ASSERT(i >= 0 && i < n_,
+                    "device_resident: sample index " + std::to_string(i) + " outside [0, " + std::to_string(n_) + ")");
       const auto a = augment_params(aug, i);  // identity when augmentation is off
       rows[b] = i, rows[count + b] = a.dy, rows[2 * count + b] = a.dx, rows[3 * count + b] = a.flip ? 1 : 0;
     }

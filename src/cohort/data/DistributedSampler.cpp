@@ -12,8 +12,8 @@
 
 namespace cohort::data {
 
-DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int rank, bool shuffle,
-                                       uint64_t seed, bool drop_last)
+DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int rank, bool shuffle, uint64_t seed,
+                                       bool drop_last)
     : dataset_size_(dataset_size),
       world_size_(world_size),
       rank_(rank),
@@ -23,8 +23,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int
       num_samples_(0) {
   // World size and rank come from the communication layer, never from the user.
   COHORT_ASSERT(world_size >= 1, "DistributedSampler: world_size must be >= 1, got " + std::to_string(world_size));
-  COHORT_ASSERT(rank >= 0 && rank < world_size, "DistributedSampler: rank " + std::to_string(rank) +
-                                                    " outside [0, " + std::to_string(world_size) + ")");
+  COHORT_ASSERT(rank >= 0 && rank < world_size, "DistributedSampler: rank " + std::to_string(rank) + " outside [0, " +
+                                                    std::to_string(world_size) + ")");
   if (dataset_size <= 0) {
     throw ConfigError("DistributedSampler: the dataset is empty (" + std::to_string(dataset_size) + " samples)",
                       "check data.root and data.limit");

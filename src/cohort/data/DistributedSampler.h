@@ -20,8 +20,7 @@ class DistributedSampler {
   // samples count twice; drop_last=true truncates it to floor(N/W)*W, so a few are skipped this epoch.
   // Either way every rank gets the same number of samples, which keeps the ranks' collectives in step.
   // Throws cohort::ConfigError when the dataset is empty, or smaller than the world with drop_last.
-  DistributedSampler(int64_t dataset_size, int world_size, int rank, bool shuffle, uint64_t seed,
-                     bool drop_last);
+  DistributedSampler(int64_t dataset_size, int world_size, int rank, bool shuffle, uint64_t seed, bool drop_last);
 
   // This rank's sample indices for `epoch`: positions rank, rank+W, rank+2W, ... of the padded or
   // truncated permutation, exactly what torch.utils.data.DistributedSampler gives (torch.randperm from a

@@ -28,8 +28,8 @@ fs::path find_file(const fs::path& root, const std::string& stem) {
   for (const fs::path& candidate : {root / (stem + ".gz"), root / stem}) {
     if (fs::is_regular_file(candidate, ec)) return candidate;
   }
-  throw DataError("Fashion-MNIST file " + (root / stem).string() + "[.gz] not found (neither " + stem +
-                      ".gz nor " + stem + " is in " + root.string() + ")",
+  throw DataError("Fashion-MNIST file " + (root / stem).string() + "[.gz] not found (neither " + stem + ".gz nor " +
+                      stem + " is in " + root.string() + ")",
                   kInstallHint);
 }
 
@@ -55,13 +55,13 @@ ImageDataset load_fashion_mnist(const fs::path& root, bool train, int64_t limit)
   IdxArray labels = read_idx(label_path);
 
   if (images.dims.size() != 3) {
-    throw DataError("Fashion-MNIST image file " + image_path.string() + " has " +
-                        std::to_string(images.dims.size()) + " dimensions; expected 3 [N, H, W]",
+    throw DataError("Fashion-MNIST image file " + image_path.string() + " has " + std::to_string(images.dims.size()) +
+                        " dimensions; expected 3 [N, H, W]",
                     kMismatchHint);
   }
   if (labels.dims.size() != 1) {
-    throw DataError("Fashion-MNIST label file " + label_path.string() + " has " +
-                        std::to_string(labels.dims.size()) + " dimensions; expected 1 [N]",
+    throw DataError("Fashion-MNIST label file " + label_path.string() + " has " + std::to_string(labels.dims.size()) +
+                        " dimensions; expected 1 [N]",
                     kMismatchHint);
   }
   const int64_t n = images.dims[0];
@@ -75,8 +75,8 @@ ImageDataset load_fashion_mnist(const fs::path& root, bool train, int64_t limit)
   for (int64_t i = 0; i < n; ++i) {
     if (label_bytes[i] >= kFashionMnistClasses) {
       throw DataError("Fashion-MNIST label file " + label_path.string() + " has label " +
-                          std::to_string(label_bytes[i]) + " at index " + std::to_string(i) + "; labels must be in [0, " +
-                          std::to_string(kFashionMnistClasses) + ")",
+                          std::to_string(label_bytes[i]) + " at index " + std::to_string(i) +
+                          "; labels must be in [0, " + std::to_string(kFashionMnistClasses) + ")",
                       kMismatchHint);
     }
   }

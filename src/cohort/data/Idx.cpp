@@ -60,7 +60,8 @@ class IdxStream {
     gzipped_ = bytes.size() >= 2 && static_cast<uint8_t>(bytes[0]) == 0x1f && static_cast<uint8_t>(bytes[1]) == 0x8b;
     if (!gzipped_) return;
     // 15 + 16: a 32 KiB window and a gzip wrapper (header and CRC-32 trailer checked), as gzread uses.
-    if (inflateInit2(&z_, 15 + 16) != Z_OK) fail(source_, "the gzip stream is corrupt (" + source_ + ": out of memory)");
+    if (inflateInit2(&z_, 15 + 16) != Z_OK)
+      fail(source_, "the gzip stream is corrupt (" + source_ + ": out of memory)");
     feed(0);
   }
   ~IdxStream() {
@@ -98,7 +99,8 @@ class IdxStream {
       if (rc == Z_STREAM_END) {
         // Another member may follow; anything else after a member is not data.
         const size_t at = consumed();
-        if (in_.size() - at >= 2 && static_cast<uint8_t>(in_[at]) == 0x1f && static_cast<uint8_t>(in_[at + 1]) == 0x8b) {
+        if (in_.size() - at >= 2 && static_cast<uint8_t>(in_[at]) == 0x1f &&
+            static_cast<uint8_t>(in_[at + 1]) == 0x8b) {
           inflateReset(&z_);
           feed(at);
         } else {
@@ -152,8 +154,8 @@ IdxArray read_idx_bytes(std::string_view bytes, const std::string& source) {
                      ", an IDX file starts with 0x00 0x00");
   }
   if (magic[2] != kIdxTypeUint8) {
-    fail(source, "element type " + hex_byte(magic[2]) + " (" + type_name(magic[2]) +
-                     ") is not supported; only " + hex_byte(kIdxTypeUint8) + " (unsigned byte) is");
+    fail(source, "element type " + hex_byte(magic[2]) + " (" + type_name(magic[2]) + ") is not supported; only " +
+                     hex_byte(kIdxTypeUint8) + " (unsigned byte) is");
   }
   const int ndim = magic[3];
   if (ndim < 1 || ndim > kIdxMaxDims) {

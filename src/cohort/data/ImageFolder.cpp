@@ -17,7 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 // At most this many bad files are named one by one in the log; after that only the count grows.
 constexpr int64_t kNamedBadFiles = 20;
 
@@ -54,7 +53,8 @@ ImageFolder::ImageFolder(const fs::path& dir, ImageFolderOptions options, int64_
                     "put each class's images in a folder of its own: " + dir.string() + "/<class>/*.JPEG");
   for (size_t c = 0; c < classes_.size(); ++c) {
     std::vector<fs::path> files;
-    for (const auto& e : fs::recursive_directory_iterator(dir / classes_[c], fs::directory_options::follow_directory_symlink)) {
+    for (const auto& e :
+         fs::recursive_directory_iterator(dir / classes_[c], fs::directory_options::follow_directory_symlink)) {
       if (!e.is_regular_file()) continue;
       (is_jpeg_name(e.path()) ? files : skipped_).push_back(e.path());
     }
@@ -70,8 +70,9 @@ ImageFolder::ImageFolder(const fs::path& dir, ImageFolderOptions options, int64_
                     "cohort decodes JPEG only; convert other formats first");
   if (!skipped_.empty()) {
     if (!options_.skip_bad_files)
-      throw DataError(skipped_.front().string() + " is not a JPEG file (by its name), and data.on_bad_file=fail",
-                      "remove the " + std::to_string(skipped_.size()) + " non-JPEG file(s), or pass data.on_bad_file=skip");
+      throw DataError(
+          skipped_.front().string() + " is not a JPEG file (by its name), and data.on_bad_file=fail",
+          "remove the " + std::to_string(skipped_.size()) + " non-JPEG file(s), or pass data.on_bad_file=skip");
     if (options_.rank == 0)
       std::cerr << "cohort: note: " << dir.string() << ": left out " << skipped_.size()
                 << " file(s) that are not .jpg/.jpeg, e.g. " << skipped_.front().string() << std::endl;
@@ -97,8 +98,8 @@ bool ImageFolder::decode(int64_t i, const AugmentOptions& aug, float* out, std::
   try {
     const auto bytes = read_file_bytes(files_[i]);
     if (aug.enabled)
-      train_transform(bytes.data(), bytes.size(), mix_seed(aug.seed, static_cast<uint64_t>(aug.epoch), static_cast<uint64_t>(i)),
-                      t, out);
+      train_transform(bytes.data(), bytes.size(),
+                      mix_seed(aug.seed, static_cast<uint64_t>(aug.epoch), static_cast<uint64_t>(i)), t, out);
     else
       val_transform(bytes.data(), bytes.size(), t, out);
     return true;

@@ -1,3 +1,5 @@
+// Over 450 lines on purpose: the one JPEG pipeline's transforms (resize with antialiasing, crops, flips,
+// normalization) and the filters they share, each a short function.
 // One file over 450 lines on purpose: the resize planner, its scalar and SSE4.1 loops and the two transforms
 // that drive it are one concept (Pillow's fixed-point resampling), and each function fits on a screen.
 #include "cohort/data/ImageTransforms.h"

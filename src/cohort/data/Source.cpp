@@ -32,7 +32,10 @@ std::unique_ptr<Source> in_memory(ImageDataset dataset, int64_t image_size) {
 
 Loader::Loader(Source& source, std::vector<std::vector<int64_t>> batches, AugmentOptions aug, int64_t prefetch,
                bool pin)
-    : source_(source), batches_(std::move(batches)), aug_(aug), depth_(static_cast<size_t>(std::max<int64_t>(0, prefetch))),
+    : source_(source),
+      batches_(std::move(batches)),
+      aug_(aug),
+      depth_(static_cast<size_t>(std::max<int64_t>(0, prefetch))),
       pin_(pin) {
   if (depth_ > 0) thread_ = std::thread([this] { produce(); });
 }

@@ -21,8 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cohort/comm/AuthStore.h"
 #include "cohort/comm/Rendezvous.h"
+#include "cohort/store/AuthStore.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::launch {
@@ -277,9 +277,9 @@ void record_worker_error(int rank, const std::string& message) {
   if (!path || !*path) path = std::getenv("TORCHELASTIC_ERROR_FILE");
   if (!path || !*path) return;
   // torchelastic's layout, so torchrun shows the message too.
-  nlohmann::json j = {{"message",
-                       {{"message", message},
-                        {"extraInfo", {{"rank", rank}, {"timestamp", std::to_string(std::time(nullptr))}}}}}};
+  nlohmann::json j = {
+      {"message",
+       {{"message", message}, {"extraInfo", {{"rank", rank}, {"timestamp", std::to_string(std::time(nullptr))}}}}}};
   std::ofstream out(path);
   out << j.dump() << '\n';
 }
@@ -309,35 +309,101 @@ int launch_with_argv(LaunchOptions options) {
   return launch(options);
 }
 
+namespace {
+
+// Waits for this attempt's workers: 0 when all end well; 1 when one fails or another machine's does
+// (the rest are stopped and the first recorded error is named); 130 on Ctrl-C.
+int watch(std::vector<Worker>& workers, const LaunchOptions& o, ElasticRendezvous* rdzv, int attempt) {
+  while (any_running(workers)) {
+    if (g_interrupted) {
+      std::cerr << "cohort: interrupted; stopping " << workers.size() << " worker(s)" << std::endl;
+      stop_all(workers, o.grace_s);
+      if (rdzv) rdzv->mark_failed(attempt, "node " + std::to_string(o.node_rank) + " was interrupted");
+      return 130;
+    }
+    const int failed = reap(workers);
+    if (failed >= 0) {
+      const auto& w = workers[failed];
+      int others = 0;
+      for (const auto& x : workers) others += x.running ? 1 : 0;
+      std::cerr << "cohort: worker rank " << w.rank << " (local rank " << w.local_rank << ", pid " << w.pid << ") "
+                << describe_status(w.status) << "; stopping the other " << others << " local worker(s)" << std::endl;
+      stop_all(workers, o.grace_s);
+      std::vector<fs::path> files;
+      for (const auto& x : workers) files.push_back(x.error_file);
+      if (const auto first = first_recorded_error(files); first.index >= 0) {
+        const int rank = workers[first.index].rank;
+        std::cerr << "cohort: rank " << rank << "'s last error" << (rank == w.rank ? "" : " (the first recorded here)")
+                  << ": " << first.message << std::endl;
+      }
+      if (rdzv) rdzv->mark_failed(attempt, "worker rank " + std::to_string(w.rank) + " " + describe_status(w.status));
+      return 1;
+    }
+    if (rdzv) {
+      if (const auto why = rdzv->failed_elsewhere(attempt); !why.empty()) {
+        std::cerr << "cohort: another machine failed (" << why << "); stopping " << workers.size() << " local worker(s)"
+                  << std::endl;
+        stop_all(workers, o.grace_s);
+        return 1;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+
+// Starts this machine's workers for one attempt; each records its last error in `error_dir`.
+std::vector<Worker> start_workers(const LaunchOptions& now, const fs::path& error_dir, int world_size, int port,
+                                  int attempt, const std::string& generated_secret) {
+  std::vector<Worker> workers(now.nproc_per_node);
+  for (int i = 0; i < now.nproc_per_node; ++i) {
+    auto& w = workers[i];
+    w.local_rank = i;
+    w.rank = now.node_rank * now.nproc_per_node + i;
+    w.error_file = error_dir / ("rank" + std::to_string(w.rank) + ".json");
+    std::error_code ec;
+    fs::remove(w.error_file, ec);
+    w.pid = spawn(now, w, world_size, port, attempt, generated_secret);
+    w.running = true;
+  }
+  return workers;
+}
+
+// Every job's store demands a secret (Note [Store handshake]). On one machine the launcher starts every
+// worker, so it can make one up (returned); across machines the user must give the same one to every
+// launcher (returns "": the environment's is used).
+std::string generated_secret_for(const LaunchOptions& o) {
+  if (!store::secret_from_env().empty()) return "";
+  if (o.nnodes == 1) return store::random_secret();
+  if (!is_loopback(o.master_addr))
+    throw LaunchError("a multi-machine job needs a shared secret for its rendezvous store (--master-addr " +
+                          o.master_addr + " is reachable from other machines)",
+                      "pass --token-file FILE (the same file, mode 600, on every machine; `openssl rand -hex 32 > "
+                      "FILE`), or set COHORT_TOKEN on every machine");
+  return "";
+}
+
+}  // namespace
+
 int launch(const LaunchOptions& o) {
   if (o.nproc_per_node < 1) throw LaunchError("--nproc-per-node must be at least 1", "pass --nproc-per-node 2");
   if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
-    throw LaunchError("--node-rank " + std::to_string(o.node_rank) + " is not in [0, --nnodes " +
-                          std::to_string(o.nnodes) + ")",
-                      "number machines 0..nnodes-1, each with its own --node-rank");
+    throw LaunchError(
+        "--node-rank " + std::to_string(o.node_rank) + " is not in [0, --nnodes " + std::to_string(o.nnodes) + ")",
+        "number machines 0..nnodes-1, each with its own --node-rank");
 
-  // Every job's store demands a secret (Note [Store handshake]). On one machine the launcher starts every
-  // worker, so it can make one up; across machines the user must give the same one to every launcher.
-  std::string generated_secret;
-  if (store::secret_from_env().empty()) {
-    if (o.nnodes == 1)
-      generated_secret = store::random_secret();
-    else if (!is_loopback(o.master_addr))
-      throw LaunchError("a multi-machine job needs a shared secret for its rendezvous store (--master-addr " +
-                            o.master_addr + " is reachable from other machines)",
-                        "pass --token-file FILE (the same file, mode 600, on every machine; `openssl rand -hex 32 > "
-                        "FILE`), or set COHORT_TOKEN on every machine");
-  }
+  const std::string generated_secret = generated_secret_for(o);
 
   char tmpl[] = "/tmp/cohort-launch-XXXXXX";
   const char* tmp = mkdtemp(tmpl);
   if (!tmp) throw LaunchError(std::string("cannot create a temporary directory: ") + std::strerror(errno));
   const fs::path error_dir(tmp);
 
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int{}, old_term{};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
@@ -370,58 +436,11 @@ int launch(const LaunchOptions& o) {
     const int world_size = now.nnodes * o.nproc_per_node;
     // A fresh port per attempt on one machine (the last store's may linger in TIME_WAIT); across machines
     // the agreed one, so every node's launcher meets again at the same address.
-    const int port = rdzv ? base.master_port + 1
-                          : o.master_port > 0 ? o.master_port : (o.nnodes == 1 ? find_free_port() : 29500);
-    std::vector<Worker> workers(o.nproc_per_node);
-    for (int i = 0; i < o.nproc_per_node; ++i) {
-      auto& w = workers[i];
-      w.local_rank = i;
-      w.rank = now.node_rank * o.nproc_per_node + i;
-      w.error_file = error_dir / ("rank" + std::to_string(w.rank) + ".json");
-      std::error_code ec;
-      fs::remove(w.error_file, ec);
-      w.pid = spawn(now, w, world_size, port, attempt, generated_secret);
-      w.running = true;
-    }
-    rc = 0;
-    while (any_running(workers)) {
-      if (g_interrupted) {
-        std::cerr << "cohort: interrupted; stopping " << workers.size() << " worker(s)" << std::endl;
-        stop_all(workers, o.grace_s);
-        if (rdzv) rdzv->mark_failed(attempt, "node " + std::to_string(o.node_rank) + " was interrupted");
-        rc = 130;
-        break;
-      }
-      const int failed = reap(workers);
-      if (failed >= 0) {
-        const auto& w = workers[failed];
-        int others = 0;
-        for (const auto& x : workers) others += x.running ? 1 : 0;
-        std::cerr << "cohort: worker rank " << w.rank << " (local rank " << w.local_rank << ", pid " << w.pid << ") "
-                  << describe_status(w.status) << "; stopping the other " << others << " local worker(s)" << std::endl;
-        stop_all(workers, o.grace_s);
-        std::vector<fs::path> files;
-        for (const auto& x : workers) files.push_back(x.error_file);
-        if (const auto first = first_recorded_error(files); first.index >= 0) {
-          const int rank = workers[first.index].rank;
-          std::cerr << "cohort: rank " << rank << "'s last error" << (rank == w.rank ? "" : " (the first recorded here)")
-                    << ": " << first.message << std::endl;
-        }
-        if (rdzv) rdzv->mark_failed(attempt, "worker rank " + std::to_string(w.rank) + " " + describe_status(w.status));
-        rc = 1;
-        break;
-      }
-      if (rdzv) {
-        if (const auto why = rdzv->failed_elsewhere(attempt); !why.empty()) {
-          std::cerr << "cohort: another machine failed (" << why << "); stopping " << workers.size()
-                    << " local worker(s)" << std::endl;
-          stop_all(workers, o.grace_s);
-          rc = 1;
-          break;
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    const int port = rdzv                ? base.master_port + 1
+                     : o.master_port > 0 ? o.master_port
+                                         : (o.nnodes == 1 ? find_free_port() : 29500);
+    auto workers = start_workers(now, error_dir, world_size, port, attempt, generated_secret);
+    rc = watch(workers, o, rdzv.get(), attempt);
     if (rc == 0 && rdzv) rdzv->finish(attempt, now.nnodes);
     if (rc != 1 || attempt >= o.max_restarts) {
       if (rc == 1 && o.max_restarts > 0)

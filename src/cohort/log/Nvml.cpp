@@ -45,8 +45,7 @@ Nvml::Nvml() {
   }
   api_ = new Api;
   if (!bind(lib_, "nvmlInit_v2", api_->init) || !bind(lib_, "nvmlShutdown", api_->shutdown) ||
-      !bind(lib_, "nvmlDeviceGetCount_v2", api_->count) ||
-      !bind(lib_, "nvmlDeviceGetHandleByIndex_v2", api_->handle) ||
+      !bind(lib_, "nvmlDeviceGetCount_v2", api_->count) || !bind(lib_, "nvmlDeviceGetHandleByIndex_v2", api_->handle) ||
       !bind(lib_, "nvmlDeviceGetUtilizationRates", api_->utilization) ||
       !bind(lib_, "nvmlDeviceGetMemoryInfo", api_->memory)) {
     why_ = "libnvidia-ml.so.1 lacks an NVML entry point cohort needs";

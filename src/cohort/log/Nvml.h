@@ -14,8 +14,8 @@ namespace cohort::log {
 
 struct GpuSample {
   int index = 0;
-  double util_percent = 0;    // of the last sample period, as nvidia-smi shows it
-  int64_t memory_used = 0;    // bytes, all processes on the device
+  double util_percent = 0;  // of the last sample period, as nvidia-smi shows it
+  int64_t memory_used = 0;  // bytes, all processes on the device
   int64_t memory_total = 0;
 };
 

@@ -75,23 +75,23 @@ json run_data(const fs::path& dir) {
   run["name"] = fs::absolute(dir).lexically_normal().filename().string();
   if (run["name"].get<std::string>().empty()) run["name"] = fs::absolute(dir).parent_path().filename().string();
   run["dir"] = fs::absolute(dir).lexically_normal().string();
-  run["setup"] = {{"model", summary.value("model", "")},
-                  {"dataset", cfg.value("data.name", "")},
-                  {"world_size", summary.value("world_size", 0)},
-                  {"nnodes", summary.value("nnodes", 1)},
-                  {"launcher", summary.value("launcher", "")},
-                  {"strategy", summary.value("strategy", "")},
-                  {"backend", summary.value("backend", "")},
-                  {"compress", summary.value("compress", "none")},
-                  {"precision", summary.value("precision", "fp32")},
-                  {"channels_last", channels_last_of(summary, cfg)},
-                  {"global_batch", summary.value("global_batch", 0)},
-                  {"batch_per_worker", cfg.value("data.batch_size", 0)},
-                  {"grad_accum_steps", cfg.value("train.grad_accum_steps", 1)},
-                  {"threads_per_worker", summary.value("threads_per_worker", 0)},
-                  {"optimizer", "SGD lr " + str(cfg, "optim.lr") + ", momentum " + str(cfg, "optim.momentum") +
-                                    ", weight decay " + str(cfg, "optim.weight_decay") + ", schedule " +
-                                    str(cfg, "sched.name")}};
+  run["setup"] = {
+      {"model", summary.value("model", "")},
+      {"dataset", cfg.value("data.name", "")},
+      {"world_size", summary.value("world_size", 0)},
+      {"nnodes", summary.value("nnodes", 1)},
+      {"launcher", summary.value("launcher", "")},
+      {"strategy", summary.value("strategy", "")},
+      {"backend", summary.value("backend", "")},
+      {"compress", summary.value("compress", "none")},
+      {"precision", summary.value("precision", "fp32")},
+      {"channels_last", channels_last_of(summary, cfg)},
+      {"global_batch", summary.value("global_batch", 0)},
+      {"batch_per_worker", cfg.value("data.batch_size", 0)},
+      {"grad_accum_steps", cfg.value("train.grad_accum_steps", 1)},
+      {"threads_per_worker", summary.value("threads_per_worker", 0)},
+      {"optimizer", "SGD lr " + str(cfg, "optim.lr") + ", momentum " + str(cfg, "optim.momentum") + ", weight decay " +
+                        str(cfg, "optim.weight_decay") + ", schedule " + str(cfg, "sched.name")}};
   run["results"] = {{"best_test_accuracy", summary["best_test_accuracy"]},
                     {"test_accuracy", summary["test_accuracy"]},
                     {"train_seconds", summary["train_seconds"]},
@@ -107,12 +107,16 @@ json run_data(const fs::path& dir) {
     const std::string kind = r.value("kind", "");
     const double at_epoch = num(r, "step", 0) / steps_per_epoch;
     if (kind == "train") {
-      train_curve.push_back({{"epoch", at_epoch}, {"train_seconds", num(r, "train_seconds")}, {"loss", num(r, "loss")},
+      train_curve.push_back({{"epoch", at_epoch},
+                             {"train_seconds", num(r, "train_seconds")},
+                             {"loss", num(r, "loss")},
                              {"top1", num(r, "top1")}});
     } else if (kind == "eval") {
       const int64_t e = r.value("epoch", int64_t{0});
-      eval_curve.push_back({{"epoch", at_epoch}, {"train_seconds", num(r, "train_seconds")},
-                            {"loss", num(r, "test_loss")}, {"top1", num(r, "test_top1")}});
+      eval_curve.push_back({{"epoch", at_epoch},
+                            {"train_seconds", num(r, "train_seconds")},
+                            {"loss", num(r, "test_loss")},
+                            {"top1", num(r, "test_top1")}});
       json row = {{"epoch", e + 1},
                   {"step", r["step"]},
                   {"test_loss", r["test_loss"]},
@@ -130,7 +134,8 @@ json run_data(const fs::path& dir) {
   } else {  // runs from before the resource monitor: peak RSS only
     json res = json::array();
     int r = 0;
-    for (const auto& b : summary.value("peak_rss_bytes", json::array())) res.push_back({{"rank", r++}, {"peak_rss_bytes", b}});
+    for (const auto& b : summary.value("peak_rss_bytes", json::array()))
+      res.push_back({{"rank", r++}, {"peak_rss_bytes", b}});
     run["resources"] = res;
   }
   run["gpu_monitor"] = summary.value("gpu_monitor", "not recorded");
@@ -148,14 +153,16 @@ LinePlot plot(const json& runs, const std::string& x, const std::string& y, cons
       Series s{std::string(which == std::string("train") ? "train" : "test") +
                    (several ? " " + run["name"].get<std::string>() : ""),
                {}};
-      for (const auto& pt : run["curves"][which]) s.points.emplace_back(num(pt, x.c_str()), y_scale * num(pt, y.c_str()));
+      for (const auto& pt : run["curves"][which])
+        s.points.emplace_back(num(pt, x.c_str()), y_scale * num(pt, y.c_str()));
       if (!s.points.empty()) p.series.push_back(std::move(s));
     }
   return p;
 }
 
 // The phases of train/PhaseClock.h, in its order; a JSON object keeps its keys sorted instead.
-const std::vector<std::string> kPhases = {"data", "forward", "backward", "comm", "optimizer", "eval", "checkpoint", "other"};
+const std::vector<std::string> kPhases = {"data",      "forward", "backward",   "comm",
+                                          "optimizer", "eval",    "checkpoint", "other"};
 
 StackedBars time_bars(const json& runs) {
   StackedBars p{"Where the time went (rank 0, share of the training loop's wall time)", kPhases, {}};
@@ -175,11 +182,13 @@ std::string time_section(const json& run) {
   md << "### Where the time went\n\n";
   const auto& t = run["time_breakdown"];
   if (t.is_null()) return md.str() + "Not recorded (a run from before cohort measured its phases).\n\n";
-  md << "Rank 0, " << fixed(num(t, "wall_seconds"), 1) << " s of training loop (comm: collectives the step waited "
+  md << "Rank 0, " << fixed(num(t, "wall_seconds"), 1)
+     << " s of training loop (comm: collectives the step waited "
         "for, not hidden behind backward):\n\n| phase | seconds | share |\n|---|---|---|\n";
   const json seconds = t.value("seconds", json::object()), share = t.value("share", json::object());
   for (const auto& ph : kPhases)
-    md << "| " << ph << " | " << fixed(num(seconds, ph.c_str(), 0), 1) << " | " << pct(num(share, ph.c_str(), 0)) << " |\n";
+    md << "| " << ph << " | " << fixed(num(seconds, ph.c_str(), 0), 1) << " | " << pct(num(share, ph.c_str(), 0))
+       << " |\n";
   return md.str() + "\n";
 }
 
@@ -195,10 +204,10 @@ std::string markdown(const json& report) {
           "| speedup | throughput ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& c : report["comparison"])
       md << "| " << c["name"].get<std::string>() << " | " << c["world_size"] << " | " << c["nnodes"] << " | "
-         << c["strategy"].get<std::string>() << " | " << c["precision"].get<std::string>() << " | "
-         << c["global_batch"] << " | " << fixed(num(c, "images_per_second"), 0) << " | "
-         << fixed(num(c, "train_seconds"), 1) << " | " << pct(num(c, "best_test_accuracy")) << " | "
-         << fixed(num(c, "speedup"), 2) << "x | " << fixed(num(c, "throughput_ratio"), 2) << "x |\n";
+         << c["strategy"].get<std::string>() << " | " << c["precision"].get<std::string>() << " | " << c["global_batch"]
+         << " | " << fixed(num(c, "images_per_second"), 0) << " | " << fixed(num(c, "train_seconds"), 1) << " | "
+         << pct(num(c, "best_test_accuracy")) << " | " << fixed(num(c, "speedup"), 2) << "x | "
+         << fixed(num(c, "throughput_ratio"), 2) << "x |\n";
     md << "\n";
   }
   md << "## Plots\n\n![loss against epoch](loss_vs_epoch.svg)\n![loss against training time](loss_vs_time.svg)\n"
@@ -214,8 +223,8 @@ std::string markdown(const json& report) {
        << " |\n| workers | " << s["world_size"] << " on " << s["nnodes"] << " node(s), launcher "
        << s["launcher"].get<std::string>() << " |\n| strategy | " << s["strategy"].get<std::string>() << " over "
        << s["backend"].get<std::string>() << ", gradient compression " << s["compress"].get<std::string>()
-       << " |\n| precision | " << s["precision"].get<std::string>() << (s.value("channels_last", false) ? ", channels-last" : "")
-       << " |\n| batch | " << s["global_batch"]
+       << " |\n| precision | " << s["precision"].get<std::string>()
+       << (s.value("channels_last", false) ? ", channels-last" : "") << " |\n| batch | " << s["global_batch"]
        << " global (" << s["batch_per_worker"] << " per worker, gradient accumulation " << s["grad_accum_steps"]
        << ") |\n| threads per worker | " << s["threads_per_worker"] << " |\n| optimizer | "
        << s["optimizer"].get<std::string>() << " |\n\n"
@@ -230,15 +239,16 @@ std::string markdown(const json& report) {
          << pct(num(e, "test_top1")) << " | " << pct(num(e, "test_top5")) << " | " << fixed(num(e, "epoch_seconds"), 1)
          << " | " << fixed(num(e, "train_seconds"), 1) << " |\n";
     if (run["epochs"].empty()) md << "| (no evaluation recorded) | | | | | | |\n";
-    md << "\n" << time_section(run) << "### Resources per rank\n\n| rank | peak RSS | mean CPU | GPU utilization mean / max | GPU memory peak |\n"
+    md << "\n"
+       << time_section(run)
+       << "### Resources per rank\n\n| rank | peak RSS | mean CPU | GPU utilization mean / max | GPU memory peak |\n"
           "|---|---|---|---|---|\n";
     for (const auto& q : run["resources"]) {
-      md << "| " << q["rank"] << " | " << mib(num(q, "peak_rss_bytes")) << " | "
-         << fixed(num(q, "mean_cpu_percent"), 0) << "% | ";
+      md << "| " << q["rank"] << " | " << mib(num(q, "peak_rss_bytes")) << " | " << fixed(num(q, "mean_cpu_percent"), 0)
+         << "% | ";
       if (q.contains("gpu_mean_util_percent"))
-        md << fixed(num(q, "gpu_mean_util_percent"), 0) << "% / " << fixed(num(q, "gpu_max_util_percent"), 0)
-           << "% | " << mib(num(q, "gpu_peak_memory_used_bytes")) << " of " << mib(num(q, "gpu_memory_total_bytes"))
-           << " |\n";
+        md << fixed(num(q, "gpu_mean_util_percent"), 0) << "% / " << fixed(num(q, "gpu_max_util_percent"), 0) << "% | "
+           << mib(num(q, "gpu_peak_memory_used_bytes")) << " of " << mib(num(q, "gpu_memory_total_bytes")) << " |\n";
       else
         md << "no GPU | no GPU |\n";
     }
@@ -252,8 +262,8 @@ std::string markdown(const json& report) {
          << " of peak RSS (limited by " << b.value("limited_by", "") << "), from " << b["trials"].size()
          << " trials of " << b["steps_per_trial"] << " steps:\n\n| batch | fits | peak RSS |\n|---|---|---|\n";
       for (const auto& t : b["trials"])
-        md << "| " << t["batch_size"] << " | " << (t.value("fits", false) ? "yes" : "no: " + t.value("why", "")) << " | "
-           << mib(num(t, "peak_rss_bytes")) << " |\n";
+        md << "| " << t["batch_size"] << " | " << (t.value("fits", false) ? "yes" : "no: " + t.value("why", ""))
+           << " | " << mib(num(t, "peak_rss_bytes")) << " |\n";
       md << "\n";
     }
     md << "### Config\n\n<details><summary>every key</summary>\n\n```\n";
@@ -286,9 +296,14 @@ json build_report(const std::vector<fs::path>& run_dirs) {
     for (const auto& run : report["runs"]) {
       const auto& s = run["setup"];
       const auto& r = run["results"];
-      cmp.push_back({{"name", run["name"]}, {"world_size", s["world_size"]}, {"nnodes", s["nnodes"]},
-                     {"strategy", s["strategy"]}, {"precision", s["precision"]}, {"global_batch", s["global_batch"]},
-                     {"images_per_second", r["images_per_second"]}, {"train_seconds", r["train_seconds"]},
+      cmp.push_back({{"name", run["name"]},
+                     {"world_size", s["world_size"]},
+                     {"nnodes", s["nnodes"]},
+                     {"strategy", s["strategy"]},
+                     {"precision", s["precision"]},
+                     {"global_batch", s["global_batch"]},
+                     {"images_per_second", r["images_per_second"]},
+                     {"train_seconds", r["train_seconds"]},
                      {"best_test_accuracy", r["best_test_accuracy"]},
                      {"speedup", num(base, "train_seconds") / num(r, "train_seconds")},
                      {"throughput_ratio", num(r, "images_per_second") / num(base, "images_per_second")}});
@@ -308,12 +323,12 @@ fs::path write_report(const std::vector<fs::path>& run_dirs, const fs::path& out
   const json& runs = report["runs"];
   util::write_file_atomic(out_dir / "loss_vs_epoch.svg",
                           render_svg(plot(runs, "epoch", "loss", "Loss against epoch", "epoch", "loss", 1)));
-  util::write_file_atomic(out_dir / "loss_vs_time.svg",
-                          render_svg(plot(runs, "train_seconds", "loss", "Loss against training time",
-                                          "training time (s)", "loss", 1)));
-  util::write_file_atomic(out_dir / "accuracy_vs_epoch.svg",
-                          render_svg(plot(runs, "epoch", "top1", "Top-1 accuracy against epoch", "epoch",
-                                          "top-1 accuracy (%)", 100)));
+  util::write_file_atomic(
+      out_dir / "loss_vs_time.svg",
+      render_svg(plot(runs, "train_seconds", "loss", "Loss against training time", "training time (s)", "loss", 1)));
+  util::write_file_atomic(
+      out_dir / "accuracy_vs_epoch.svg",
+      render_svg(plot(runs, "epoch", "top1", "Top-1 accuracy against epoch", "epoch", "top-1 accuracy (%)", 100)));
   util::write_file_atomic(out_dir / "accuracy_vs_time.svg",
                           render_svg(plot(runs, "train_seconds", "top1", "Top-1 accuracy against training time",
                                           "training time (s)", "top-1 accuracy (%)", 100)));

@@ -78,8 +78,11 @@ void ResourceMonitor::record(const ResourceSample& s) {
   totals_.peak_rss = std::max(totals_.peak_rss, s.peak_rss);
   cpu_sum_ += s.cpu_percent;
   totals_.mean_cpu_percent = cpu_sum_ / totals_.samples;
-  nlohmann::json j = {{"elapsed_s", s.elapsed_s}, {"time", std::time(nullptr)}, {"rss_bytes", s.rss},
-                      {"peak_rss_bytes", s.peak_rss}, {"cpu_percent", s.cpu_percent}};
+  nlohmann::json j = {{"elapsed_s", s.elapsed_s},
+                      {"time", std::time(nullptr)},
+                      {"rss_bytes", s.rss},
+                      {"peak_rss_bytes", s.peak_rss},
+                      {"cpu_percent", s.cpu_percent}};
   if (s.gpu) {
     totals_.has_gpu = true;
     gpu_sum_ += s.gpu->util_percent;
@@ -87,8 +90,10 @@ void ResourceMonitor::record(const ResourceSample& s) {
     totals_.max_gpu_util_percent = std::max(totals_.max_gpu_util_percent, s.gpu->util_percent);
     totals_.peak_gpu_memory_used = std::max(totals_.peak_gpu_memory_used, s.gpu->memory_used);
     totals_.gpu_memory_total = s.gpu->memory_total;
-    j["gpu"] = {{"index", s.gpu->index}, {"util_percent", s.gpu->util_percent},
-                {"memory_used_bytes", s.gpu->memory_used}, {"memory_total_bytes", s.gpu->memory_total}};
+    j["gpu"] = {{"index", s.gpu->index},
+                {"util_percent", s.gpu->util_percent},
+                {"memory_used_bytes", s.gpu->memory_used},
+                {"memory_total_bytes", s.gpu->memory_total}};
   }
   if (out_.is_open()) out_ << j.dump() << "\n" << std::flush;
 }

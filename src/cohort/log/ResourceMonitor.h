@@ -24,10 +24,10 @@
 namespace cohort::log {
 
 struct ResourceSample {
-  double elapsed_s = 0;      // since the monitor started
-  int64_t rss = 0;           // bytes
-  int64_t peak_rss = 0;      // bytes, VmHWM
-  double cpu_percent = 0;    // user + system time over wall time since the previous sample; 100 = one core
+  double elapsed_s = 0;    // since the monitor started
+  int64_t rss = 0;         // bytes
+  int64_t peak_rss = 0;    // bytes, VmHWM
+  double cpu_percent = 0;  // user + system time over wall time since the previous sample; 100 = one core
   std::optional<GpuSample> gpu;
 };
 

@@ -32,8 +32,8 @@ std::string num(double v) {
 
 // The document, a white background and the title: how every plot begins.
 void open_svg(std::ostringstream& o, int width, int height, const std::string& title) {
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-    << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height << "\" viewBox=\"0 0 "
+    << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     << "<text x=\"" << width / 2 << "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" << escape(title)
     << "</text>\n";
@@ -80,12 +80,12 @@ std::string render_svg(const LinePlot& plot, int width, int height) {
   open_svg(o, width, height, plot.title);
   for (double t : xt)
     o << "<line x1=\"" << px(t) << "\" y1=\"" << top << "\" x2=\"" << px(t) << "\" y2=\"" << bottom
-      << "\" stroke=\"#e0e0e0\"/>\n<text x=\"" << px(t) << "\" y=\"" << bottom + 16
-      << "\" text-anchor=\"middle\">" << num(t) << "</text>\n";
+      << "\" stroke=\"#e0e0e0\"/>\n<text x=\"" << px(t) << "\" y=\"" << bottom + 16 << "\" text-anchor=\"middle\">"
+      << num(t) << "</text>\n";
   for (double t : yt)
     o << "<line x1=\"" << left << "\" y1=\"" << py(t) << "\" x2=\"" << right << "\" y2=\"" << py(t)
-      << "\" stroke=\"#e0e0e0\"/>\n<text x=\"" << left - 6 << "\" y=\"" << py(t) + 4
-      << "\" text-anchor=\"end\">" << num(t) << "</text>\n";
+      << "\" stroke=\"#e0e0e0\"/>\n<text x=\"" << left - 6 << "\" y=\"" << py(t) + 4 << "\" text-anchor=\"end\">"
+      << num(t) << "</text>\n";
   o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << right - left << "\" height=\"" << bottom - top
     << "\" fill=\"none\" stroke=\"#444\"/>\n"
     << "<text x=\"" << (left + right) / 2 << "\" y=\"" << height - 10 << "\" text-anchor=\"middle\">"
@@ -104,8 +104,8 @@ std::string render_svg(const LinePlot& plot, int width, int height) {
         o << "<circle cx=\"" << px(x) << "\" cy=\"" << py(y) << "\" r=\"2.5\" fill=\"" << color << "\"/>\n";
     const double ly = top + 8 + 18.0 * i;
     o << "<line x1=\"" << right + 12 << "\" y1=\"" << ly << "\" x2=\"" << right + 32 << "\" y2=\"" << ly
-      << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n<text x=\"" << right + 38 << "\" y=\"" << ly + 4
-      << "\">" << escape(s.name) << "</text>\n";
+      << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n<text x=\"" << right + 38 << "\" y=\"" << ly + 4 << "\">"
+      << escape(s.name) << "</text>\n";
   }
   o << "</svg>\n";
   return o.str();
@@ -139,8 +139,8 @@ std::string render_svg(const StackedBars& plot, int width) {
   for (size_t i = 0; i < plot.segments.size(); ++i) {
     const double lx = left + (i % 4) * (right - left) / 4, ly = bottom + 14 + 18.0 * (i / 4);
     o << "<rect x=\"" << lx << "\" y=\"" << ly - 9 << "\" width=\"12\" height=\"12\" fill=\""
-      << kColors[i % (sizeof kColors / sizeof *kColors)] << "\"/><text x=\"" << lx + 18 << "\" y=\"" << ly + 2
-      << "\">" << escape(plot.segments[i]) << "</text>\n";
+      << kColors[i % (sizeof kColors / sizeof *kColors)] << "\"/><text x=\"" << lx + 18 << "\" y=\"" << ly + 2 << "\">"
+      << escape(plot.segments[i]) << "</text>\n";
   }
   o << "</svg>\n";
   return o.str();

@@ -32,7 +32,7 @@ std::string render_svg(const LinePlot& plot, int width = 640, int height = 400);
 // run's time went (cohort report's time_breakdown.svg).
 struct StackedBars {
   std::string title;
-  std::vector<std::string> segments;                             // legend, in segment order
+  std::vector<std::string> segments;                              // legend, in segment order
   std::vector<std::pair<std::string, std::vector<double>>> bars;  // label, one value per segment
 };
 

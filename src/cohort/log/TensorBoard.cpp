@@ -85,8 +85,8 @@ std::string encode_scalar_event(double wall_time, int64_t step, const std::strin
 EventWriter::EventWriter(const std::filesystem::path& dir) {
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
-  path_ = dir / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(std::time(nullptr))) + "." + host +
-                 "." + std::to_string(getpid()) + ".0");
+  path_ = dir / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(std::time(nullptr))) + "." + host + "." +
+                 std::to_string(getpid()) + ".0");
   file_ = std::fopen(path_.c_str(), "wb");
   if (!file_)
     throw Error("cannot create TensorBoard event file " + path_.string() + ": " + std::strerror(errno),

@@ -17,9 +17,8 @@ namespace nn = torch::nn;
 // airbench's BatchNorm: the scale is fixed at 1 and never trained (only the shift is), which together with
 // the fast running-statistics momentum is what lets the 3x3 convolutions train at a high learning rate.
 nn::BatchNorm2d airbench_batch_norm(int64_t channels) {
-  nn::BatchNorm2d bn(nn::BatchNorm2dOptions(channels)
-                         .eps(AirbenchNet::kBatchNormEps)
-                         .momentum(AirbenchNet::kBatchNormMomentum));
+  nn::BatchNorm2d bn(
+      nn::BatchNorm2dOptions(channels).eps(AirbenchNet::kBatchNormEps).momentum(AirbenchNet::kBatchNormMomentum));
   // The weight is already 1 (LibTorch's default); only its trainability changes. set_requires_grad acts on
   // the tensor the module registered, so named_parameters() sees it.
   bn->weight.set_requires_grad(false);
@@ -94,8 +93,8 @@ AirbenchNet::AirbenchNet(int64_t in_channels, int64_t num_classes, int64_t width
 
 at::Tensor AirbenchNet::forward_impl(at::Tensor x) {
   if (x.dim() != 4 || x.size(1) != in_channels_ || x.size(2) < kMinImageSize || x.size(3) < kMinImageSize)
-    throw ConfigError("airbench built for images [B, " + std::to_string(in_channels_) + ", H, W] with H, W >= " +
-                          std::to_string(kMinImageSize) + ", got " + shape_string(x),
+    throw ConfigError("airbench built for images [B, " + std::to_string(in_channels_) +
+                          ", H, W] with H, W >= " + std::to_string(kMinImageSize) + ", got " + shape_string(x),
                       "build the model with the data's channels (make_airbench(in_channels, ...)); airbench is "
                       "meant for 32x32 images such as CIFAR-10");
   x = torch::gelu(whiten_(x));

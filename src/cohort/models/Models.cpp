@@ -38,8 +38,8 @@ struct BasicBlockImpl : nn::Module {
         bn2(register_module("bn2", nn::BatchNorm2d(out))) {
     if (stride != 1 || in != out) {
       downsample = register_module(
-          "downsample", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
-                                       nn::BatchNorm2d(out)));
+          "downsample",
+          nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)), nn::BatchNorm2d(out)));
     }
   }
   at::Tensor forward(at::Tensor x) {
@@ -74,7 +74,8 @@ class StagedResNet : public Classifier {
     std::vector<std::string> out;
     for (size_t s = 0; s < layers.size(); ++s) {
       const std::string stage = "layer" + std::to_string(s + 1) + ".";
-      if (policy == "child") out.push_back(stage);
+      if (policy == "child")
+        out.push_back(stage);
       else
         for (size_t b = 0; b < layers[s]->size(); ++b) out.push_back(stage + std::to_string(b) + ".");
     }
@@ -155,7 +156,8 @@ TORCH_MODULE(Bottleneck);
 class TorchvisionResNet : public StagedResNet {
  public:
   TorchvisionResNet(int64_t in_channels, bool bottleneck, std::array<int64_t, 4> blocks, int64_t num_classes)
-      : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in_channels, 64, 7).stride(2).padding(3).bias(false)))),
+      : conv1(register_module("conv1",
+                              nn::Conv2d(nn::Conv2dOptions(in_channels, 64, 7).stride(2).padding(3).bias(false)))),
         bn1(register_module("bn1", nn::BatchNorm2d(64))) {
     int64_t in = 64;
     for (int s = 0; s < 4; ++s) {
@@ -209,17 +211,22 @@ class Mlp : public Classifier {
 }  // namespace
 
 std::shared_ptr<Classifier> build(const ModelConfig& cfg, int64_t in_channels, int64_t image_size) {
-  if (cfg.name == "mlp") return std::make_shared<Mlp>(in_channels * image_size * image_size, cfg.width, cfg.num_classes);
+  if (cfg.name == "mlp")
+    return std::make_shared<Mlp>(in_channels * image_size * image_size, cfg.width, cfg.num_classes);
   const std::pair<const char*, int64_t> resnets[] = {{"resnet8", 1}, {"resnet14", 2}, {"resnet20", 3}, {"resnet32", 5}};
   for (const auto& [name, blocks] : resnets)
     if (cfg.name == name) return std::make_shared<SmallResNet>(in_channels, cfg.width, blocks, cfg.num_classes);
-  if (cfg.name == "resnet18") return std::make_shared<TorchvisionResNet>(in_channels, false, std::array<int64_t, 4>{2, 2, 2, 2}, cfg.num_classes);
-  if (cfg.name == "resnet34") return std::make_shared<TorchvisionResNet>(in_channels, false, std::array<int64_t, 4>{3, 4, 6, 3}, cfg.num_classes);
-  if (cfg.name == "resnet50") return std::make_shared<TorchvisionResNet>(in_channels, true, std::array<int64_t, 4>{3, 4, 6, 3}, cfg.num_classes);
+  if (cfg.name == "resnet18")
+    return std::make_shared<TorchvisionResNet>(in_channels, false, std::array<int64_t, 4>{2, 2, 2, 2}, cfg.num_classes);
+  if (cfg.name == "resnet34")
+    return std::make_shared<TorchvisionResNet>(in_channels, false, std::array<int64_t, 4>{3, 4, 6, 3}, cfg.num_classes);
+  if (cfg.name == "resnet50")
+    return std::make_shared<TorchvisionResNet>(in_channels, true, std::array<int64_t, 4>{3, 4, 6, 3}, cfg.num_classes);
   if (cfg.name == "vit_b32") return make_vit_b32(in_channels, image_size, cfg.num_classes);
   if (cfg.name == "airbench") return make_airbench(in_channels, cfg.num_classes, /*width_scale=*/1);
-  throw ConfigError("config key 'model.name': unknown model '" + cfg.name + "'",
-                    "use one of resnet8, resnet14, resnet20, resnet32, resnet18, resnet34, resnet50, vit_b32, airbench, mlp");
+  throw ConfigError(
+      "config key 'model.name': unknown model '" + cfg.name + "'",
+      "use one of resnet8, resnet14, resnet20, resnet32, resnet18, resnet34, resnet50, vit_b32, airbench, mlp");
 }
 
 }  // namespace cohort::models

@@ -37,9 +37,7 @@ void init_linear(nn::Linear& linear) {
   linear->bias.zero_();
 }
 
-nn::LayerNorm layer_norm(int64_t dim) {
-  return nn::LayerNorm(nn::LayerNormOptions({dim}).eps(kLayerNormEps));
-}
+nn::LayerNorm layer_norm(int64_t dim) { return nn::LayerNorm(nn::LayerNormOptions({dim}).eps(kLayerNormEps)); }
 
 // timm's PatchEmbed: a stride-`patch` convolution turns [B, C, H, W] into [B, (H/patch)*(W/patch), dim],
 // patches in row-major order.
@@ -195,14 +193,14 @@ std::shared_ptr<Classifier> build_vit(const VitOptions& o, const std::string& na
   check_positive("in_channels", o.in_channels);
   check_positive("num_classes", o.num_classes);
   if (o.image_size % o.patch != 0)
-    throw ConfigError(name + " needs an image size that is a multiple of its patch size " +
-                          std::to_string(o.patch) + ", got image size " + std::to_string(o.image_size),
+    throw ConfigError(name + " needs an image size that is a multiple of its patch size " + std::to_string(o.patch) +
+                          ", got image size " + std::to_string(o.image_size),
                       "resize the data to a multiple of " + std::to_string(o.patch) +
                           " (e.g. data.name=imagefolder with data.image_size=224), or pick a convolutional model "
                           "such as resnet20 for small images");
   if (o.dim % o.heads != 0)
-    throw ConfigError(name + " needs a width divisible by its heads, got dim " + std::to_string(o.dim) +
-                          " and " + std::to_string(o.heads) + " heads",
+    throw ConfigError(name + " needs a width divisible by its heads, got dim " + std::to_string(o.dim) + " and " +
+                          std::to_string(o.heads) + " heads",
                       "pick heads that divide dim (ViT-B: dim 768, 12 heads)");
   return std::make_shared<VisionTransformer>(o);
 }

@@ -13,9 +13,7 @@
 namespace cohort::optim {
 namespace {
 
-bool is_16_bit(const at::Tensor& t) {
-  return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
-}
+bool is_16_bit(const at::Tensor& t) { return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16; }
 
 void check_decay(double decay) {
   if (!(decay >= 0.0 && decay <= 1.0))
@@ -73,8 +71,7 @@ void Ema::update(const torch::nn::Module& module, double decay) {
   torch::NoGradGuard no_grad;
   const auto tensors = module_tensors(module);
   // lerp_(x, 1 - decay) is decay * average + (1 - decay) * x in one kernel.
-  for (size_t i = 0; i < tensors.size(); ++i)
-    average_[i].lerp_(tensors[i].to(average_[i].scalar_type()), 1.0 - decay);
+  for (size_t i = 0; i < tensors.size(); ++i) average_[i].lerp_(tensors[i].to(average_[i].scalar_type()), 1.0 - decay);
   ++num_updates_;
 }
 

@@ -3,8 +3,8 @@
 // parameter name ("momentum_buffer.<name>", "exp_avg.<name>"), so it saves and loads by name, and a
 // sharded strategy can hand it views of its slice of each parameter under the same names.
 //
-//   auto opt = cohort::optim::make_optimizer(cfg.optim, cohort::optim::split_decay(net->named_parameters(), 5e-4, false));
-//   loss.backward(); opt->step(lr); opt->zero_grad();
+//   auto opt = cohort::optim::make_optimizer(cfg.optim, cohort::optim::split_decay(net->named_parameters(), 5e-4,
+//   false)); loss.backward(); opt->step(lr); opt->zero_grad();
 #pragma once
 
 #include <memory>

@@ -17,7 +17,8 @@ Schedule::Schedule(const SchedConfig& cfg, double peak_lr, int64_t total_steps, 
       peak_(peak_lr),
       total_(std::max<int64_t>(total_steps, 1)),
       per_epoch_(std::max<int64_t>(steps_per_epoch, 1)),
-      warmup_steps_(cfg.name == "onecycle" ? 0 : static_cast<int64_t>(std::llround(cfg.warmup_epochs * steps_per_epoch))) {}
+      warmup_steps_(cfg.name == "onecycle" ? 0
+                                           : static_cast<int64_t>(std::llround(cfg.warmup_epochs * steps_per_epoch))) {}
 
 double Schedule::lr(int64_t step) const {
   if (cfg_.name == "onecycle") {

@@ -72,9 +72,9 @@ std::pair<size_t, size_t> Optimizer::locate(const std::string& key, const std::s
       for (size_t i = 0; i < groups_[gi].names.size(); ++i)
         if (groups_[gi].names[i] == name) return {gi, i};
   }
-  throw CheckpointError("optimizer state has '" + key + "', which matches no parameter of this model for " +
-                            name() + "'s '" + kind + "'",
-                        "resume with the optim.name, model.name and model.width the checkpoint was saved with");
+  throw CheckpointError(
+      "optimizer state has '" + key + "', which matches no parameter of this model for " + name() + "'s '" + kind + "'",
+      "resume with the optim.name, model.name and model.width the checkpoint was saved with");
 }
 
 void Optimizer::check_shape(const std::string& key, const at::Tensor& t, const at::Tensor& p) const {
@@ -85,7 +85,8 @@ void Optimizer::check_shape(const std::string& key, const at::Tensor& t, const a
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& cfg, std::vector<ParamGroup> groups) {
-  if (cfg.name == "adamw") return std::make_unique<AdamW>(std::move(groups), AdamWOptions{cfg.beta1, cfg.beta2, cfg.eps});
+  if (cfg.name == "adamw")
+    return std::make_unique<AdamW>(std::move(groups), AdamWOptions{cfg.beta1, cfg.beta2, cfg.eps});
   return std::make_unique<Sgd>(std::move(groups), SgdOptions{cfg.momentum, cfg.nesterov});
 }
 

@@ -9,7 +9,8 @@ namespace {
 
 class GradReadyHook : public torch::autograd::FunctionPostHook {
  public:
-  GradReadyHook(std::weak_ptr<std::function<void(size_t)>> fire, size_t index) : fire_(std::move(fire)), index_(index) {}
+  GradReadyHook(std::weak_ptr<std::function<void(size_t)>> fire, size_t index)
+      : fire_(std::move(fire)), index_(index) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                             const torch::autograd::variable_list& /*inputs*/) override {
     if (auto f = fire_.lock()) (*f)(index_);

@@ -7,8 +7,9 @@
 #include "cohort/models/Models.h"
 #include "cohort/parallel/compress/LowPrecisionHook.h"
 #include "cohort/parallel/compress/PowerSgd.h"
+#include "cohort/parallel/ddp/CommHook.h"
 #include "cohort/parallel/ddp/DistributedDataParallel.h"
-#include "cohort/parallel/shard/Sharded.h"
+#include "cohort/parallel/shard/ShardedStrategy.h"
 #include "cohort/util/Error.h"
 
 namespace cohort {
@@ -37,7 +38,6 @@ double clip_full_gradients(const std::vector<at::Tensor>& params, double clip_no
       if (p.grad().defined()) p.grad().mul_(coef);
   return norm;
 }
-
 
 class DdpStrategy : public Strategy {
  public:
@@ -99,19 +99,16 @@ class DdpStrategy : public Strategy {
     b.optimizer = (optimizer_ ? optimizer_->state_bytes() : 0) + masters_.bytes();
     return b;
   }
-  optim::NamedState optimizer_state() override {
-    auto state = optimizer_->state_dict();
-    for (auto& entry : masters_.state_dict()) state.push_back(std::move(entry));
-    return state;
+  StrategyState save_state() override {
+    StrategyState out;
+    out.optimizer = optimizer_->state_dict();
+    for (auto& entry : masters_.state_dict()) out.optimizer.push_back(std::move(entry));
+    out.resume = ddp_.reducer().comm_hook().state_dict(ddp_.reducer().communicator());
+    return out;
   }
-  void load_optimizer_state(const optim::NamedState& full) override {
-    optimizer_->load_state_dict(masters_.load_state_dict(full));
-  }
-  HookState state_dict() override {
-    return ddp_.reducer().comm_hook().state_dict(ddp_.reducer().communicator());
-  }
-  void load_state_dict(const HookState& state) override {
-    ddp_.reducer().comm_hook().load_state_dict(state, ddp_.reducer().communicator());
+  void load_state(const optim::NamedState& optimizer, const checkpoint::NamedTensors& resume) override {
+    optimizer_->load_state_dict(masters_.load_state_dict(optimizer));
+    ddp_.reducer().comm_hook().load_state_dict(resume, ddp_.reducer().communicator());
   }
 
  private:
@@ -129,8 +126,7 @@ optim::GroupRule group_rule(const OptimConfig& cfg) {
 }
 
 std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg) {
-  // dist.grad_dtype=fp16|bf16 names the same hook as dist.compress=fp16|bf16 (validate() refuses a conflict).
-  const auto& c = cfg.dist.grad_dtype != "fp32" ? cfg.dist.grad_dtype : cfg.dist.compress;
+  const auto& c = cfg.dist.compress;
   if (c == "fp16") return std::make_shared<LowPrecisionHook>(at::kHalf);
   if (c == "bf16") return std::make_shared<LowPrecisionHook>(at::kBFloat16);
   if (c == "powersgd") {
@@ -150,7 +146,7 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<
                                         CommunicatorPtr comm) {
   if (cfg.dist.strategy != "ddp") {
     ShardedOptions o;
-    o.stage = cfg.dist.strategy == "zero1" ? ShardStage::kZero1
+    o.stage = cfg.dist.strategy == "zero1"   ? ShardStage::kZero1
               : cfg.dist.strategy == "zero2" ? ShardStage::kZero2
                                              : ShardStage::kFsdp;
     o.bucket_mb = cfg.dist.bucket_mb;

@@ -11,17 +11,19 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 
+#include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/comm/Communicator.h"
 #include "cohort/config/Config.h"
 #include "cohort/optim/Optimizer.h"
-#include "cohort/parallel/ddp/CommHook.h"
 
 namespace cohort {
+
+class CommHook;
 
 // Bytes this rank put into gradient collectives in the last synchronized backward, and what an
 // uncompressed all-reduce of the same gradients would have sent.
@@ -39,11 +41,15 @@ struct StateBytes {
   int64_t total() const { return params + grads + optimizer; }
 };
 
-// What a sharded strategy writes for one checkpoint: this rank's tensors and, identical on every rank,
-// the layout a reader needs to reassemble full parameters at any world size.
-struct ShardState {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  nlohmann::json layout;
+// What a strategy hands a checkpoint. The checkpoint format is checkpoint/'s business: a strategy hands
+// over tensors (and, when sharded, their layout), never files.
+struct StrategyState {
+  // Unsharded: the optimizer's per-parameter state ("<kind>.<param>", "step") and fp16-master's masters.
+  optim::NamedState optimizer;
+  // Sharded: this rank's slices and the layout that reassembles them (`optimizer` is then empty).
+  std::optional<checkpoint::ShardedSave> shards;
+  // State beyond those that an exact resume needs (a compression hook's residuals), on rank 0.
+  checkpoint::NamedTensors resume;
 };
 
 // Note [Every rank skips an overflowed step together]
@@ -84,18 +90,13 @@ class Strategy {
   virtual SyncBytes last_sync_bytes() const = 0;
   virtual StateBytes state_bytes() const = 0;
 
-  // Checkpoints. An unsharded strategy saves the optimizer's per-parameter state; a sharded one hands
-  // each rank's shard to checkpoint::save_sharded. Both load from full, per-parameter state
-  // ("momentum_buffer.<param>"), which is what any checkpoint reassembles to, so a run can resume under
-  // another strategy or world size.
-  virtual bool sharded() const { return false; }
-  virtual optim::NamedState optimizer_state() = 0;
-  virtual ShardState shard_state() { return {}; }
-  virtual void load_optimizer_state(const optim::NamedState& full) = 0;
-  // State beyond the model and optimizer that an exact resume needs (a compression hook's residuals).
-  // Collective: every rank calls it at the same point.
-  virtual HookState state_dict() = 0;
-  virtual void load_state_dict(const HookState& state) = 0;
+  // Checkpoints. Collective: every rank calls it at the same point (each rank's shards; a compression
+  // hook gathers every rank's residuals).
+  virtual StrategyState save_state() = 0;
+  // Loads from full, per-parameter state ("momentum_buffer.<param>", "master.<param>"), which is what any
+  // checkpoint reassembles to, so a run can resume under another strategy or world size; and the resume
+  // state save_state() gave. Collective.
+  virtual void load_state(const optim::NamedState& optimizer, const checkpoint::NamedTensors& resume) = 0;
 };
 
 // How the optimizer's parameter groups are formed from optim.* (weight decay, norm_lr_scale).

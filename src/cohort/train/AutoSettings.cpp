@@ -17,9 +17,7 @@
 namespace cohort::train {
 namespace {
 
-bool is_conv_net(const std::string& model) {
-  return model.rfind("resnet", 0) == 0 || model == "airbench";
-}
+bool is_conv_net(const std::string& model) { return model.rfind("resnet", 0) == 0 || model == "airbench"; }
 
 std::string capability(const Hardware& hw) {
   return std::to_string(hw.cuda_major) + "." + std::to_string(hw.cuda_minor);
@@ -62,7 +60,8 @@ Hardware probe_cpu(const std::string& cpuinfo_path) {
   } else {
     hw.cpu_bf16_source = "the CPU has no native bf16 (no AMX-BF16, AVX512-BF16 or Arm BF16)";
   }
-  if (const char* mask = std::getenv("COHORT_CPU_BF16"); mask && (std::string(mask) == "0" || std::string(mask) == "1")) {
+  if (const char* mask = std::getenv("COHORT_CPU_BF16");
+      mask && (std::string(mask) == "0" || std::string(mask) == "1")) {
     hw.cpu_bf16 = std::string(mask) == "1";
     hw.cpu_bf16_source += std::string(", but COHORT_CPU_BF16=") + mask + (hw.cpu_bf16 ? " claims it" : " masks it");
   }
@@ -85,8 +84,8 @@ Hardware probe_hardware(const c10::Device& device) {
 
 AutoChoice choose_precision(const Hardware& hw, const std::string& why_not_fp16_master) {
   if (hw.cuda) {
-    const std::string gpu = (hw.cuda_name.empty() ? "the GPU" : hw.cuda_name) + " (compute capability " +
-                            capability(hw) + ")";
+    const std::string gpu =
+        (hw.cuda_name.empty() ? "the GPU" : hw.cuda_name) + " (compute capability " + capability(hw) + ")";
     if (hw.cuda_major >= 8) return {"bf16", gpu + " computes in bf16", true};
     // Before Ampere there is no bf16 arithmetic; fp16 needs loss scaling, and fp32 masters keep small
     // updates from vanishing in fp16 weights (Apex O2, what the seed's T4 machines needed).
@@ -110,13 +109,13 @@ std::string fp16_master_unsuitable(const TrainConfig& cfg) {
   // fp16-master's gradients are fp16: PowerSGD would fall back to a plain all-reduce, and a 16-bit
   // all-reduce of them would only round them again.
   if (cfg.dist.compress != "none") return "dist.compress=" + cfg.dist.compress + " compresses fp32 gradients";
-  if (cfg.dist.grad_dtype != "fp32") return "dist.grad_dtype=" + cfg.dist.grad_dtype + " compresses fp32 gradients";
   return "";
 }
 
 AutoSettings resolve_auto(TrainConfig& cfg, const Hardware& hw) {
   AutoSettings s;
-  s.precision = cfg.amp.precision == "auto" ? choose_precision(hw, fp16_master_unsuitable(cfg)) : kept(cfg.amp.precision);
+  s.precision =
+      cfg.amp.precision == "auto" ? choose_precision(hw, fp16_master_unsuitable(cfg)) : kept(cfg.amp.precision);
   s.channels_last =
       cfg.train.channels_last == "auto" ? choose_channels_last(hw, cfg.model.name) : kept(cfg.train.channels_last);
   cfg.amp.precision = s.precision.value;

@@ -15,8 +15,8 @@
 //   COHORT_CPU_BF16=0 masks them (=1 claims them), for tests and for comparing.
 // - Precision on CUDA: bf16 from compute capability 8.0 (Ampere) on; before that fp16-master (fp16
 //   weights, fp32 batch norm and master weights, dynamic loss scaling), or fp16 autocast where the run
-//   averages its own weights (train.lookahead) or compresses its gradients (dist.compress,
-//   dist.grad_dtype), which expect fp32 gradients.
+//   averages its own weights (train.lookahead) or compresses its gradients (dist.compress), which
+//   expect fp32 gradients.
 // - What stays fp32 whatever the precision: weights, gradients and optimizer state (except under
 //   fp16-master, whose masters are fp32), the loss and its softmax (from fp32 logits), batch-norm
 //   statistics, airbench's whitening eigendecomposition, the EMA/lookahead average and evaluation
@@ -43,8 +43,8 @@ struct Hardware {
   bool cuda = false;
   int cuda_major = 0, cuda_minor = 0;  // compute capability of the training GPU
   std::string cuda_name;
-  bool cpu_bf16 = false;                // the CPU has native bf16 dot products
-  std::string cpu_bf16_source;          // what said so, for the log
+  bool cpu_bf16 = false;        // the CPU has native bf16 dot products
+  std::string cpu_bf16_source;  // what said so, for the log
 };
 
 // Reads the CPU's features (the kernel's flags, then COHORT_CPU_BF16) and, on CUDA, the device's capability.
@@ -63,7 +63,7 @@ struct AutoChoice {
 AutoChoice choose_precision(const Hardware& hw, const std::string& why_not_fp16_master);
 AutoChoice choose_channels_last(const Hardware& hw, const std::string& model_name);
 // Why fp16 weights and gradients do not fit this config ("" when they do): train.lookahead averages the
-// weights themselves, and gradient compression (dist.compress, dist.grad_dtype) expects fp32 gradients.
+// weights themselves, and gradient compression (dist.compress) expects fp32 gradients.
 std::string fp16_master_unsuitable(const TrainConfig& cfg);
 
 struct AutoSettings {

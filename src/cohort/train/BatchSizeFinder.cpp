@@ -5,11 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fcntl.h>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -177,13 +177,18 @@ Trial run_trial(const FindOptions& o, int64_t batch) {
 nlohmann::json to_json(const FindResult& r, const FindOptions& o) {
   nlohmann::json trials = nlohmann::json::array();
   for (const auto& t : r.trials) {
-    nlohmann::json j = {{"batch_size", t.batch}, {"fits", t.fits}, {"peak_rss_bytes", t.peak_rss},
-                        {"seconds", t.seconds}};
+    nlohmann::json j = {
+        {"batch_size", t.batch}, {"fits", t.fits}, {"peak_rss_bytes", t.peak_rss}, {"seconds", t.seconds}};
     if (!t.why.empty()) j["why"] = t.why;
     trials.push_back(j);
   }
-  return {{"batch_size", r.batch_size}, {"limited_by", r.limited_by}, {"max_memory_bytes", o.max_memory},
-          {"device", "cpu"}, {"steps_per_trial", o.steps}, {"train_args", o.train_args}, {"trials", trials},
+  return {{"batch_size", r.batch_size},
+          {"limited_by", r.limited_by},
+          {"max_memory_bytes", o.max_memory},
+          {"device", "cpu"},
+          {"steps_per_trial", o.steps},
+          {"train_args", o.train_args},
+          {"trials", trials},
           {"time", std::time(nullptr)}};
 }
 
@@ -198,16 +203,22 @@ int64_t parse_bytes(const std::string& text) {
   std::string unit = text.substr(used);
   std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::toupper(c); });
   for (const char* suffix : {"IB", "B"})
-    if (unit.size() > std::strlen(suffix) && unit.compare(unit.size() - std::strlen(suffix), std::string::npos, suffix) == 0) {
+    if (unit.size() > std::strlen(suffix) &&
+        unit.compare(unit.size() - std::strlen(suffix), std::string::npos, suffix) == 0) {
       unit.resize(unit.size() - std::strlen(suffix));
       break;
     }
   double mult = 0;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "K") mult = 1024.0;
-  else if (unit == "M") mult = 1024.0 * 1024;
-  else if (unit == "G") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T") mult = 1024.0 * 1024 * 1024 * 1024;
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "K")
+    mult = 1024.0;
+  else if (unit == "M")
+    mult = 1024.0 * 1024;
+  else if (unit == "G")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T")
+    mult = 1024.0 * 1024 * 1024 * 1024;
   if (used == 0 || mult == 0 || !(v > 0) || !std::isfinite(v))
     throw ConfigError("'" + text + "' is not a memory size", "write it as 4G, 512M or a number of bytes");
   return static_cast<int64_t>(v * mult);

@@ -32,7 +32,7 @@ struct FindOptions {
   int64_t steps = 3;                    // training steps per trial
   int64_t max_memory = 0;               // bytes of peak RSS per worker (CPU)
   double trial_timeout_s = 900;
-  std::filesystem::path work_dir;       // trials run in subfolders, removed after each
+  std::filesystem::path work_dir;  // trials run in subfolders, removed after each
 };
 
 struct Trial {
@@ -40,7 +40,7 @@ struct Trial {
   bool fits = false;
   int64_t peak_rss = 0;  // bytes, the trial process's maximum resident set
   double seconds = 0;
-  std::string why;  // why it did not fit: "peak RSS 3.1 GiB > budget 3.0 GiB", "out of memory", ...
+  std::string why;             // why it did not fit: "peak RSS 3.1 GiB > budget 3.0 GiB", "out of memory", ...
   bool dataset_limit = false;  // the batch is larger than the training set: no larger one can fit
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "cohort/checkpoint/Names.h"
 #include "cohort/upload/S3.h"
 #include "cohort/util/Error.h"
 
@@ -22,9 +23,11 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // still ends normally: the checkpoint it trained for stays where it was, and the upload can be retried
 // with the `aws` CLI from the printed path.
 nlohmann::json upload_checkpoint(const TrainConfig& cfg, const fs::path& run_dir) {
-  const fs::path ckpts = run_dir / "checkpoints";
-  const std::string tag =
-      fs::exists(ckpts / "best.safetensors") || fs::exists(ckpts / "best.manifest.json") ? "best" : "last";
+  const fs::path ckpts = run_dir / checkpoint::names::kCheckpointsDir;
+  const std::string tag = fs::exists(ckpts / checkpoint::names::weights_file(checkpoint::names::kBest)) ||
+                                  fs::exists(ckpts / checkpoint::names::manifest_file(checkpoint::names::kBest))
+                              ? checkpoint::names::kBest
+                              : checkpoint::names::kLast;
   nlohmann::json rec = {{"checkpoint", tag}, {"ok", false}};
   const auto t0 = Clock::now();
   try {
@@ -51,7 +54,8 @@ nlohmann::json upload_checkpoint(const TrainConfig& cfg, const fs::path& run_dir
   } catch (const Error& e) {
     rec["error"] = e.what();
     std::cerr << "cohort: warning: the upload of checkpoints/" << tag << " failed: " << e.describe()
-              << "\ncohort: the checkpoint is kept at " << (ckpts / (tag + ".safetensors")).string() << std::endl;
+              << "\ncohort: the checkpoint is kept at " << (ckpts / checkpoint::names::weights_file(tag)).string()
+              << std::endl;
   }
   return rec;
 }

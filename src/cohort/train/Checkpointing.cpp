@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "cohort/amp/MasterWeights.h"
-#include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/Names.h"
+#include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/checkpoint/Steps.h"
 #include "cohort/checkpoint/TrainingState.h"
 #include "cohort/train/RankAgreement.h"
@@ -14,7 +15,7 @@ namespace fs = std::filesystem;
 Checkpointer::Checkpointer(const TrainConfig& cfg, const fs::path& run_dir, World& world, Owners owners,
                            std::string config_json)
     : cfg_(cfg),
-      ck_dir_(run_dir / "checkpoints"),
+      ck_dir_(run_dir / checkpoint::names::kCheckpointsDir),
       world_(world),
       owners_(owners),
       config_json_(std::move(config_json)),
@@ -31,38 +32,32 @@ checkpoint::TrainState Checkpointer::train_state(const SavePoint& at) const {
 
 // "best" lives in the checkpoints folder itself; each "last" gets a fresh step directory, which rank 0
 // names for a sharded save (every rank writes into it).
-fs::path Checkpointer::directory_for(const std::string& tag, int64_t step) {
-  if (tag != "last") return ck_dir_;
-  if (!owners_.strategy.sharded()) return checkpoint::new_step_dir(ck_dir_, step);
+fs::path Checkpointer::directory_for(const std::string& tag, int64_t step, bool sharded) {
+  if (tag != checkpoint::names::kLast) return ck_dir_;
+  if (!sharded) return checkpoint::new_step_dir(ck_dir_, step);
   return decided_by_rank0(world_, "cohort/ckpt_dir/" + std::to_string(sharded_saves_++),
                           [&] { return checkpoint::new_step_dir(ck_dir_, step).string(); });
 }
 
 void Checkpointer::save(const std::string& tag, const SavePoint& at) {
-  const bool last = tag == "last";
+  const bool last = tag == checkpoint::names::kLast;
   // The end of training often saves the state the last periodic save already holds: a second copy
   // would only push an older, distinct save out of retention. (step and best agree on every rank.)
   if (last && at.step == last_saved_step_ && at.best == last_saved_best_) return;
   if (last) last_saved_step_ = at.step, last_saved_best_ = at.best;
   const auto st = train_state(at);
-  const fs::path dir = directory_for(tag, at.step);
-  auto commit = [&] {
-    if (last && lead_) checkpoint::commit_step(ck_dir_, dir, at.step, static_cast<int>(cfg_.ckpt.keep_last));
-  };
-  auto& strategy = owners_.strategy;
-  if (strategy.sharded()) {  // every rank writes its slice; see checkpoint/Sharded.h
-    auto shard = strategy.shard_state();
-    checkpoint::save_sharded(dir, tag, shard.tensors, shard.layout, st, *world_.comm);
-    commit();
-    return;
+  // Collective: a sharded strategy hands each rank's slices, a compression hook gathers its residuals.
+  auto state = owners_.strategy.save_state();
+  const fs::path dir = directory_for(tag, at.step, state.shards.has_value());
+  if (state.shards) {  // every rank writes its slice; see checkpoint/ShardedCheckpoint.h
+    const auto by = last ? checkpoint::CommitBy::kStepDirectory : checkpoint::CommitBy::kMarkerFile;
+    checkpoint::save_sharded(dir, tag, *state.shards, st, *world_.comm, by);
+  } else if (lead_) {
+    checkpoint::TrainingStateParts parts{std::move(state.optimizer), std::move(state.resume), {}};
+    if (owners_.lookahead) parts.lookahead = owners_.lookahead->state_dict();
+    checkpoint::save(dir, tag, owners_.model, checkpoint::join_training_state(parts), st);
   }
-  // Collective (a compression hook gathers every rank's residuals), so every rank takes part.
-  const auto strategy_state = strategy.state_dict();
-  if (!lead_) return;
-  checkpoint::TrainingStateParts parts{strategy.optimizer_state(), strategy_state, {}};
-  if (owners_.lookahead) parts.lookahead = owners_.lookahead->state_dict();
-  checkpoint::save(dir, tag, owners_.model, checkpoint::join_training_state(parts), st);
-  commit();
+  if (last && lead_) checkpoint::commit_step(ck_dir_, dir, at.step, static_cast<int>(cfg_.ckpt.keep_last));
 }
 
 void Checkpointer::restore(const checkpoint::Checkpoint& resume) {
@@ -74,8 +69,7 @@ void Checkpointer::restore(const checkpoint::Checkpoint& resume) {
   auto& precision = owners_.precision;
   if (precision.precision() == amp::Precision::kFp16Master && !has_masters)
     for (const auto& [name, t] : resume.model) parts.optimizer.emplace_back(amp::kMasterPrefix + name, t);
-  owners_.strategy.load_optimizer_state(parts.optimizer);
-  owners_.strategy.load_state_dict(parts.strategy);
+  owners_.strategy.load_state(parts.optimizer, parts.strategy);
   if (owners_.lookahead && !parts.lookahead.empty()) owners_.lookahead->load_state_dict(parts.lookahead);
   const auto& st = resume.state;
   if (precision.scaling() && st.loss_scale > 0)

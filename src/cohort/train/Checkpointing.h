@@ -49,7 +49,7 @@ class Checkpointer {
 
  private:
   checkpoint::TrainState train_state(const SavePoint& at) const;
-  std::filesystem::path directory_for(const std::string& tag, int64_t step);
+  std::filesystem::path directory_for(const std::string& tag, int64_t step, bool sharded);
 
   const TrainConfig& cfg_;
   std::filesystem::path ck_dir_;

@@ -13,9 +13,10 @@ c10::Device training_device(const std::string& setting, int local_rank) {
   if (setting != "cuda")
     throw ConfigError("train.device '" + setting + "' is not a device cohort knows", "use auto, cpu or cuda");
   if (gpus == 0)
-    throw ConfigError("train.device=cuda, but this LibTorch sees no GPU (built without CUDA, no driver, or "
-                      "CUDA_VISIBLE_DEVICES empty)",
-                      "use train.device=cpu, or build cohort against a CUDA LibTorch (scripts/gpu-check)");
+    throw ConfigError(
+        "train.device=cuda, but this LibTorch sees no GPU (built without CUDA, no driver, or "
+        "CUDA_VISIBLE_DEVICES empty)",
+        "use train.device=cpu, or build cohort against a CUDA LibTorch (scripts/gpu-check)");
   if (local_rank >= gpus)
     throw ConfigError("train.device=cuda: local rank " + std::to_string(local_rank) + " needs GPU " +
                           std::to_string(local_rank) + ", but this machine shows " + std::to_string(gpus),

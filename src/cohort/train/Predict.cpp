@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <iostream>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "cohort/checkpoint/Safetensors.h"
 #include "cohort/checkpoint/Steps.h"
@@ -46,7 +46,6 @@ std::vector<std::string> class_names(const TrainConfig& cfg) {
   return static_cast<int64_t>(names.size()) == cfg.model.num_classes ? names : std::vector<std::string>{};
 }
 
-
 std::vector<fs::path> list_images(const std::vector<fs::path>& paths) {
   std::vector<fs::path> files;
   for (const auto& p : paths) {
@@ -55,7 +54,8 @@ std::vector<fs::path> list_images(const std::vector<fs::path>& paths) {
       std::vector<fs::path> found;
       for (const auto& e : fs::recursive_directory_iterator(p, ec))
         if (e.is_regular_file() && data::is_jpeg_name(e.path())) found.push_back(e.path());
-      if (found.empty()) throw DataError(p.string() + ": a folder with no .jpg or .jpeg file in it", "pass JPEG images");
+      if (found.empty())
+        throw DataError(p.string() + ": a folder with no .jpg or .jpeg file in it", "pass JPEG images");
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
     } else if (fs::exists(p, ec)) {
@@ -107,10 +107,11 @@ at::Tensor read_input_tensor(const fs::path& file, const InputShape& shape) {
   const std::string want = "[N, " + std::to_string(shape.channels) + ", " + std::to_string(shape.image_size) + ", " +
                            std::to_string(shape.image_size) + "]";
   if (!x.defined())
-    throw DataError(file.string() + ": " + std::to_string(f.tensors.size()) + " tensors and none called images, input or x",
-                    "save one float tensor " + want);
-  if (x.dim() != 4 || x.size(0) == 0 || x.size(1) != shape.channels || x.size(2) != shape.image_size || x.size(3) != shape.image_size ||
-      !x.is_floating_point())
+    throw DataError(
+        file.string() + ": " + std::to_string(f.tensors.size()) + " tensors and none called images, input or x",
+        "save one float tensor " + want);
+  if (x.dim() != 4 || x.size(0) == 0 || x.size(1) != shape.channels || x.size(2) != shape.image_size ||
+      x.size(3) != shape.image_size || !x.is_floating_point())
     throw DataError(file.string() + ": the input tensor is " + std::string(c10::toString(x.scalar_type())) + " " +
                         c10::str(x.sizes()) + ", the model takes float " + want,
                     "preprocess the images to the model's input size (or set data.image_size)");
@@ -169,7 +170,8 @@ std::string json_lines(const at::Tensor& logits, const std::vector<fs::path>& fi
 
 void run_predict_worker(const TrainConfig& cfg, const WorldInfo& info, const PredictOptions& o) {
   at::set_num_threads(worker_threads(cfg, info));
-  World world = rendezvous(info, cfg.dist.backend, std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000)));
+  World world =
+      rendezvous(info, cfg.dist.backend, std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000)));
   const c10::Device device = training_device(cfg.train.device, info.local_rank);
   const InputShape shape = input_shape(cfg);
   auto model = models::build(cfg.model, shape.channels, shape.image_size);
@@ -195,8 +197,10 @@ void run_predict_worker(const TrainConfig& cfg, const WorldInfo& info, const Pre
       std::cerr << "cohort: predict: logits of " << n << " inputs written to " << out.string() << std::endl;
     } else {
       const std::string text = json_lines(logits, files, class_names(cfg), o.top_k);
-      if (o.out.empty()) std::cout << text << std::flush;
-      else util::write_file_atomic(o.out, text);
+      if (o.out.empty())
+        std::cout << text << std::flush;
+      else
+        util::write_file_atomic(o.out, text);
     }
   }
   world.comm->barrier("end of predict")->wait();

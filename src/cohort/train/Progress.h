@@ -23,7 +23,7 @@ struct ProgressState {
   int64_t total_steps = 1;
   double loss = 0;
   double images_per_second = 0;
-  double elapsed_s = 0;     // since this process started training
+  double elapsed_s = 0;            // since this process started training
   int64_t steps_this_session = 0;  // steps this process ran (a resumed run starts at 0)
 };
 

@@ -4,6 +4,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "cohort/checkpoint/Names.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::train {
@@ -81,7 +82,7 @@ fs::path agree_run_dir(const TrainConfig& cfg, World& world) {
   return decided_by_rank0(world, "cohort/run_dir", [&] {
     fs::path dir = cfg.run.dir.empty() ? fs::path("runs") / timestamp() : fs::path(cfg.run.dir);
     std::error_code ec;
-    fs::create_directories(dir / "checkpoints", ec);
+    fs::create_directories(dir / checkpoint::names::kCheckpointsDir, ec);
     if (ec)
       throw Error("rank 0: cannot create run directory " + dir.string() + ": " + ec.message(),
                   "pass a writable --run-dir");

@@ -56,10 +56,17 @@ void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::Resou
   const auto resources = gather_resources(monitor, comm, world_size_);
   window.reset();
   if (!lead_) return;
-  nlohmann::json rec = {{"kind", "train"}, {"step", w.step}, {"epoch", w.epoch}, {"loss", g.loss()},
-                        {"top1", g.top1()}, {"top5", g.top5()}, {"lr", w.lr},
-                        {"images_per_second", w.images_per_second}, {"step_loss_rank0", w.step_loss},
-                        {"train_seconds", w.train_seconds}, {"sync_bytes", w.sync_bytes},
+  nlohmann::json rec = {{"kind", "train"},
+                        {"step", w.step},
+                        {"epoch", w.epoch},
+                        {"loss", g.loss()},
+                        {"top1", g.top1()},
+                        {"top5", g.top5()},
+                        {"lr", w.lr},
+                        {"images_per_second", w.images_per_second},
+                        {"step_loss_rank0", w.step_loss},
+                        {"train_seconds", w.train_seconds},
+                        {"sync_bytes", w.sync_bytes},
                         {"sync_bytes_uncompressed", w.sync_bytes_uncompressed},
                         {"grad_norm", w.grad_norm < 0 ? nlohmann::json() : nlohmann::json(w.grad_norm)},
                         {"time", std::time(nullptr)}};
@@ -107,8 +114,12 @@ void RunLog::write_resources(int64_t step, double train_seconds, const std::vect
       tensorboard_->add_scalar("gpu/memory_used_mb" + who, f[4] / (1 << 20), step);
     }
   }
-  nlohmann::json rec = {{"kind", "resources"}, {"step", step}, {"rss_bytes", rss}, {"cpu_percent", cpu},
-                        {"train_seconds", train_seconds}, {"time", std::time(nullptr)}};
+  nlohmann::json rec = {{"kind", "resources"},
+                        {"step", step},
+                        {"rss_bytes", rss},
+                        {"cpu_percent", cpu},
+                        {"train_seconds", train_seconds},
+                        {"time", std::time(nullptr)}};
   if (!gpu_util.empty()) {
     rec["gpu_util_percent"] = gpu_util;
     rec["gpu_memory_used_bytes"] = gpu_mem;
@@ -119,9 +130,15 @@ void RunLog::write_resources(int64_t step, double train_seconds, const std::vect
 void RunLog::evaluated(const EvalWindow& e) {
   if (!lead_) return;
   const auto& r = e.result;
-  metrics_.write({{"kind", "eval"}, {"step", e.step}, {"epoch", e.epoch}, {"test_loss", r.loss()},
-                  {"test_top1", r.top1()}, {"test_top5", r.top5()}, {"best_test_top1", e.best},
-                  {"train_seconds", e.train_seconds}, {"time", std::time(nullptr)}});
+  metrics_.write({{"kind", "eval"},
+                  {"step", e.step},
+                  {"epoch", e.epoch},
+                  {"test_loss", r.loss()},
+                  {"test_top1", r.top1()},
+                  {"test_top5", r.top5()},
+                  {"best_test_top1", e.best},
+                  {"train_seconds", e.train_seconds},
+                  {"time", std::time(nullptr)}});
   if (tensorboard_) {
     tensorboard_->add_scalar("val/loss", r.loss(), e.step);
     tensorboard_->add_scalar("val/top1", r.top1(), e.step);

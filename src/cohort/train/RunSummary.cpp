@@ -14,19 +14,19 @@ namespace {
 // Every rank's figures, gathered so rank 0 can report each rank.
 struct Gathered {
   static constexpr int kTotals = 7;
-  std::vector<double> totals;     // kTotals per rank: see gather()
-  std::vector<int64_t> state;     // params, grads, optimizer bytes per rank
-  int64_t bad_files = 0;          // the run's: a file met by two ranks counts twice
+  std::vector<double> totals;  // kTotals per rank: see gather()
+  std::vector<int64_t> state;  // params, grads, optimizer bytes per rank
+  int64_t bad_files = 0;       // the run's: a file met by two ranks counts twice
 };
 
 Gathered gather(const RunFacts& f, log::ResourceMonitor& monitor) {
   const int world = f.info.world_size;
   monitor.sample_now();  // so a run shorter than log.monitor_s still has one sample
   const auto tot = monitor.totals();
-  auto mine = at::tensor({double(util::peak_rss_bytes()), tot.mean_cpu_percent, tot.has_gpu ? 1.0 : 0.0,
-                          tot.mean_gpu_util_percent, tot.max_gpu_util_percent, double(tot.peak_gpu_memory_used),
-                          double(tot.gpu_memory_total)},
-                         at::kDouble);
+  auto mine = at::tensor(
+      {double(util::peak_rss_bytes()), tot.mean_cpu_percent, tot.has_gpu ? 1.0 : 0.0, tot.mean_gpu_util_percent,
+       tot.max_gpu_util_percent, double(tot.peak_gpu_memory_used), double(tot.gpu_memory_total)},
+      at::kDouble);
   auto all_tot = at::zeros({world * Gathered::kTotals}, at::kDouble);
   f.comm.all_gather(all_tot, mine, "resource totals")->wait();
   const auto& sb = f.state_bytes;
@@ -68,17 +68,33 @@ nlohmann::json summary_json(const RunFacts& f, const Gathered& g, const nlohmann
   for (const auto& r : resources) peak_rss.push_back(r["peak_rss_bytes"].get<int64_t>());
   const double ips = f.train_seconds > 0 ? f.images_seen / f.train_seconds : 0;
   nlohmann::json s = {
-      {"world_size", f.info.world_size}, {"nnodes", f.info.nnodes}, {"launcher", f.info.launcher},
-      {"strategy", f.strategy.name()}, {"backend", f.comm.backend_name()}, {"model", f.cfg.model.name},
-      {"steps", f.steps}, {"epochs", static_cast<double>(f.steps) / f.steps_per_epoch},
-      {"steps_per_epoch", f.steps_per_epoch}, {"global_batch", f.global_batch}, {"train_seconds", f.train_seconds},
-      {"images_per_second", ips}, {"test_accuracy", or_null(f.test_accuracy)}, {"best_test_accuracy", or_null(f.best)},
-      {"peak_rss_bytes", peak_rss}, {"resources", resources},
+      {"world_size", f.info.world_size},
+      {"nnodes", f.info.nnodes},
+      {"launcher", f.info.launcher},
+      {"strategy", f.strategy.name()},
+      {"backend", f.comm.backend_name()},
+      {"model", f.cfg.model.name},
+      {"steps", f.steps},
+      {"epochs", static_cast<double>(f.steps) / f.steps_per_epoch},
+      {"steps_per_epoch", f.steps_per_epoch},
+      {"global_batch", f.global_batch},
+      {"train_seconds", f.train_seconds},
+      {"images_per_second", ips},
+      {"test_accuracy", or_null(f.test_accuracy)},
+      {"best_test_accuracy", or_null(f.best)},
+      {"peak_rss_bytes", peak_rss},
+      {"resources", resources},
       {"gpu_monitor", monitor.gpu_available() ? "nvml" : monitor.nvml().why_unavailable()},
-      {"precision", f.cfg.amp.precision}, {"amp", f.precision.summary()}, {"device", f.device.str()},
-      {"bad_files_skipped", g.bad_files}, {"threads_per_worker", at::get_num_threads()},
-      {"optimizer", f.cfg.optim.name}, {"clip_grad_norm", f.cfg.optim.clip_grad_norm},
-      {"restarts", f.info.restart_count}, {"compress", f.cfg.dist.compress}, {"sync_bytes_per_step", sync.wire},
+      {"precision", f.cfg.amp.precision},
+      {"amp", f.precision.summary()},
+      {"device", f.device.str()},
+      {"bad_files_skipped", g.bad_files},
+      {"threads_per_worker", at::get_num_threads()},
+      {"optimizer", f.cfg.optim.name},
+      {"clip_grad_norm", f.cfg.optim.clip_grad_norm},
+      {"restarts", f.info.restart_count},
+      {"compress", f.cfg.dist.compress},
+      {"sync_bytes_per_step", sync.wire},
       {"sync_bytes_per_step_uncompressed", sync.dense},
       {"compression_ratio", sync.wire > 0 ? nlohmann::json(double(sync.dense) / sync.wire) : nlohmann::json()},
       {"config", f.config_json}};
@@ -95,7 +111,10 @@ void write_run_summary(const RunFacts& f, const PhaseClock& clock, log::Resource
   const Gathered g = gather(f, monitor);
   if (f.info.rank != 0) return;
   const auto resources = per_rank_resources(g, f.info.world_size);
-  log.record({{"kind", "model_state"}, {"step", f.steps}, {"strategy", f.strategy.name()}, {"per_rank", resources},
+  log.record({{"kind", "model_state"},
+              {"step", f.steps},
+              {"strategy", f.strategy.name()},
+              {"per_rank", resources},
               {"time", std::time(nullptr)}});
   const auto summary = summary_json(f, g, resources, time_breakdown, monitor);
   util::write_file_atomic(f.run_dir / "summary.json", summary.dump(2) + "\n");

@@ -5,7 +5,8 @@
 
 #include <torch/torch.h>
 
-#include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/Names.h"
+#include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/checkpoint/Steps.h"
 #include "cohort/train/Device.h"
 #include "cohort/train/InitialWeights.h"
@@ -29,12 +30,13 @@ int64_t prefetch_batches(const TrainConfig& cfg) { return cfg.data.name == "imag
 
 Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world) {
   if (info.restart_count > 0 && cfg.train.resume.empty() && !cfg.run.dir.empty()) {
-    const auto ck = fs::path(cfg.run.dir) / "checkpoints";
+    const auto ck = fs::path(cfg.run.dir) / checkpoint::names::kCheckpointsDir;
     const bool have = checkpoint::has_resumable(ck);
     if (have) cfg.train.resume = cfg.run.dir;
     if (info.rank == 0)
       std::cout << "cohort: restart " << info.restart_count << ": "
-                << (have ? "resuming from " + ck.string() : std::string("no checkpoint yet; starting over")) << std::endl;
+                << (have ? "resuming from " + ck.string() : std::string("no checkpoint yet; starting over"))
+                << std::endl;
   }
   Resume resume;
   if (cfg.train.resume.empty()) return resume;
@@ -47,7 +49,7 @@ Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world) {
     resume.checkpoint = std::move(found.checkpoint);
     return found.dir.string();
   });
-  if (info.rank != 0) resume.checkpoint = checkpoint::load_any(resume.from, "last");
+  if (info.rank != 0) resume.checkpoint = checkpoint::load_any(resume.from, checkpoint::names::kLast);
   if (cfg.run.dir.empty()) cfg.run.dir = resume_dir.parent_path().string();
   return resume;
 }
@@ -64,7 +66,7 @@ Job set_up_job(TrainConfig& cfg, const WorldInfo& info, World& world, const Resu
   torch::manual_seed(cfg.train.seed);
   job.model = models::build(cfg.model, job.data.train->channels(), job.data.train->image_size());
   initial_weights(*job.model, cfg, *job.data.train, resume.active() ? &resume.checkpoint.model : nullptr,
-                  (resume.from / "last.safetensors").string(), lead);
+                  (resume.from / checkpoint::names::weights_file(checkpoint::names::kLast)).string(), lead);
   // Device and precision before wrapping, so the strategy's buckets and masters take the final dtypes.
   // See Note [The mixed-precision dtype contract] in amp/MixedPrecision.h.
   configure_device(job.device, cfg.train.cudnn_benchmark);
@@ -84,15 +86,20 @@ Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, 
   const int64_t batch = cfg.data.batch_size, accum = cfg.train.grad_accum_steps;
   const int64_t steps_per_epoch = sampler.num_samples() / (batch * accum);
   if (steps_per_epoch == 0)
-    throw ConfigError("rank " + std::to_string(info.rank) + ": data.batch_size x train.grad_accum_steps = " +
-                          std::to_string(batch * accum) + " exceeds this rank's " +
-                          std::to_string(sampler.num_samples()) + " training images",
+    throw ConfigError("rank " + std::to_string(info.rank) +
+                          ": data.batch_size x train.grad_accum_steps = " + std::to_string(batch * accum) +
+                          " exceeds this rank's " + std::to_string(sampler.num_samples()) + " training images",
                       "lower data.batch_size, or use fewer workers");
   const int64_t total_steps = cfg.train.epochs * steps_per_epoch;
   const int64_t global_batch = batch * accum * info.world_size;
   const double peak_lr = cfg.optim.lr * (cfg.optim.scale_lr ? double(global_batch) / cfg.optim.base_batch : 1.0);
   const int64_t stop_step = cfg.train.max_steps > 0 ? std::min(total_steps, cfg.train.max_steps) : total_steps;
-  return {batch, accum, steps_per_epoch, total_steps, stop_step, global_batch,
+  return {batch,
+          accum,
+          steps_per_epoch,
+          total_steps,
+          stop_step,
+          global_batch,
           optim::Schedule(cfg.sched, peak_lr, total_steps, steps_per_epoch)};
 }
 

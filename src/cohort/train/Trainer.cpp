@@ -13,7 +13,7 @@
 
 #include "cohort/amp/MixedPrecision.h"
 #include "cohort/checkpoint/Checkpoint.h"
-#include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/Names.h"
 #include "cohort/checkpoint/Steps.h"
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/data/Datasets.h"
@@ -101,7 +101,12 @@ class TrainingRun {
 
   void train_epoch(int64_t epoch);
   void evaluate(int64_t epoch);
-  void save_last() { save("last", step_ / plan_.steps_per_epoch); }
+  void save_last() {
+    save_due_ = false;
+    save(checkpoint::names::kLast, step_ / plan_.steps_per_epoch);
+  }
+  // A periodic save (ckpt.every_steps) fell on a step that is evaluated next; see after_step.
+  bool save_due() const { return save_due_; }
   TrainResult finish();
 
  private:
@@ -127,6 +132,7 @@ class TrainingRun {
   FaultPlan faults_;
   PhaseClock clock_;  // where the time goes, phase by phase (train/PhaseClock.h)
   MetricWindow window_;
+  bool save_due_ = false;
 
   int64_t step_ = 0, first_step_ = 0, last_eval_step_ = -1;
   double best_ = -1, test_accuracy_ = -1;
@@ -151,14 +157,13 @@ std::string TrainingRun::first_line(bool resuming) const {
 
 void TrainingRun::train_epoch(int64_t epoch) {
   // airbench trains its whitening bias for the first epochs only; a resumed run re-freezes it here too.
-  if (cfg_.train.whiten_bias_epochs > 0 && epoch >= cfg_.train.whiten_bias_epochs)
-    job_.strategy->freeze("whiten.bias");
+  if (cfg_.train.whiten_bias_epochs > 0 && epoch >= cfg_.train.whiten_bias_epochs) job_.strategy->freeze("whiten.bias");
   const auto epoch_start = Clock::now();
   // The batches this epoch will train on, from where a resumed run left off to the epoch's end or stop_step.
   const int64_t first = step_ % plan_.steps_per_epoch;
   const int64_t steps = std::min(plan_.steps_per_epoch, first + plan_.stop_step - step_) - first;
-  const data::AugmentOptions aug{cfg_.data.augment, cfg_.data.crop_padding, true, cfg_.train.seed, epoch,
-                                 cfg_.data.flip == "alternating"};
+  const data::AugmentOptions aug{
+      cfg_.data.augment, cfg_.data.crop_padding, true, cfg_.train.seed, epoch, cfg_.data.flip == "alternating"};
   data::Loader loader(*job_.data.train,
                       batches_of(sampler_.indices(epoch), plan_.batch, first * plan_.accum, steps * plan_.accum), aug,
                       prefetch_batches(cfg_), /*pin=*/job_.device.is_cuda());
@@ -212,10 +217,12 @@ void TrainingRun::optimizer_step(double step_loss) {
   // rather than train on NaN weights. Every rank sees the same answer.
   precision.after_step(stepped.nonfinite, step_ + 1);
   if (stepped.nonfinite && !precision.scaling())
-    throw Error("step " + std::to_string(step_ + 1) + ": the gradient holds inf or NaN (loss of this rank's last batch: " +
-                    std::to_string(step_loss) + "); the weights were not updated",
+    throw Error("step " + std::to_string(step_ + 1) +
+                    ": the gradient holds inf or NaN (loss of this rank's last batch: " + std::to_string(step_loss) +
+                    "); the weights were not updated",
                 "lower optim.lr or set optim.clip_grad_norm, and check the data; resume from the last checkpoint with "
-                "--resume " + run_dir_.string());
+                "--resume " +
+                    run_dir_.string());
   clock_.switch_to(Phase::kOther);
   if (stepped.grad_norm >= 0) grad_norm_ = stepped.grad_norm;
   faults_.after_step(info_.rank, step_ + 1, info_.restart_count);
@@ -240,15 +247,34 @@ void TrainingRun::after_step(int64_t epoch, int64_t step_in_epoch, double step_l
     const auto& precision = *job_.precision;
     const auto sync = job_.strategy->last_sync_bytes();
     const bool scaling = precision.scaling();
-    const TrainWindow w{step_, epoch, cfg_.train.epochs, plan_.total_steps, plan_.schedule.lr(step_ - 1), ips,
-                        step_loss, train_seconds_, grad_norm_, sync.wire, sync.dense, scaling,
+    const TrainWindow w{step_,
+                        epoch,
+                        cfg_.train.epochs,
+                        plan_.total_steps,
+                        plan_.schedule.lr(step_ - 1),
+                        ips,
+                        step_loss,
+                        train_seconds_,
+                        grad_norm_,
+                        sync.wire,
+                        sync.dense,
+                        scaling,
                         scaling ? precision.loss_scale() : 0.0,
                         scaling ? precision.scaler().state().skipped_steps : int64_t{0}};
     log_.train_window(w, window_, monitor_, *world_.comm);
     window_images_ = 0;
     window_start_ = Clock::now();
   }
-  if (cfg_.ckpt.every_steps > 0 && step_ % cfg_.ckpt.every_steps == 0) save_last();
+  // A periodic save of a step that ends the epoch or the run waits for that step's evaluation, so the
+  // step is saved once, with the best accuracy the evaluation finds (not once before it and once after).
+  if (cfg_.ckpt.every_steps > 0 && step_ % cfg_.ckpt.every_steps == 0) {
+    const bool evaluated_next =
+        (step_in_epoch + 1 == plan_.steps_per_epoch && cfg_.eval.enabled) || step_ == plan_.stop_step;
+    if (evaluated_next)
+      save_due_ = true;
+    else
+      save_last();
+  }
 }
 
 // The test set across ranks; a better accuracy is saved as "best" (and uploaded, when asked to each time).
@@ -263,7 +289,7 @@ void TrainingRun::evaluate(int64_t epoch) {
   if (improved) best_ = test_accuracy_;
   log_.evaluated({step_, epoch, r, best_, train_seconds_});
   if (!improved || !cfg_.ckpt.save_best) return;
-  save("best", epoch + 1);
+  save(checkpoint::names::kBest, epoch + 1);
   if (lead_ && !cfg_.ckpt.upload.empty() && cfg_.ckpt.upload_best_every_time) upload_checkpoint(cfg_, run_dir_);
 }
 
@@ -274,9 +300,24 @@ void TrainingRun::save(const std::string& tag, int64_t epoch_of_next) {
 
 TrainResult TrainingRun::finish() {
   clock_.stop();
-  const RunFacts facts{info_, cfg_, config_json_, *job_.strategy, *world_.comm, *job_.precision, job_.chosen,
-                       job_.nhwc, job_.device, run_dir_, step_, plan_.steps_per_epoch, plan_.global_batch,
-                       images_seen_, train_seconds_, test_accuracy_, best_, state_bytes_,
+  const RunFacts facts{info_,
+                       cfg_,
+                       config_json_,
+                       *job_.strategy,
+                       *world_.comm,
+                       *job_.precision,
+                       job_.chosen,
+                       job_.nhwc,
+                       job_.device,
+                       run_dir_,
+                       step_,
+                       plan_.steps_per_epoch,
+                       plan_.global_batch,
+                       images_seen_,
+                       train_seconds_,
+                       test_accuracy_,
+                       best_,
+                       state_bytes_,
                        job_.data.train->bad_files() + job_.data.test->bad_files()};
   write_run_summary(facts, clock_, monitor_, log_);
   TrainResult result;
@@ -314,7 +355,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     run.train_epoch(epoch);
     if (!run.epoch_complete()) continue;
     run.evaluate(epoch);
-    if (cfg.ckpt.every_steps == 0) run.save_last();
+    if (cfg.ckpt.every_steps == 0 || run.save_due()) run.save_last();
   }
   // A run stopped by train.max_steps still reports a test accuracy and leaves a resumable checkpoint.
   if (!run.evaluated_last_step()) run.evaluate(run.final_epoch());
@@ -350,9 +391,14 @@ EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const 
                           *world.comm, placement);
   EvalResult e{r.loss(), r.top1(), r.top5(), static_cast<int64_t>(r.count)};
   if (info.rank == 0) {
-    const nlohmann::json j = {{"checkpoint", fs::absolute(checkpoint).string()}, {"model", cfg.model.name},
-                              {"dataset", cfg.data.name}, {"images", e.images}, {"loss", e.loss},
-                              {"top1", e.top1}, {"top5", e.top5}, {"world_size", info.world_size}};
+    const nlohmann::json j = {{"checkpoint", fs::absolute(checkpoint).string()},
+                              {"model", cfg.model.name},
+                              {"dataset", cfg.data.name},
+                              {"images", e.images},
+                              {"loss", e.loss},
+                              {"top1", e.top1},
+                              {"top5", e.top5},
+                              {"world_size", info.world_size}};
     std::cout << "cohort: eval " << checkpoint.string() << " on " << e.images << " images: top1 " << percent(e.top1)
               << " top5 " << percent(e.top5) << " loss " << std::setprecision(4) << e.loss << std::endl;
     if (!out.empty()) util::write_file_atomic(out, j.dump(2) + "\n");

@@ -1,3 +1,6 @@
+// Over 450 lines on purpose: one protocol's client (SigV4 signing, URLs, single and multipart PUT, retries
+// with their error texts). Each part is a short function; splitting the file would put the signing and the
+// requests it signs in different places.
 #include "cohort/upload/S3.h"
 
 #include <curl/curl.h>

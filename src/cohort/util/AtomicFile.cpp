@@ -17,17 +17,13 @@ namespace {
 std::string hint_for(int err) {
   switch (err) {
     case ENOENT:
-    case ENOTDIR:
-      return "create the directory first (check ckpt.dir or the output path)";
+    case ENOTDIR: return "create the directory first (check ckpt.dir or the output path)";
     case EACCES:
     case EPERM:
-    case EROFS:
-      return "choose a directory this process may write to";
+    case EROFS: return "choose a directory this process may write to";
     case ENOSPC:
-    case EDQUOT:
-      return "free disk space or point the output at a larger volume";
-    default:
-      return {};
+    case EDQUOT: return "free disk space or point the output at a larger volume";
+    default: return {};
   }
 }
 
@@ -64,9 +60,9 @@ void AtomicFile::close_fd() noexcept {
 }
 
 void AtomicFile::fail(const char* step, int err) const {
-  throw CheckpointError("cannot write '" + target_.string() + "': " + step + " of '" + temp_.string() +
-                            "' failed: " + std::strerror(err),
-                        hint_for(err));
+  throw CheckpointError(
+      "cannot write '" + target_.string() + "': " + step + " of '" + temp_.string() + "' failed: " + std::strerror(err),
+      hint_for(err));
 }
 
 void AtomicFile::write(const void* data, std::size_t size) {

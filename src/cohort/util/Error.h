@@ -14,8 +14,7 @@ namespace cohort {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what, std::string hint = {})
-      : std::runtime_error(what), hint_(std::move(hint)) {}
+  explicit Error(const std::string& what, std::string hint = {}) : std::runtime_error(what), hint_(std::move(hint)) {}
   const std::string& hint() const noexcept { return hint_; }
   // "what\n---> HINT: hint", the form every top-level handler prints.
   std::string describe() const {
@@ -54,7 +53,7 @@ namespace detail {
 }  // namespace cohort
 
 // Invariants only a bug in cohort can break. Always on: the checks are cheap next to tensor work.
-#define COHORT_ASSERT(cond, msg)                                                  \
-  do {                                                                            \
+#define COHORT_ASSERT(cond, msg)                                                           \
+  do {                                                                                     \
     if (!(cond)) ::cohort::detail::internal_assert_fail(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)

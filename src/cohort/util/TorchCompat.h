@@ -71,7 +71,8 @@ inline at::ScalarType autocast_dtype(c10::DeviceType device) {
 #if COHORT_TORCH_AT_LEAST(2, 4)
   return at::autocast::get_autocast_dtype(device);
 #else
-  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
+  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                        : at::autocast::get_autocast_gpu_dtype();
 #endif
 }
 

@@ -9,14 +9,15 @@
 
 #include <torch/torch.h>
 
-#include "unit/ThreadRanks.h"
 #include "cohort/amp/GradScaler.h"
 #include "cohort/amp/MasterWeights.h"
 #include "cohort/amp/MixedPrecision.h"
 #include "cohort/checkpoint/Checkpoint.h"
 #include "cohort/models/Models.h"
 #include "cohort/parallel/Strategy.h"
+#include "cohort/parallel/ddp/CommHook.h"
 #include "cohort/util/Error.h"
+#include "unit/ThreadRanks.h"
 
 using namespace cohort;
 using cohort::testing::random_batches;
@@ -214,9 +215,11 @@ TEST(MasterWeights, BatchNormStaysFp32AndEverythingElseBecomesFp16) {
       EXPECT_EQ(p.value().scalar_type(), is_bn ? at::kFloat : at::kHalf) << m.key() << "." << p.key();
       (is_bn ? bn : half)++;
     }
-    for (const auto& b : m.value()->named_buffers(/*recurse=*/false))
-      if (b.value().is_floating_point())
+    for (const auto& b : m.value()->named_buffers(/*recurse=*/false)) {
+      if (b.value().is_floating_point()) {
         EXPECT_EQ(b.value().scalar_type(), is_bn ? at::kFloat : at::kHalf) << m.key() << "." << b.key();
+      }
+    }
   }
   EXPECT_GT(bn, 0);
   EXPECT_GT(half, 0);
@@ -236,7 +239,7 @@ TEST(MasterWeights, DdpUpdatesFp32MastersThatSmallStepsAccumulateIn) {
     cfg.optim.weight_decay = 0;
     auto strategy = make_strategy(cfg, net, comm);
     strategy->build_optimizer(cfg.optim);
-    auto state = strategy->optimizer_state();  // SGD without momentum holds no state: masters only
+    auto state = strategy->save_state().optimizer;  // SGD without momentum holds no state: masters only
     ASSERT_EQ(state.size(), 1u);
     EXPECT_EQ(state[0].first, "master.w");
     EXPECT_EQ(state[0].second.scalar_type(), at::kFloat);
@@ -248,13 +251,13 @@ TEST(MasterWeights, DdpUpdatesFp32MastersThatSmallStepsAccumulateIn) {
       const auto r = strategy->step(lr, {0.0, true, scale});
       EXPECT_FALSE(r.skipped);
     }
-    const auto master = strategy->optimizer_state()[0].second;
+    const auto master = strategy->save_state().optimizer[0].second;
     EXPECT_NEAR(master[0].item<double>(), 1.0 - 12 * lr, 1e-6);
     EXPECT_TRUE(w.detach().equal(master.to(at::kHalf)));  // the weights are the rounded masters
     EXPECT_LT(w[0].item<double>(), 1.0);                  // 12e-4 crossed a spacing: the fp16 weight moved
     // Masters travel in the checkpoint and come back exactly.
-    strategy->load_optimizer_state({{"master.w", at::full({4}, 0.5)}});
-    EXPECT_EQ(strategy->optimizer_state()[0].second[0].item<double>(), 0.5);
+    strategy->load_state({{"master.w", at::full({4}, 0.5)}}, {});
+    EXPECT_EQ(strategy->save_state().optimizer[0].second[0].item<double>(), 0.5);
   });
 }
 
@@ -280,23 +283,30 @@ TEST(CheckpointScaler, TheScaleSurvivesSaveAndLoadAndOldFilesHaveNone) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(GradDtype, PicksTheLowPrecisionHookAndRefusesAConflict) {
+TEST(GradDtype, CompressPicksTheLowPrecisionHook) {
   TrainConfig cfg;
-  cfg.dist.grad_dtype = "bf16";
+  cfg.dist.compress = "bf16";
   EXPECT_EQ(make_comm_hook(cfg)->name(), "bf16");
-  cfg.dist.grad_dtype = "fp16";
+  cfg.dist.compress = "fp16";
   EXPECT_EQ(make_comm_hook(cfg)->name(), "fp16");
-  cfg.dist.compress = "powersgd";
-  EXPECT_THROW(config::validate(cfg), ConfigError);
-  cfg.dist.compress = "none";
-  cfg.dist.strategy = "zero2";
-  EXPECT_THROW(config::validate(cfg), ConfigError);
+}
+
+TEST(GradDtype, TheRemovedKeySaysWhatToWriteInstead) {
+  try {
+    config::load(std::nullopt, {"dist.grad_dtype=bf16"});
+    FAIL() << "dist.grad_dtype was accepted";
+  } catch (const ConfigError& e) {
+    const std::string what = e.describe();
+    EXPECT_NE(what.find("'dist.grad_dtype' was removed"), std::string::npos) << what;
+    EXPECT_NE(what.find("dist.compress=bf16"), std::string::npos) << what;
+  }
 }
 
 TEST(AmpConfig, GrowthMustGrowAndBackoffMustShrink) {
-  EXPECT_NO_THROW(config::load(std::nullopt, {"amp.precision=fp16", "amp.growth_factor=1.5", "amp.backoff_factor=0.25"}));
-  for (const std::string bad : {"amp.growth_factor=1", "amp.growth_factor=0.5", "amp.backoff_factor=0",
-                                "amp.backoff_factor=1"}) {
+  EXPECT_NO_THROW(
+      config::load(std::nullopt, {"amp.precision=fp16", "amp.growth_factor=1.5", "amp.backoff_factor=0.25"}));
+  for (const std::string bad :
+       {"amp.growth_factor=1", "amp.growth_factor=0.5", "amp.backoff_factor=0", "amp.backoff_factor=1"}) {
     try {
       config::load(std::nullopt, {bad});
       ADD_FAILURE() << bad << " was accepted";

@@ -45,9 +45,8 @@ at::Tensor sample(at::ScalarType type, at::IntArrayRef shape) {
 }
 
 const std::vector<std::pair<const char*, at::ScalarType>> kAllDtypes = {
-    {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16},
-    {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
-    {"U8", at::kByte},    {"BOOL", at::kBool}};
+    {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"I64", at::kLong},
+    {"I32", at::kInt},    {"I16", at::kShort}, {"I8", at::kChar},  {"U8", at::kByte},       {"BOOL", at::kBool}};
 
 // Full, transposed, strided, 0-d and empty tensors of every dtype, in an order that is not alphabetical.
 ck::NamedTensors every_kind() {
@@ -169,7 +168,10 @@ TEST(Safetensors, ReadsForeignFileInOffsetOrder) {
   const std::string header = R"({ "__metadata__": {"format": "pt"},
       "b": {"shape": [3], "dtype": "I16", "data_offsets": [4, 10]},
       "a": {"data_offsets": [0, 4], "dtype": "BF16", "shape": [2]} })";
-  const std::string data("\x80\x3f\x00\xc0" "\x01\x00\xff\xff\x00\x01", 10);
+  const std::string data(
+      "\x80\x3f\x00\xc0"
+      "\x01\x00\xff\xff\x00\x01",
+      10);
   ck::SafetensorsFile f = ck::from_safetensors_bytes(make_file(header, data), "foreign.safetensors");
   ASSERT_EQ(f.tensors.size(), 2u);
   EXPECT_EQ(f.tensors[0].first, "a");
@@ -183,8 +185,10 @@ TEST(Safetensors, EmptyFileAndEmptyTensorsKeepOrder) {
   ck::SafetensorsFile none = ck::from_safetensors_bytes(ck::to_safetensors_bytes({}, {}), "none");
   EXPECT_TRUE(none.tensors.empty());
   // Empty tensors share an offset with their neighbours; the header order must decide.
-  ck::NamedTensors t = {{"z", at::empty({0}, at::kFloat)}, {"y", at::ones({2}, at::kFloat)},
-                        {"x", at::empty({0, 3}, at::kInt)}, {"w", at::empty({0}, at::kByte)},
+  ck::NamedTensors t = {{"z", at::empty({0}, at::kFloat)},
+                        {"y", at::ones({2}, at::kFloat)},
+                        {"x", at::empty({0, 3}, at::kInt)},
+                        {"w", at::empty({0}, at::kByte)},
                         {"v", at::ones({1}, at::kChar)}};
   expect_same(t, ck::from_safetensors_bytes(ck::to_safetensors_bytes(t, {}), "e").tensors);
 }
@@ -270,8 +274,8 @@ TEST(Safetensors, EveryCorruptionIsCheckpointErrorNamingFile) {
        "more than 2^64"},
       {"offsets out of range", make_file("{" + a + "}", std::string(4, '\0')), "run past"},
       {"overlap", make_file("{" + a + "," + entry("b", "F32", "[2]", "[4,12]") + "}", d12), "overlap"},
-      {"hole", make_file("{" + entry("a", "F32", "[1]", "[0,4]") + "," + entry("b", "F32", "[1]", "[8,12]") + "}",
-                         d12), "hole"},
+      {"hole", make_file("{" + entry("a", "F32", "[1]", "[0,4]") + "," + entry("b", "F32", "[1]", "[8,12]") + "}", d12),
+       "hole"},
       {"first tensor not at 0", make_file("{" + entry("a", "F32", "[1]", "[4,8]") + "}", d8), "hole"},
       {"trailing bytes", make_file("{" + a + "}", d12), "belong to no tensor"},
       {"duplicate names", make_file("{" + a + "," + a + "}", d8), "'a' twice"},
@@ -293,7 +297,9 @@ TEST(Safetensors, EveryCorruptionIsCheckpointErrorNamingFile) {
 }
 
 TEST(Safetensors, SavesCudaTensors) {
-  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA in this LibTorch build or no GPU";
+  if (!at::hasCUDA()) {
+    GTEST_SKIP() << "no CUDA in this LibTorch build or no GPU";
+  }
   ck::NamedTensors gpu = {{"g", at::randn({4, 5}).to(at::kCUDA).t()}};
   ck::SafetensorsFile f = ck::from_safetensors_bytes(ck::to_safetensors_bytes(gpu, {}), "gpu");
   EXPECT_TRUE(bitwise_equal(f.tensors.at(0).second, gpu[0].second.cpu()));

@@ -113,7 +113,7 @@ TEST(CheckpointSteps, NothingUsableIsAnErrorListingEveryCandidate) {
   const auto d = fresh("none");
   EXPECT_FALSE(ck::has_resumable(d));
   const auto s = save_step(d, 5, 1);
-  fs::remove(s / ck::kCommitMarker);
+  fs::remove(s / ck::names::kStepCommit);
   try {
     ck::load_latest(d);
     FAIL() << "no error";

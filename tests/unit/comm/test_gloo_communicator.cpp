@@ -2,8 +2,8 @@
 
 #include <chrono>
 
-#include "unit/ThreadRanks.h"
 #include "cohort/util/Error.h"
+#include "unit/ThreadRanks.h"
 
 using cohort::CommunicatorPtr;
 using cohort::ReduceOp;
@@ -91,8 +91,10 @@ TEST(GlooCommunicator, DebugModeNamesAMismatchedCollective) {
         errors[rank] = e.what();
       }
     });
-    const std::string other = variant == 0 ? "rank 1 called all_reduce on 12 x Float" : "rank 1 called broadcast on 10 x Float";
-    EXPECT_NE(errors[0].find("differs across ranks: rank 0 called all_reduce on 10 x Float ('grads')"), std::string::npos)
+    const std::string other =
+        variant == 0 ? "rank 1 called all_reduce on 12 x Float" : "rank 1 called broadcast on 10 x Float";
+    EXPECT_NE(errors[0].find("differs across ranks: rank 0 called all_reduce on 10 x Float ('grads')"),
+              std::string::npos)
         << errors[0];
     EXPECT_NE(errors[0].find(other), std::string::npos) << errors[0];
     EXPECT_NE(errors[1].find("rank 0 called all_reduce on 10 x Float"), std::string::npos) << errors[1];

@@ -23,8 +23,9 @@ using cohort::ReduceOp;
 class NcclCommunicatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!torch::cuda::is_available())
+    if (!torch::cuda::is_available()) {
       GTEST_SKIP() << "no CUDA device visible (torch::cuda::is_available() is false): the NCCL backend needs one";
+    }
     comm_ = cohort::NcclCommunicator::create(c10::make_intrusive<c10d::HashStore>(), 0, 1, 0, std::chrono::seconds(60));
   }
 
@@ -107,8 +108,7 @@ TEST_F(NcclCommunicatorTest, RejectsTensorsItCannotCarry) {
       EXPECT_FALSE(e.hint().empty()) << e.what();
     }
   };
-  expect_comm_error([&] { comm_->all_reduce(cuda_arange(12).view({3, 4}).t(), ReduceOp::kSum, "t"); },
-                    "contiguous");
+  expect_comm_error([&] { comm_->all_reduce(cuda_arange(12).view({3, 4}).t(), ReduceOp::kSum, "t"); }, "contiguous");
   expect_comm_error([&] { comm_->broadcast(cuda_arange(4).to(at::kBool), 0, "mask"); }, "Bool");
   // A rejected tensor is the caller's mistake, not a broken communicator: it still works.
   auto t = cuda_arange(3);
@@ -137,7 +137,9 @@ TEST_F(NcclCommunicatorTest, HostTensorsAreStagedThroughTheDevice) {
 // Rank 1 never starts: rank 0's setup must end in a CommError after the timeout, not hang in NCCL's
 // bootstrap (the nonblocking init is what makes it abortable).
 TEST(NcclCommunicator, SetupWithoutThePeersTimesOut) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible";
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device visible";
+  }
   const auto start = std::chrono::steady_clock::now();
   try {
     cohort::NcclCommunicator::create(c10::make_intrusive<c10d::HashStore>(), 0, 2, 0, std::chrono::seconds(2));

@@ -13,9 +13,15 @@ TEST(WorldInfo, NoLauncherIsOneProcess) {
 }
 
 TEST(WorldInfo, Torchrun) {
-  const auto w = world_from_env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-                                 {"GROUP_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"},
-                                 {"TORCHELASTIC_RUN_ID", "x"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+  const auto w = world_from_env({{"RANK", "5"},
+                                 {"WORLD_SIZE", "8"},
+                                 {"LOCAL_RANK", "1"},
+                                 {"LOCAL_WORLD_SIZE", "4"},
+                                 {"GROUP_RANK", "1"},
+                                 {"MASTER_ADDR", "10.0.0.1"},
+                                 {"MASTER_PORT", "1234"},
+                                 {"TORCHELASTIC_RUN_ID", "x"},
+                                 {"TORCHELASTIC_RESTART_COUNT", "2"},
                                  {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
   EXPECT_EQ(w.launcher, "torchrun");
   EXPECT_EQ(w.rank, 5);
@@ -31,9 +37,14 @@ TEST(WorldInfo, Torchrun) {
 }
 
 TEST(WorldInfo, Slurm) {
-  const auto w = world_from_env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
-                                 {"SLURM_NTASKS_PER_NODE", "2(x2)"}, {"SLURM_NODEID", "1"}, {"SLURM_NNODES", "2"},
-                                 {"SLURM_JOB_NODELIST", "gpu[07-08]"}, {"SLURM_JOB_ID", "4242"}});
+  const auto w = world_from_env({{"SLURM_PROCID", "3"},
+                                 {"SLURM_NTASKS", "4"},
+                                 {"SLURM_LOCALID", "1"},
+                                 {"SLURM_NTASKS_PER_NODE", "2(x2)"},
+                                 {"SLURM_NODEID", "1"},
+                                 {"SLURM_NNODES", "2"},
+                                 {"SLURM_JOB_NODELIST", "gpu[07-08]"},
+                                 {"SLURM_JOB_ID", "4242"}});
   EXPECT_EQ(w.launcher, "slurm");
   EXPECT_EQ(w.rank, 3);
   EXPECT_EQ(w.local_world_size, 2);
@@ -49,13 +60,17 @@ TEST(WorldInfo, SlurmNodeLists) {
 }
 
 TEST(WorldInfo, OpenMpi) {
-  const auto w = world_from_env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  const auto w = world_from_env({{"OMPI_COMM_WORLD_RANK", "1"},
+                                 {"OMPI_COMM_WORLD_SIZE", "2"},
+                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   EXPECT_EQ(w.launcher, "mpi");
   EXPECT_EQ(w.rank, 1);
   EXPECT_EQ(w.master_addr, "127.0.0.1");
-  EXPECT_THROW(world_from_env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}),
+  EXPECT_THROW(world_from_env({{"OMPI_COMM_WORLD_RANK", "1"},
+                               {"OMPI_COMM_WORLD_SIZE", "4"},
+                               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}),
                cohort::LaunchError);
 }
 

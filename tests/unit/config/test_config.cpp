@@ -56,8 +56,8 @@ TEST(Config, UnknownKeyIsNamedWithSuggestion) {
 }
 
 TEST(Config, BadValuesAreNamed) {
-  for (const std::string& o : {"data.batch_size=abc", "data.batch_size=-3", "optim.lr=0", "optim.nesterov=maybe",
-                               "model.name=vgg", "optim.momentum=1.5", "train.seed=-1"}) {
+  for (const std::string o : {"data.batch_size=abc", "data.batch_size=-3", "optim.lr=0", "optim.nesterov=maybe",
+                              "model.name=vgg", "optim.momentum=1.5", "train.seed=-1"}) {
     const auto key = o.substr(0, o.find('='));
     const auto m = error_of([&] { cfg::load(std::nullopt, {o}); });
     EXPECT_NE(m.find("'" + key + "'"), std::string::npos) << o << ": " << m;
@@ -83,10 +83,10 @@ TEST(Config, HelpListsEveryKeyWithDefault) {
     EXPECT_NE(help.find(k.key + " (" + k.type), std::string::npos) << k.key;
     EXPECT_FALSE(k.help.empty()) << k.key;
   }
-  for (const char* required : {"model.name", "data.name", "data.root", "data.batch_size", "data.augment", "train.epochs",
-                               "train.max_steps", "train.seed", "optim.lr", "optim.momentum", "optim.nesterov",
-                               "optim.weight_decay", "sched.name", "loss.label_smoothing", "dist.bucket_mb",
-                               "dist.backend", "dist.timeout_s", "ckpt.every_steps", "run.dir"})
+  for (const char* required :
+       {"model.name", "data.name", "data.root", "data.batch_size", "data.augment", "train.epochs", "train.max_steps",
+        "train.seed", "optim.lr", "optim.momentum", "optim.nesterov", "optim.weight_decay", "sched.name",
+        "loss.label_smoothing", "dist.bucket_mb", "dist.backend", "dist.timeout_s", "ckpt.every_steps", "run.dir"})
     EXPECT_NE(help.find(std::string(required) + " ("), std::string::npos) << required;
 }
 
@@ -133,8 +133,8 @@ TEST(Config, ShardingAndOptimizerKeysParseAndConflictsAreNamed) {
 
 TEST(Config, DifferingKeysIgnoreMachineLocalOnes) {
   const auto a = cfg::to_json(cfg::load(std::nullopt, {"data.root=/a", "train.threads=2"}));
-  const auto b = cfg::to_json(cfg::load(std::nullopt, {"data.root=/b", "train.threads=4", "data.batch_size=64",
-                                                       "optim.lr=0.1"}));
+  const auto b =
+      cfg::to_json(cfg::load(std::nullopt, {"data.root=/b", "train.threads=4", "data.batch_size=64", "optim.lr=0.1"}));
   EXPECT_EQ(cfg::differing_keys(a, b), (std::vector<std::string>{"data.batch_size", "optim.lr"}));
   EXPECT_TRUE(cfg::differing_keys(a, a).empty());
 }
@@ -153,9 +153,10 @@ TEST(Config, EveryShippedConfigLoads) {
 // Note [toml++ 3.3 and non-ASCII text]: non-ASCII text stays allowed where TOML allows it (quoted values,
 // keys, comments) and is refused, with line and column, where toml++ 3.3 would reach undefined behaviour.
 TEST(Config, NonAsciiIsReadInStringsAndCommentsAndRefusedElsewhere) {
-  const auto ok = cfg::load_from_string("# données\n[data]\nroot = \"/données/é\"\n'name' = 'mnist' # ü\n"
-                                        "[model]\nname = 'resnet8'\n",
-                                        "ok.toml", {});
+  const auto ok = cfg::load_from_string(
+      "# données\n[data]\nroot = \"/données/é\"\n'name' = 'mnist' # ü\n"
+      "[model]\nname = 'resnet8'\n",
+      "ok.toml", {});
   EXPECT_EQ(ok.data.root, "/données/é");
   EXPECT_EQ(ok.data.name, "mnist");
   for (const std::string bad : {"[data]\nroot = é\n", "[model]\nname =+'d\xc3\x80'\n", "[data]\nroot = \"x\" é\n"}) {

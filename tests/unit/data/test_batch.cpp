@@ -12,11 +12,11 @@
 #include "cohort/data/Batch.h"
 #include "cohort/data/FashionMnist.h"
 
+using cohort::data::augment_params;
 using cohort::data::AugmentOptions;
 using cohort::data::AugmentParams;
 using cohort::data::Batch;
 using cohort::data::ImageDataset;
-using cohort::data::augment_params;
 using cohort::data::make_batch;
 
 namespace {

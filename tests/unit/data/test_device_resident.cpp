@@ -45,8 +45,8 @@ void expect_same_batches(int64_t image_size, AugmentOptions aug) {
     for (const auto& idx : batches) {
       const auto a = host->batch(idx, aug), b = dev->batch(idx, aug);
       ASSERT_EQ(a.images.sizes(), b.images.sizes());
-      EXPECT_TRUE(a.images.equal(b.images)) << "epoch " << epoch << ", max diff "
-                                            << (a.images - b.images).abs().max().item<double>();
+      EXPECT_TRUE(a.images.equal(b.images))
+          << "epoch " << epoch << ", max diff " << (a.images - b.images).abs().max().item<double>();
       EXPECT_TRUE(a.labels.equal(b.labels));
     }
   }
@@ -89,7 +89,9 @@ TEST(DeviceResident, AugmentationActuallyMovesPixels) {
 // On the GPU machine (scripts/gpu-check runs these first): the same batches from CUDA, and pinned host
 // batches from the loader.
 TEST(DeviceResident, OnCudaTheBatchesAreTheHostPaths) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "needs a CUDA device";
+  }
   auto host = data::in_memory(rgb_dataset(50));
   auto dev = data::device_resident(rgb_dataset(50), c10::Device(c10::kCUDA, 0));
   AugmentOptions aug;
@@ -103,7 +105,9 @@ TEST(DeviceResident, OnCudaTheBatchesAreTheHostPaths) {
 }
 
 TEST(DeviceResident, CudaLoaderPinsHostBatches) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device (pinned memory)";
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "needs a CUDA device (pinned memory)";
+  }
   auto host = data::in_memory(rgb_dataset(50));
   for (int64_t prefetch : {0, 2}) {
     data::Loader loader(*host, {{0, 1, 2}, {3, 4}}, AugmentOptions{}, prefetch, /*pin=*/true);

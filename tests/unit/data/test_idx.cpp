@@ -80,9 +80,8 @@ void expect_data_error(Fn&& fn, const fs::path& path, const std::string& needle)
 class IdxTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("cohort_test_idx_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("cohort_test_idx_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -97,7 +96,10 @@ TEST_F(IdxTest, RoundTripRawAndGzip) {
   const Bytes file = idx_bytes({2, 3, 4}, payload);
   for (bool gz : {false, true}) {
     const fs::path p = dir_ / (gz ? "a-idx3-ubyte.gz" : "a-idx3-ubyte");
-    if (gz) write_gz(p, file); else write_raw(p, file);
+    if (gz)
+      write_gz(p, file);
+    else
+      write_raw(p, file);
     const IdxArray a = read_idx(p);
     EXPECT_EQ(a.dims, (std::vector<int64_t>{2, 3, 4}));
     ASSERT_EQ(a.data.scalar_type(), at::kByte);
@@ -129,7 +131,10 @@ TEST_F(IdxTest, WrongMagic) {
   file[0] = 0x12;
   for (bool gz : {false, true}) {
     const fs::path p = dir_ / (gz ? "magic.gz" : "magic");
-    if (gz) write_gz(p, file); else write_raw(p, file);
+    if (gz)
+      write_gz(p, file);
+    else
+      write_raw(p, file);
     expect_data_error([&] { read_idx(p); }, p, "magic");
   }
 }
@@ -152,7 +157,10 @@ TEST_F(IdxTest, BadDimensionCount) {
 TEST_F(IdxTest, ZeroDimension) {
   for (bool gz : {false, true}) {
     const fs::path p = dir_ / (gz ? "zero.gz" : "zero");
-    if (gz) write_gz(p, idx_bytes({3, 0, 2}, {})); else write_raw(p, idx_bytes({3, 0, 2}, {}));
+    if (gz)
+      write_gz(p, idx_bytes({3, 0, 2}, {}));
+    else
+      write_raw(p, idx_bytes({3, 0, 2}, {}));
     expect_data_error([&] { read_idx(p); }, p, "dimension 1 of 3 is 0");
   }
 }
@@ -167,7 +175,10 @@ TEST_F(IdxTest, TruncatedData) {
   for (bool gz : {false, true}) {
     const fs::path p = dir_ / (gz ? "short.gz" : "short");
     const Bytes file = idx_bytes({10, 10}, counting(93));
-    if (gz) write_gz(p, file); else write_raw(p, file);
+    if (gz)
+      write_gz(p, file);
+    else
+      write_raw(p, file);
     expect_data_error([&] { read_idx(p); }, p, "file ends after 93 of 100");
   }
 }
@@ -185,7 +196,10 @@ TEST_F(IdxTest, TrailingBytes) {
   for (bool gz : {false, true}) {
     const fs::path p = dir_ / (gz ? "long.gz" : "long");
     const Bytes file = idx_bytes({2, 5}, counting(17));
-    if (gz) write_gz(p, file); else write_raw(p, file);
+    if (gz)
+      write_gz(p, file);
+    else
+      write_raw(p, file);
     expect_data_error([&] { read_idx(p); }, p, "has 7 extra bytes");
   }
 }

@@ -26,8 +26,8 @@ class ImageFolderTest : public ::testing::Test {
     for (int i = 0; i < 3; ++i) write_jpeg(root_ / "cat" / ("c" + std::to_string(i) + ".jpg"), 120, 90, 10 + i);
     for (int i = 0; i < 2; ++i) write_jpeg(root_ / "ant" / ("a" + std::to_string(i) + ".JPEG"), 90, 120, 20 + i);
     for (int i = 0; i < 4; ++i) write_jpeg(root_ / "bee" / ("b" + std::to_string(i) + ".jpeg"), 64, 64, 30 + i);
-    write_file(root_ / "bee" / "notes.txt", "not an image");              // left out by name
-    write_file(root_ / "cat" / "c9.jpg", "\xff\xd8\xff\xe0 truncated");   // a .jpg that does not decode
+    write_file(root_ / "bee" / "notes.txt", "not an image");             // left out by name
+    write_file(root_ / "cat" / "c9.jpg", "\xff\xd8\xff\xe0 truncated");  // a .jpg that does not decode
   }
   void TearDown() override { fs::remove_all(root_); }
   ImageFolderOptions options(bool skip = true) {

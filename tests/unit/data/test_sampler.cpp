@@ -16,8 +16,8 @@ namespace {
 
 constexpr uint64_t kSeed = 1234;
 
-std::vector<std::vector<int64_t>> all_shards(int64_t n, int world, int64_t epoch, bool drop_last,
-                                             bool shuffle = true, uint64_t seed = kSeed) {
+std::vector<std::vector<int64_t>> all_shards(int64_t n, int world, int64_t epoch, bool drop_last, bool shuffle = true,
+                                             uint64_t seed = kSeed) {
   std::vector<std::vector<int64_t>> shards;
   for (int r = 0; r < world; ++r) {
     // A fresh sampler per rank: nothing is shared between "ranks" but the constructor arguments.
@@ -218,7 +218,8 @@ TEST(DistributedSampler, RejectsEmptyPlans) {
 TEST(DistributedSampler, ShuffledOrderIsTorchRandpermOfSeedPlusEpoch) {
   const DistributedSampler s(60000, 1, 0, /*shuffle=*/true, /*seed=*/2, /*drop_last=*/false);
   const auto perm = s.permutation(/*epoch=*/3);
-  EXPECT_EQ(std::vector<int64_t>(perm.begin(), perm.begin() + 5), (std::vector<int64_t>{53411, 765, 31431, 44421, 31202}));
+  EXPECT_EQ(std::vector<int64_t>(perm.begin(), perm.begin() + 5),
+            (std::vector<int64_t>{53411, 765, 31431, 44421, 31202}));
   const DistributedSampler small(10, 1, 0, true, 7, false);
   EXPECT_EQ(small.permutation(0), (std::vector<int64_t>{5, 0, 3, 4, 1, 7, 9, 6, 8, 2}));
 }

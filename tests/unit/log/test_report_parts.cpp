@@ -36,8 +36,8 @@ TEST(Svg, NiceTicksAreRoundAndCoverTheRange) {
 }
 
 TEST(Svg, OnePolylinePerSeriesWithEscapedLegend) {
-  LinePlot p{"Loss <train>", "epoch", "loss",
-             {{"a & b", {{0, 2.0}, {1, 1.0}, {2, NAN}}}, {"test", {{0.5, 1.5}, {1.5, 0.9}}}}};
+  LinePlot p{
+      "Loss <train>", "epoch", "loss", {{"a & b", {{0, 2.0}, {1, 1.0}, {2, NAN}}}, {"test", {{0.5, 1.5}, {1.5, 0.9}}}}};
   const std::string svg = render_svg(p);
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
@@ -50,7 +50,9 @@ TEST(Svg, OnePolylinePerSeriesWithEscapedLegend) {
 
 TEST(ResourceMonitor, NvmlIsAbsentWithAReasonWithoutADriver) {
   Nvml nvml;
-  if (nvml.available()) GTEST_SKIP() << "this machine has an NVIDIA driver; the absent case is not testable here";
+  if (nvml.available()) {
+    GTEST_SKIP() << "this machine has an NVIDIA driver; the absent case is not testable here";
+  }
   EXPECT_EQ(nvml.device_count(), 0);
   EXPECT_FALSE(nvml.why_unavailable().empty());
   EXPECT_FALSE(nvml.sample(0).has_value());

@@ -60,10 +60,18 @@ TEST(TensorBoard, Crc32cKnownAnswers) {
 TEST(TensorBoard, ScalarEventBytesAreTheProtobufEncoding) {
   // Event{wall_time=1.0, step=300, summary{value{tag="a", simple_value=0.5}}}, encoded by hand:
   // 09 <1.0 as LE double> | 10 ac 02 (300 as varint) | 2a 0a { 0a 08 { 0a 01 'a' | 15 <0.5 as LE float> } }
-  const std::string expected_hex = "09000000000000f03f" "10ac02" "2a0a" "0a08" "0a0161" "150000003f";
+  const std::string expected_hex =
+      "09000000000000f03f"
+      "10ac02"
+      "2a0a"
+      "0a08"
+      "0a0161"
+      "150000003f";
   EXPECT_EQ(hex(encode_scalar_event(1.0, 300, "a", 0.5f)), expected_hex);
   EXPECT_EQ(hex(encode_file_version_event(0.0, "brain.Event:2")),
-            "090000000000000000" "1a0d" + hex("brain.Event:2"));
+            "090000000000000000"
+            "1a0d" +
+                hex("brain.Event:2"));
 }
 
 TEST(TensorBoard, WrittenFileReadsBackRecordByRecord) {
@@ -105,8 +113,9 @@ TEST(TensorBoard, UnwritableDirectoryIsNamed) {
 // An independent decoder: Debian's protoc reads each record as a protobuf message without our schema,
 // so tags, steps and float bits are checked by code we did not write.
 TEST(TensorBoard, ProtocDecodesEveryRecord) {
-  if (std::system("command -v protoc > /dev/null 2>&1") != 0)
+  if (std::system("command -v protoc > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "protoc is not installed (Debian package protobuf-compiler; `make test` installs it)";
+  }
   const auto dir = fs::temp_directory_path() / ("cohort-tb-protoc-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -114,8 +123,8 @@ TEST(TensorBoard, ProtocDecodesEveryRecord) {
   {
     EventWriter tb(dir);
     file = tb.path();
-    tb.add_scalar("train/loss", 2.5, 300);   // 2.5f = 0x40200000
-    tb.add_scalar("val/top1", 0.5, 301);     // 0.5f = 0x3f000000
+    tb.add_scalar("train/loss", 2.5, 300);  // 2.5f = 0x40200000
+    tb.add_scalar("val/top1", 0.5, 301);    // 0.5f = 0x3f000000
   }
   const auto records = read_records(file);
   ASSERT_EQ(records.size(), 3u);

@@ -221,9 +221,8 @@ TEST(Ema, ClosedFormAfterTwoUpdates) {
   expect_values(other->w, {5, 4});
   EXPECT_THROW(restored.load_state_dict({{"w", torch::zeros({2})}}), CheckpointError);
   EXPECT_THROW(restored.load_state_dict({{"w", torch::zeros({3})}, {"b", torch::zeros({1})}}), CheckpointError);
-  EXPECT_THROW(
-      restored.load_state_dict({{"w", torch::zeros({2})}, {"b", torch::zeros({1})}, {"x", torch::zeros({1})}}),
-      CheckpointError);
+  EXPECT_THROW(restored.load_state_dict({{"w", torch::zeros({2})}, {"b", torch::zeros({1})}, {"x", torch::zeros({1})}}),
+               CheckpointError);
 }
 
 TEST(Ema, LookaheadPullsWeightsToTheAverage) {
@@ -233,7 +232,7 @@ TEST(Ema, LookaheadPullsWeightsToTheAverage) {
   ema.lookahead(*m, 0.5);  // average = 0.5 * w0 + 0.5 * w1 = (2, 0), and the weights jump there
   expect_values(ema.state_dict()[0].second, {2, 0});
   expect_values(m->w, {2, 0});
-  assign(m->w, {7, 10});      // training moves on from the average
+  assign(m->w, {7, 10});   // training moves on from the average
   ema.lookahead(*m, 0.8);  // 0.8 * (2, 0) + 0.2 * (7, 10)
   expect_values(m->w, {3, 2});
   assign(m->w, {100, 100});

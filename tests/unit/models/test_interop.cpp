@@ -34,7 +34,8 @@ TEST(Pretrained, AnotherClassCountGetsAFreshHeadEverythingElseMustMatch) {
     ck::load_weights(*cifar, state, "imagenet.safetensors");
     FAIL() << "expected a mismatch";
   } catch (const cohort::CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("fc.weight (file [1000, 512], model [10, 512])"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fc.weight (file [1000, 512], model [10, 512])"), std::string::npos)
+        << e.what();
   }
   state.erase(state.begin());  // drop conv1.weight
   state.emplace_back("extra.weight", at::zeros({1}));

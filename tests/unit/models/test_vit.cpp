@@ -84,7 +84,8 @@ void write_tensor(const std::filesystem::path& dir, std::ofstream& index, const 
   for (int64_t s : c.sizes()) index << ' ' << s;
   index << '\n';
   std::ofstream out(dir / (name + ".bin"), std::ios::binary);
-  out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<std::streamsize>(c.numel() * sizeof(float)));
+  out.write(reinterpret_cast<const char*>(c.data_ptr<float>()),
+            static_cast<std::streamsize>(c.numel() * sizeof(float)));
   ASSERT_TRUE(out.good()) << "writing " << name;
 }
 
@@ -103,22 +104,23 @@ std::pair<int, std::string> run(const std::string& command) {
 
 TEST(Vit, B32HasTimmNamesShapesAndSize) {
   auto net = models::make_vit_b32(3, 224, 1000);
-  std::vector<std::pair<std::string, Shape>> expected = {
-      {"cls_token", {1, 1, 768}},
-      {"pos_embed", {1, 1 + 7 * 7, 768}},
-      {"patch_embed.proj.weight", {768, 3, 32, 32}},
-      {"patch_embed.proj.bias", {768}}};
+  std::vector<std::pair<std::string, Shape>> expected = {{"cls_token", {1, 1, 768}},
+                                                         {"pos_embed", {1, 1 + 7 * 7, 768}},
+                                                         {"patch_embed.proj.weight", {768, 3, 32, 32}},
+                                                         {"patch_embed.proj.bias", {768}}};
   for (int i = 0; i < 12; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
     const std::vector<std::pair<std::string, Shape>> block = {
-        {"norm1.weight", {768}},          {"norm1.bias", {768}},     {"attn.qkv.weight", {2304, 768}},
-        {"attn.qkv.bias", {2304}},        {"attn.proj.weight", {768, 768}}, {"attn.proj.bias", {768}},
-        {"norm2.weight", {768}},          {"norm2.bias", {768}},     {"mlp.fc1.weight", {3072, 768}},
-        {"mlp.fc1.bias", {3072}},         {"mlp.fc2.weight", {768, 3072}},  {"mlp.fc2.bias", {768}}};
+        {"norm1.weight", {768}},          {"norm1.bias", {768}},
+        {"attn.qkv.weight", {2304, 768}}, {"attn.qkv.bias", {2304}},
+        {"attn.proj.weight", {768, 768}}, {"attn.proj.bias", {768}},
+        {"norm2.weight", {768}},          {"norm2.bias", {768}},
+        {"mlp.fc1.weight", {3072, 768}},  {"mlp.fc1.bias", {3072}},
+        {"mlp.fc2.weight", {768, 3072}},  {"mlp.fc2.bias", {768}}};
     for (const auto& [n, s] : block) expected.emplace_back(b + n, s);
   }
-  expected.insert(expected.end(), {{"norm.weight", {768}}, {"norm.bias", {768}},
-                                   {"head.weight", {1000, 768}}, {"head.bias", {1000}}});
+  expected.insert(expected.end(),
+                  {{"norm.weight", {768}}, {"norm.bias", {768}}, {"head.weight", {1000, 768}}, {"head.bias", {1000}}});
 
   const auto params = net->named_parameters();
   ASSERT_EQ(params.size(), expected.size());
@@ -128,7 +130,7 @@ TEST(Vit, B32HasTimmNamesShapesAndSize) {
     EXPECT_EQ(params[i].value().sizes().vec(), expected[i].second) << expected[i].first;
     count += params[i].value().numel();
   }
-  EXPECT_EQ(count, 88224232);  // timm's vit_base_patch32_224
+  EXPECT_EQ(count, 88224232);                  // timm's vit_base_patch32_224
   EXPECT_EQ(net->named_buffers().size(), 0u);  // the state_dict is exactly these parameters
 
   // timm 0.9's initialization (see Vit.cpp): trunc-normal 0.02 Linears with zero bias, cls_token normal
@@ -173,8 +175,9 @@ TEST(Vit, TinyForwardBackwardAndErrors) {
 }
 
 TEST(Vit, MatchesIndependentPythonReference) {
-  if (run("timeout 60 /usr/bin/python3 -c 'import torch'").first != 0)
+  if (run("timeout 60 /usr/bin/python3 -c 'import torch'").first != 0) {
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch, so the reference forward cannot run";
+  }
 
   const auto o = tiny_options();
   torch::manual_seed(1234);

@@ -71,7 +71,8 @@ TEST(Sgd, GroupLrScaleMatchesATorchParamGroupWithThatLr) {
   cohort::optim::ParamGroup g{{"norm.bias"}, {a}, 0.01 / 64};
   g.lr_scale = 64;
   cohort::optim::Sgd ours({g}, {0.85, true});
-  torch::optim::SGD theirs({b}, torch::optim::SGDOptions(0.05 * 64).momentum(0.85).nesterov(true).weight_decay(0.01 / 64));
+  torch::optim::SGD theirs({b},
+                           torch::optim::SGDOptions(0.05 * 64).momentum(0.85).nesterov(true).weight_decay(0.01 / 64));
   for (int s = 0; s < 4; ++s) {
     auto grad = torch::randn({4});
     a.mutable_grad() = grad.clone();

@@ -2,14 +2,14 @@
 
 #include <set>
 
-#include "cohort/parallel/ddp/BucketPlan.h"
+#include "cohort/parallel/BucketPlan.h"
 
 using cohort::ParamSpec;
 using cohort::plan_buckets;
 
 TEST(BucketPlan, ReverseOrderFirstBucketSmall) {
   // 10 float params of 100 elements (400 B). First cap 800 B, then 2000 B.
-  std::vector<ParamSpec> ps(10, ParamSpec{100, at::kFloat});
+  std::vector<ParamSpec> ps(10, ParamSpec{"p", {100}, at::kFloat});
   const auto plan = plan_buckets(ps, 2000, 800);
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan[0].params, (std::vector<size_t>{9, 8}));
@@ -21,7 +21,7 @@ TEST(BucketPlan, ReverseOrderFirstBucketSmall) {
 
 TEST(BucketPlan, EveryParamExactlyOnceAndDtypesSeparate) {
   std::vector<ParamSpec> ps;
-  for (int i = 0; i < 50; ++i) ps.push_back({(i * 37) % 101 + 1, i % 3 == 0 ? at::kDouble : at::kFloat});
+  for (int i = 0; i < 50; ++i) ps.push_back({"p", {(i * 37) % 101 + 1}, i % 3 == 0 ? at::kDouble : at::kFloat});
   const auto plan = plan_buckets(ps, 300, 100);
   std::multiset<size_t> seen;
   for (const auto& b : plan) {
@@ -29,7 +29,7 @@ TEST(BucketPlan, EveryParamExactlyOnceAndDtypesSeparate) {
     for (size_t k = 0; k < b.params.size(); ++k) {
       EXPECT_EQ(ps[b.params[k]].dtype, b.dtype);
       EXPECT_EQ(b.offsets[k], offset);
-      offset += ps[b.params[k]].numel;
+      offset += ps[b.params[k]].numel();
       seen.insert(b.params[k]);
     }
     EXPECT_EQ(offset, b.numel);
@@ -39,7 +39,7 @@ TEST(BucketPlan, EveryParamExactlyOnceAndDtypesSeparate) {
 }
 
 TEST(BucketPlan, OversizedParamGetsItsOwnBucketAndPlanIsDeterministic) {
-  std::vector<ParamSpec> ps{{10, at::kFloat}, {1000000, at::kFloat}, {10, at::kFloat}};
+  std::vector<ParamSpec> ps{{"a", {10}, at::kFloat}, {"b", {1000000}, at::kFloat}, {"c", {10}, at::kFloat}};
   const auto a = plan_buckets(ps, 1024, 1024);
   const auto b = plan_buckets(ps, 1024, 1024);
   ASSERT_EQ(a.size(), 2u);

@@ -6,10 +6,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include "unit/ThreadRanks.h"
 #include "cohort/parallel/compress/LowPrecisionHook.h"
 #include "cohort/parallel/compress/PowerSgd.h"
 #include "cohort/parallel/ddp/DistributedDataParallel.h"
+#include "unit/ThreadRanks.h"
 
 using namespace cohort;
 using cohort::testing::run_ranks;

@@ -3,10 +3,10 @@
 
 #include <torch/torch.h>
 
-#include "unit/ThreadRanks.h"
 #include "cohort/optim/Sgd.h"
 #include "cohort/parallel/ddp/DistributedDataParallel.h"
 #include "cohort/util/Error.h"
+#include "unit/ThreadRanks.h"
 
 using cohort::CommunicatorPtr;
 using cohort::DdpOptions;
@@ -96,7 +96,8 @@ std::vector<std::vector<at::Tensor>> ddp_run(int world, DdpOptions options, int 
       auto x = d.x.narrow(0, rank * shard, shard), y = d.y.narrow(0, rank * shard, shard);
       const int64_t micro = shard / accum;
       for (int m = 0; m < accum; ++m) {
-        auto guard = m + 1 < accum ? std::optional<DistributedDataParallel::NoSync>(ddp.no_sync()) : std::nullopt;
+        std::unique_ptr<DistributedDataParallel::NoSync> guard;  // (gcc 12 misreads a std::optional of it)
+        if (m + 1 < accum) guard = std::make_unique<DistributedDataParallel::NoSync>(ddp.no_sync());
         auto loss = torch::nn::functional::cross_entropy(net->forward(x.narrow(0, m * micro, micro)),
                                                          y.narrow(0, m * micro, micro));
         (loss / accum).backward();
@@ -224,7 +225,8 @@ TEST(Ddp, BuffersFollowRankZero) {
   std::vector<at::Tensor> inputs;
   for (int r = 0; r < 2; ++r) {
     torch::manual_seed(7);
-    nets.push_back(torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 2, 3)), torch::nn::BatchNorm2d(2)));
+    nets.push_back(
+        torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 2, 3)), torch::nn::BatchNorm2d(2)));
     inputs.push_back(torch::randn({4, 1, 6, 6}) * (r + 1));  // each rank sees different data
   }
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
@@ -240,8 +242,12 @@ TEST(Ddp, BuffersFollowRankZero) {
       auto all = torch::zeros({2, 2});
       comm->all_gather(all, mean, "check")->wait();
       EXPECT_TRUE(torch::equal(all[0], all[1])) << all;
-      if (rank == 0) EXPECT_TRUE(torch::equal(mean, own));
-      if (rank == 1) EXPECT_FALSE(torch::equal(mean, own)) << "rank 1 kept its own statistics";
+      if (rank == 0) {
+        EXPECT_TRUE(torch::equal(mean, own));
+      }
+      if (rank == 1) {
+        EXPECT_FALSE(torch::equal(mean, own)) << "rank 1 kept its own statistics";
+      }
     }
   });
 }

@@ -80,13 +80,4 @@ TEST(ShardPlan, RejectsAParameterInTwoUnitsOrInNone) {
   }
 }
 
-TEST(ShardPlan, BucketUnitsRunInReverseOrderUnderTheCap) {
-  const std::vector<ParamSpec> params = {{"a", {10}}, {"b", {10}}, {"c", {25}}, {"d", {4}}};
-  const auto units = ShardPlan::bucket_units(params, 20);
-  ASSERT_EQ(units.size(), 3u);
-  EXPECT_EQ(units[0], (std::vector<size_t>{3}));     // d, then c would pass 20
-  EXPECT_EQ(units[1], (std::vector<size_t>{2}));     // c alone: larger than the cap
-  EXPECT_EQ(units[2], (std::vector<size_t>{1, 0}));  // b, a
-}
-
 }  // namespace

@@ -6,21 +6,23 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <map>
 #include <limits>
+#include <map>
 #include <set>
 
 #include <torch/torch.h>
 
-#include "unit/ThreadRanks.h"
-#include "unit/parallel/SaveShards.h"
-#include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/Names.h"
+#include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/models/Models.h"
 #include "cohort/optim/Sgd.h"
+#include "cohort/parallel/BucketPlan.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/parallel/shard/ShardPlan.h"
-#include "cohort/parallel/shard/Sharded.h"
+#include "cohort/parallel/shard/ShardedStrategy.h"
 #include "cohort/util/Error.h"
+#include "unit/ThreadRanks.h"
+#include "unit/parallel/SaveShards.h"
 
 namespace fs = std::filesystem;
 using cohort::CommunicatorPtr;
@@ -60,10 +62,10 @@ struct RunSpec {
 };
 
 struct RunResult {
-  std::vector<std::vector<double>> losses;  // [rank][step]
-  std::vector<std::vector<double>> norms;   // [rank][step]
+  std::vector<std::vector<double>> losses;                              // [rank][step]
+  std::vector<std::vector<double>> norms;                               // [rank][step]
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> params;  // [rank] full parameters at the end
-  std::vector<double> global_loss() const {  // equal slices: the global batch's mean loss
+  std::vector<double> global_loss() const {                             // equal slices: the global batch's mean loss
     std::vector<double> g(losses[0].size(), 0.0);
     for (const auto& l : losses)
       for (size_t s = 0; s < l.size(); ++s) g[s] += l[s] / losses.size();
@@ -102,7 +104,7 @@ RunResult train(const RunSpec& spec) {
     auto model = models[rank];
     auto strategy = cohort::make_strategy(cfg, model, comm);
     strategy->build_optimizer(cfg.optim);
-    if (spec.resume) strategy->load_optimizer_state(spec.resume->optimizer);
+    if (spec.resume) strategy->load_state(spec.resume->optimizer, {});
     const int64_t per_rank = kGlobalBatch / spec.world, micro = per_rank / spec.accum;
     for (int s = spec.first_step; s < spec.first_step + spec.steps; ++s) {
       double loss_sum = 0;
@@ -122,7 +124,8 @@ RunResult train(const RunSpec& spec) {
       if (!spec.save_dir.empty())
         cohort::testing::save_shards(*strategy, spec.first_step + spec.steps, spec.world, spec.save_dir, *comm);
     } else {
-      for (const auto& p : model->named_parameters()) out.params[rank].emplace_back(p.key(), p.value().detach().clone());
+      for (const auto& p : model->named_parameters())
+        out.params[rank].emplace_back(p.key(), p.value().detach().clone());
     }
   });
   return out;
@@ -254,7 +257,9 @@ TEST(ShardedParity, PlansPadUnitsThatDoNotDivideByTheWorldSize) {
   auto model = cohort::models::build(cfg.model, 1, 8);
   std::vector<ParamSpec> specs;
   for (const auto& p : model->named_parameters()) specs.push_back({p.key(), p.value().sizes().vec()});
-  const auto units = ShardPlan::bucket_units(specs, static_cast<int64_t>(cfg.dist.bucket_mb * (1 << 20) / 4));
+  const auto cap = static_cast<int64_t>(cfg.dist.bucket_mb * (1 << 20));
+  std::vector<std::vector<size_t>> units;
+  for (const auto& b : cohort::plan_buckets(specs, cap, cap)) units.push_back(b.params);
   EXPECT_GT(units.size(), 3u);
   for (int world : {3, 4}) {
     ShardPlan plan(specs, units, world);
@@ -276,8 +281,8 @@ TEST(ShardedParity, FsdpMatchesASingleProcessOnTheWholeBatch) {
   const auto cfg = config_for(spec);
   torch::manual_seed(11);
   auto model = cohort::models::build(cfg.model, 1, 8);
-  auto opt = cohort::optim::make_optimizer(cfg.optim, cohort::optim::split_decay(model->named_parameters(),
-                                                                                  cfg.optim.weight_decay, false));
+  auto opt = cohort::optim::make_optimizer(
+      cfg.optim, cohort::optim::split_decay(model->named_parameters(), cfg.optim.weight_decay, false));
   std::vector<double> losses;
   for (int s = 0; s < kSteps; ++s) {
     auto loss = torch::nn::functional::cross_entropy(model->forward(all_data()[s].x), all_data()[s].y);
@@ -513,7 +518,7 @@ TEST(ShardedCheckpoint, SavedAt4ResumesAt2And3WithTheUninterruptedLosses) {
   first.steps = 10;
   first.save_dir = tmp.path;
   train(first);
-  for (int r = 0; r < 4; ++r) EXPECT_TRUE(fs::exists(tmp.path / cohort::checkpoint::shard_file_name("last", r, 4)));
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(fs::exists(tmp.path / cohort::checkpoint::names::shard_file("last", r, 4)));
   ASSERT_TRUE(fs::exists(tmp.path / "last.commit"));
   const auto ck = cohort::checkpoint::load_sharded(tmp.path, "last");
   EXPECT_EQ(ck.state.step, 10);
@@ -529,7 +534,8 @@ TEST(ShardedCheckpoint, SavedAt4ResumesAt2And3WithTheUninterruptedLosses) {
       rest.resume = &ck;
       const auto got = train(rest).global_loss();
       for (int s = 0; s < 5; ++s)
-        EXPECT_NEAR(got[s], uninterrupted[10 + s], kLossTol) << strategy << " at " << world << " ranks, step " << 10 + s;
+        EXPECT_NEAR(got[s], uninterrupted[10 + s], kLossTol)
+            << strategy << " at " << world << " ranks, step " << 10 + s;
     }
   }
 }
@@ -542,7 +548,7 @@ TEST(ShardedCheckpoint, AMissingShardOrCommitMarkerIsNamed) {
   spec.steps = 2;
   spec.save_dir = tmp.path;
   train(spec);
-  const auto shard1 = tmp.path / cohort::checkpoint::shard_file_name("last", 1, 2);
+  const auto shard1 = tmp.path / cohort::checkpoint::names::shard_file("last", 1, 2);
   const auto kept = tmp.path / "kept";
   fs::rename(shard1, kept);
   try {
@@ -555,7 +561,7 @@ TEST(ShardedCheckpoint, AMissingShardOrCommitMarkerIsNamed) {
   fs::rename(kept, shard1);
   // A shard from another save (here: rank 0's file in rank 1's place) is refused, not mixed in.
   fs::copy_file(shard1, kept);
-  fs::copy_file(tmp.path / cohort::checkpoint::shard_file_name("last", 0, 2), shard1,
+  fs::copy_file(tmp.path / cohort::checkpoint::names::shard_file("last", 0, 2), shard1,
                 fs::copy_options::overwrite_existing);
   EXPECT_THROW(cohort::checkpoint::load_sharded(tmp.path, "last"), cohort::CheckpointError);
   fs::rename(kept, shard1);

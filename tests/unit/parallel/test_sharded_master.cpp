@@ -14,12 +14,12 @@
 
 #include <torch/torch.h>
 
-#include "unit/ThreadRanks.h"
-#include "unit/parallel/SaveShards.h"
-#include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/models/Models.h"
 #include "cohort/parallel/Strategy.h"
-#include "cohort/parallel/shard/Sharded.h"
+#include "cohort/parallel/shard/ShardedStrategy.h"
+#include "unit/ThreadRanks.h"
+#include "unit/parallel/SaveShards.h"
 
 namespace fs = std::filesystem;
 using cohort::CommunicatorPtr;
@@ -52,7 +52,9 @@ class HalfNet : public cohort::models::Classifier {
   }
 
  protected:
-  std::vector<std::string> unit_prefixes(const std::string&) override { return {"blocks.0.", "blocks.1.", "blocks.2."}; }
+  std::vector<std::string> unit_prefixes(const std::string&) override {
+    return {"blocks.0.", "blocks.1.", "blocks.2."};
+  }
 
  private:
   std::vector<at::Tensor> scales_, norms_;
@@ -88,11 +90,11 @@ struct Spec {
 };
 
 struct Result {
-  std::map<std::string, at::Tensor> masters;  // float32 weights by name: the masters (or the fp32 weight)
-  std::vector<double> losses;       // the global batch's mean loss per step
-  std::vector<Named> params;        // [rank] full parameters at the end
-  std::vector<Named> shards;        // [rank] shard_state() tensors (sharded strategies)
-  std::vector<int64_t> shard_numel; // [rank] the plan's elements per rank
+  std::map<std::string, at::Tensor> masters;    // float32 weights by name: the masters (or the fp32 weight)
+  std::vector<double> losses;                   // the global batch's mean loss per step
+  std::vector<Named> params;                    // [rank] full parameters at the end
+  std::vector<std::vector<at::Tensor>> shards;  // [rank][unit] master slices a save hands over (sharded)
+  std::vector<int64_t> shard_numel;             // [rank] the plan's elements per rank
 };
 
 cohort::TrainConfig config_for(const Spec& spec) {
@@ -124,8 +126,9 @@ Result train(const Spec& spec) {
   const auto& data = all_data();
   Result out;
   // Sharded masters are read back through a checkpoint, whose weights are the reassembled masters.
-  const fs::path save_dir = !spec.save_dir.empty() ? spec.save_dir
-                                                   : fs::temp_directory_path() / ("cohort_fp16m_run_" + std::to_string(::getpid()));
+  const fs::path save_dir = !spec.save_dir.empty()
+                                ? spec.save_dir
+                                : fs::temp_directory_path() / ("cohort_fp16m_run_" + std::to_string(::getpid()));
   std::vector<std::vector<double>> losses(spec.world);
   out.params.resize(spec.world);
   out.shards.resize(spec.world);
@@ -137,7 +140,7 @@ Result train(const Spec& spec) {
     if (spec.resume) {
       auto state = spec.resume->optimizer;
       for (const auto& [name, t] : spec.resume->model) state.emplace_back("master." + name, t);  // as Trainer.cpp
-      strategy->load_optimizer_state(state);
+      strategy->load_state(state, {});
     }
     const int64_t per_rank = kGlobalBatch / spec.world;
     for (int s = spec.first_step; s < spec.first_step + spec.steps; ++s) {
@@ -150,14 +153,15 @@ Result train(const Spec& spec) {
     }
     if (auto* sharded = dynamic_cast<cohort::ShardedStrategy*>(strategy.get())) {
       out.params[rank] = sharded->full_parameters();
-      out.shards[rank] = strategy->shard_state().tensors;
+      out.shards[rank] = strategy->save_state().shards->params;
       out.shard_numel[rank] = sharded->plan().shard_numel();
       cohort::testing::save_shards(*strategy, spec.first_step + spec.steps, spec.world, save_dir, *comm);
     } else {
-      for (const auto& p : model->named_parameters()) out.params[rank].emplace_back(p.key(), p.value().detach().clone());
+      for (const auto& p : model->named_parameters())
+        out.params[rank].emplace_back(p.key(), p.value().detach().clone());
       if (rank == 0) {
         for (const auto& p : model->named_parameters()) out.masters[p.key()] = p.value().detach().to(at::kFloat);
-        for (const auto& [name, t] : strategy->optimizer_state())
+        for (const auto& [name, t] : strategy->save_state().optimizer)
           if (name.rfind("master.", 0) == 0) out.masters[name.substr(7)] = t.clone();
       }
     }
@@ -218,10 +222,12 @@ TEST(ShardedFp16Master, Zero1Zero2FsdpMatchDdpWithFp16WeightsAndFloat32Masters) 
           const auto& g = got.params[0][i].second;
           EXPECT_EQ(got.params[0][i].first, name);
           EXPECT_EQ(g.scalar_type(), w.scalar_type()) << what << ": " << name << " changed dtype";
-          EXPECT_LE((g.to(at::kDouble) - w.to(at::kDouble)).abs().max().item<double>(), kParamTol) << what << ": " << name;
+          EXPECT_LE((g.to(at::kDouble) - w.to(at::kDouble)).abs().max().item<double>(), kParamTol)
+              << what << ": " << name;
           for (int r = 1; r < world; ++r)
             EXPECT_TRUE(got.params[r][i].second.equal(g)) << what << ": rank " << r << " differs in " << name;
-          EXPECT_LE(max_diff(got.masters.at(name), want.masters.at(name)), master_tol(opt)) << what << ": master of " << name;
+          EXPECT_LE(max_diff(got.masters.at(name), want.masters.at(name)), master_tol(opt))
+              << what << ": master of " << name;
         }
         // The masters moved: the run is not one that a frozen strategy would also match.
         torch::manual_seed(21);
@@ -247,16 +253,16 @@ TEST(ShardedFp16Master, MastersAreFloat32SlicesAndTheWeightsAreTheirRoundedValue
     EXPECT_EQ(full.at("blocks.1.norm_weight").scalar_type(), at::kFloat);
     int64_t total = 0;
     for (const auto& [name, t] : full) total += t.numel();
-    // Masters: the "param.uN" tensors, one per unit, per rank.
-    std::map<std::string, std::vector<at::Tensor>> masters;
+    // Masters: one slice per unit, per rank.
+    std::map<size_t, std::vector<at::Tensor>> masters;
     for (int r = 0; r < spec.world; ++r) {
       int64_t mine = 0;
-      for (const auto& [name, t] : got.shards[r])
-        if (name.rfind("param.u", 0) == 0) {
-          EXPECT_EQ(t.scalar_type(), at::kFloat) << strategy << " " << name;
-          mine += t.numel();
-          masters[name].push_back(t);
-        }
+      for (size_t u = 0; u < got.shards[r].size(); ++u) {
+        const auto& t = got.shards[r][u];
+        EXPECT_EQ(t.scalar_type(), at::kFloat) << strategy << " unit " << u;
+        mine += t.numel();
+        masters[u].push_back(t);
+      }
       EXPECT_EQ(mine, got.shard_numel[r]) << strategy;
       EXPECT_LT(mine, total / 2) << strategy << ": rank " << r << " holds masters for more than its slice";
     }
@@ -309,7 +315,8 @@ TEST(ShardedFp16Master, SavedAt2ResumesAt3WithTheMastersNotTheRoundedWeights) {
   // And so are AdamW's moments and step count.
   std::map<std::string, at::Tensor> moments(ck.optimizer.begin(), ck.optimizer.end());
   ASSERT_EQ(again.optimizer.size(), moments.size());
-  for (const auto& [name, t] : again.optimizer) EXPECT_TRUE(t.equal(moments.at(name))) << name << " changed in the reshard";
+  for (const auto& [name, t] : again.optimizer)
+    EXPECT_TRUE(t.equal(moments.at(name))) << name << " changed in the reshard";
   fs::remove_all(reshard.save_dir);
   Spec rest = reshard;
   rest.steps = 5;

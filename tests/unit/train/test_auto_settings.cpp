@@ -63,7 +63,7 @@ TEST(AutoPrecision, EveryCudaCapabilityClass) {
   EXPECT_EQ(train::fp16_master_unsuitable(config::load(std::nullopt, {})), "");
   EXPECT_NE(train::fp16_master_unsuitable(config::load(std::nullopt, {"train.lookahead=true"})), "");
   EXPECT_NE(train::fp16_master_unsuitable(config::load(std::nullopt, {"dist.compress=powersgd"})), "");
-  EXPECT_NE(train::fp16_master_unsuitable(config::load(std::nullopt, {"dist.grad_dtype=bf16"})), "");
+  EXPECT_NE(train::fp16_master_unsuitable(config::load(std::nullopt, {"dist.compress=bf16"})), "");
   TrainConfig compressing = config::load(std::nullopt, {"dist.compress=powersgd"});
   train::resolve_auto(compressing, gpu(7, 5));
   EXPECT_EQ(compressing.amp.precision, "fp16");
@@ -122,7 +122,8 @@ TEST(AutoSettings, CpuProbeReadsTheKernelFlags) {
   const auto skylake = train::probe_cpu(cpuinfo_file("skx", x86("avx512f avx512bw avx512_vnni")).string());
   EXPECT_FALSE(skylake.cpu_bf16);
   EXPECT_NE(skylake.cpu_bf16_source.find("no native bf16"), std::string::npos);
-  EXPECT_TRUE(train::probe_cpu(cpuinfo_file("arm", "processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n").string()).cpu_bf16);
+  EXPECT_TRUE(
+      train::probe_cpu(cpuinfo_file("arm", "processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n").string()).cpu_bf16);
   const auto missing = train::probe_cpu("/nonexistent/cpuinfo");
   EXPECT_FALSE(missing.cpu_bf16);
   EXPECT_NE(missing.cpu_bf16_source.find("/nonexistent/cpuinfo"), std::string::npos);

@@ -11,7 +11,9 @@
 using namespace cohort;
 
 TEST(TrainingDevice, CpuAndAutoOnAMachineWithoutGpusAndANamedErrorForCuda) {
-  if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is visible: the CPU-only answers do not apply";
+  if (torch::cuda::is_available()) {
+    GTEST_SKIP() << "a GPU is visible: the CPU-only answers do not apply";
+  }
   EXPECT_TRUE(train::training_device("cpu", 0).is_cpu());
   EXPECT_TRUE(train::training_device("auto", 3).is_cpu());
   try {
@@ -33,8 +35,9 @@ TEST(ChannelsLast, WeightsAndImagesComputeTheSameInNhwc) {
   auto nhwc = models::build(mc, 3, 16);
   train::to_channels_last(*nhwc);
   for (const auto& p : nhwc->named_parameters())
-    if (p.value().dim() == 4)
+    if (p.value().dim() == 4) {
       EXPECT_TRUE(p.value().is_contiguous(at::MemoryFormat::ChannelsLast)) << p.key();
+    }
   const auto x = torch::randn({4, 3, 16, 16});
   const auto x_nhwc = train::images_to(x, c10::Device(c10::kCPU), /*channels_last=*/true);
   EXPECT_TRUE(x_nhwc.is_contiguous(at::MemoryFormat::ChannelsLast));
@@ -61,8 +64,9 @@ TEST(ChannelsLast, OneChannelTensorsGetNhwcStridesSoConvolutionStaysNhwc) {
   auto model = models::build(mc, 1, 12);
   train::to_channels_last(*model);
   for (const auto& p : model->named_parameters())
-    if (p.value().dim() == 4)
+    if (p.value().dim() == 4) {
       EXPECT_EQ(p.value().strides().vec(), c10::get_channels_last_strides_2d(p.value().sizes())) << p.key();
+    }
   auto conv = torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1).bias(false));
   conv->weight.set_data(train::with_channels_last_strides(conv->weight));
   const auto y = conv->forward(x_nhwc);

@@ -394,7 +394,8 @@ TEST_F(MotoS3, WrongSecretFailsFastWith403AndLeavesFileAlone) {
   opt.backoff_initial_s = 1.0;  // a retry would show in the elapsed time
   const auto t0 = std::chrono::steady_clock::now();
   const std::string err = upload_error([&] { upload_file(opt, url("wrong.bin"), dir() / "secret.bin"); });
-  EXPECT_TRUE(has(err, "HTTP 403 SignatureDoesNotMatch") && has(err, endpoint() + "/" + moto_->bucket() + "/wrong.bin")) << err;
+  EXPECT_TRUE(has(err, "HTTP 403 SignatureDoesNotMatch") && has(err, endpoint() + "/" + moto_->bucket() + "/wrong.bin"))
+      << err;
   EXPECT_TRUE(has(err, "HINT: ") && has(err, "check AWS_SECRET_ACCESS_KEY")) << err;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.9);
   EXPECT_EQ(read_file(dir() / "secret.bin"), data);
@@ -422,8 +423,8 @@ TEST_F(MotoS3, FailedMultipartIsAbortedAndLeavesFileAlone) {
   const std::string err = upload_error([&] { upload_file(opt, url("ckpt/parts.bin"), dir() / "parts.bin"); });
   EXPECT_TRUE(has(err, "CompleteMultipartUpload") && has(err, "EntityTooSmall") && has(err, "was aborted")) << err;
   EXPECT_TRUE(has(err, "HINT: ") && has(err, "5 MiB")) << err;
-  const auto uploads =
-      moto_->aws("s3api list-multipart-uploads --bucket " + moto_->bucket() + " --query 'Uploads[].UploadId' --output text");
+  const auto uploads = moto_->aws("s3api list-multipart-uploads --bucket " + moto_->bucket() +
+                                  " --query 'Uploads[].UploadId' --output text");
   ASSERT_TRUE(uploads.ok) << uploads.error;
   EXPECT_TRUE(uploads.out == "None\n" || uploads.out.empty() || uploads.out == "\n") << "left: " << uploads.out;
   EXPECT_TRUE(fs::exists(dir() / "parts.bin"));

@@ -22,8 +22,7 @@ class AtomicFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("cohort_atomic_" + std::to_string(::getpid()) + "_" + info->name());
+    dir_ = fs::temp_directory_path() / ("cohort_atomic_" + std::to_string(::getpid()) + "_" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -93,7 +92,10 @@ TEST_F(AtomicFileTest, ExceptionBeforeCommitKeepsPreviousFile) {
 
 TEST_F(AtomicFileTest, DestroyedWithoutCommitWhenNoPreviousFile) {
   const fs::path target = dir_ / "never.bin";
-  { AtomicFile f(target); f.write("abc", 3); }
+  {
+    AtomicFile f(target);
+    f.write("abc", 3);
+  }
   EXPECT_FALSE(fs::exists(target));
   EXPECT_TRUE(listing().empty());
 }

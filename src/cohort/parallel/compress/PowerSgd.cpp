@@ -29,8 +29,8 @@ std::vector<MatrixPlan> plan_matrices(const std::vector<std::vector<int64_t>>& s
     p.m = p.n == 0 ? 0 : numel / p.n;
     p.r = std::min({p.n, p.m, o.rank});
     // PyTorch's _should_compress: a vector is n x 1 and never pays.
-    p.compress = p.r > 0 && static_cast<double>((p.n + p.m) * p.r) * o.min_compression_rate <
-                                static_cast<double>(p.n * p.m);
+    p.compress =
+        p.r > 0 && static_cast<double>((p.n + p.m) * p.r) * o.min_compression_rate < static_cast<double>(p.n * p.m);
     out.push_back(p);
   }
   return out;
@@ -134,29 +134,29 @@ HandlePtr PowerSgdHook::run(Communicator& comm, GradBucket& bucket) {
 
   // The Q stage needs the reduced P, so it runs when the reducer waits on this bucket, after backward.
   // Every rank waits on buckets in the same order, so the Q all-reduces pair up too.
-  return deferred([this, &comm, &st, what, world, buffer, input, matrices, rest, rest_flat, p_handle, ps,
-                   rest_handle]() mutable {
-    p_handle->wait();
-    for (size_t i = 0; i < ps.size(); ++i) {
-      orthogonalize(ps[i]);
-      at::matmul_out(st.q[i], matrices[i].t(), ps[i]);
-    }
-    comm.all_reduce(st.q_flat, ReduceOp::kSum, what + " (PowerSGD Q)")->wait();
-    st.q_flat.div_(world);
-    // M ~ P Q^T: the projection of the average gradient onto P's columns, the same on every rank.
-    for (size_t i = 0; i < ps.size(); ++i) at::matmul_out(matrices[i], ps[i], st.q[i].t());
-    if (rest_handle) {
-      rest_handle->wait();
-      int64_t off = 0;
-      for (auto& t : rest) {
-        t.copy_(rest_flat.narrow(0, off, t.numel()));
-        off += t.numel();
-      }
-    }
-    if (options_.error_feedback) at::sub_out(st.error, input, buffer);
-    // Warm start keeps the averaged Q for next step; without it, a fresh Q is drawn each step.
-    st.q_valid = options_.warm_start;
-  });
+  return deferred(
+      [this, &comm, &st, what, world, buffer, input, matrices, rest, rest_flat, p_handle, ps, rest_handle]() mutable {
+        p_handle->wait();
+        for (size_t i = 0; i < ps.size(); ++i) {
+          orthogonalize(ps[i]);
+          at::matmul_out(st.q[i], matrices[i].t(), ps[i]);
+        }
+        comm.all_reduce(st.q_flat, ReduceOp::kSum, what + " (PowerSGD Q)")->wait();
+        st.q_flat.div_(world);
+        // M ~ P Q^T: the projection of the average gradient onto P's columns, the same on every rank.
+        for (size_t i = 0; i < ps.size(); ++i) at::matmul_out(matrices[i], ps[i], st.q[i].t());
+        if (rest_handle) {
+          rest_handle->wait();
+          int64_t off = 0;
+          for (auto& t : rest) {
+            t.copy_(rest_flat.narrow(0, off, t.numel()));
+            off += t.numel();
+          }
+        }
+        if (options_.error_feedback) at::sub_out(st.error, input, buffer);
+        // Warm start keeps the averaged Q for next step; without it, a fresh Q is drawn each step.
+        st.q_valid = options_.warm_start;
+      });
 }
 
 HookState PowerSgdHook::state_dict(Communicator& comm) {

@@ -57,8 +57,8 @@ class PowerSgdHook : public CommHook {
   struct BucketState {
     std::vector<std::string> names;
     std::vector<MatrixPlan> plan;
-    at::Tensor error;   // flat residual, bucket-shaped (error feedback)
-    at::Tensor q_flat;  // every compressed gradient's Q, [m x r] each, back to back (warm start)
+    at::Tensor error;           // flat residual, bucket-shaped (error feedback)
+    at::Tensor q_flat;          // every compressed gradient's Q, [m x r] each, back to back (warm start)
     std::vector<at::Tensor> q;  // views of q_flat
     bool q_valid = false;       // q holds last step's Q (else it is drawn afresh)
   };

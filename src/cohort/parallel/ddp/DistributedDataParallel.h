@@ -17,6 +17,7 @@
 #include <torch/nn/module.h>
 
 #include "cohort/comm/Communicator.h"
+#include "cohort/parallel/Params.h"
 #include "cohort/parallel/ddp/Reducer.h"
 
 namespace cohort {
@@ -62,15 +63,6 @@ class DistributedDataParallel {
   const std::vector<std::string>& parameter_names() const { return names_; }
 
  private:
-  // A broadcast from rank 0 of same-dtype tensors through one flat copy, in flight until finished.
-  struct FlatBroadcast {
-    std::vector<at::Tensor> targets;
-    at::Tensor flat;
-    HandlePtr handle;
-  };
-  void check_replicas_match();
-  std::vector<FlatBroadcast> launch_broadcast(const std::vector<at::Tensor>& tensors, const std::string& what);
-  void finish_broadcast(std::vector<FlatBroadcast>& pending);
   void launch_buffer_broadcast();
 
   std::shared_ptr<torch::nn::Module> module_;
@@ -78,7 +70,7 @@ class DistributedDataParallel {
   DdpOptions options_;
   std::vector<std::string> names_;
   std::unique_ptr<Reducer> reducer_;
-  std::vector<FlatBroadcast> pending_buffers_;
+  FlatBroadcast pending_buffers_;
 };
 
 }  // namespace cohort

@@ -25,7 +25,8 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
       hook_state_(std::make_shared<HookState>()) {
   COHORT_ASSERT(params_.size() == names_.size(), "one name per parameter");
   std::vector<ParamSpec> specs;
-  for (const auto& p : params_) specs.push_back({p.numel(), p.scalar_type()});
+  for (size_t i = 0; i < params_.size(); ++i)
+    specs.push_back({names_[i], params_[i].sizes().vec(), params_[i].scalar_type()});
   plan_ = plan_buckets(specs, options_.bucket_cap_bytes, options_.first_bucket_cap_bytes);
   locator_.resize(params_.size());
   for (size_t b = 0; b < plan_.size(); ++b) {
@@ -51,8 +52,8 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
   for (size_t i = 0; i < params_.size(); ++i)
     COHORT_ASSERT(params_[i].requires_grad(), "DDP parameters must require grad: " + names_[i]);
   // The hooks hold the function weakly through its HookState (an aliasing pointer).
-  grad_accumulators_ = attach_grad_ready_hooks(
-      params_, std::shared_ptr<std::function<void(size_t)>>(hook_state_, &hook_state_->fire));
+  grad_accumulators_ =
+      attach_grad_ready_hooks(params_, std::shared_ptr<std::function<void(size_t)>>(hook_state_, &hook_state_->fire));
 }
 
 Reducer::~Reducer() {
@@ -136,8 +137,8 @@ void Reducer::finalize() {
       for (size_t n = 0; n < missing.size() && n < 10; ++n) list += (n ? ", " : "") + names_[missing[n]];
       if (missing.size() > 10) list += ", ... (" + std::to_string(missing.size()) + " in all)";
       // This runs inside autograd, which rethrows it as a plain c10::Error: the hint goes in the message.
-      throw CommError("rank " + std::to_string(comm_->rank()) + ": these parameters got no gradient in backward: " +
-                      list +
+      throw CommError("rank " + std::to_string(comm_->rank()) +
+                      ": these parameters got no gradient in backward: " + list +
                       ". They were not used to compute the loss: set dist.find_unused_parameters=true "
                       "(DdpOptions::find_unused_parameters) to reduce them as zeros, or remove them from the model");
     }

@@ -19,7 +19,7 @@
 #include <ATen/ATen.h>
 
 #include "cohort/comm/Communicator.h"
-#include "cohort/parallel/ddp/BucketPlan.h"
+#include "cohort/parallel/BucketPlan.h"
 #include "cohort/parallel/ddp/CommHook.h"
 
 namespace cohort {
@@ -45,8 +45,7 @@ struct BackwardTrace {
 
 class Reducer {
  public:
-  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, CommunicatorPtr comm,
-          ReducerOptions options);
+  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, CommunicatorPtr comm, ReducerOptions options);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;

@@ -6,12 +6,6 @@
 
 namespace cohort::shard {
 
-int64_t ParamSpec::numel() const {
-  int64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
-}
-
 ShardPlan::ShardPlan(std::vector<ParamSpec> params, std::vector<std::vector<size_t>> units, int world)
     : params_(std::move(params)), world_(world) {
   if (world < 1) throw Error("shard plan: world size must be at least 1, got " + std::to_string(world));
@@ -61,21 +55,6 @@ int64_t ShardPlan::total_numel() const {
   int64_t n = 0;
   for (const auto& p : params_) n += p.numel();
   return n;
-}
-
-std::vector<std::vector<size_t>> ShardPlan::bucket_units(const std::vector<ParamSpec>& params, int64_t cap_elements) {
-  std::vector<std::vector<size_t>> out;
-  int64_t filled = 0;
-  for (size_t i = params.size(); i-- > 0;) {
-    const int64_t n = params[i].numel();
-    if (out.empty() || (filled > 0 && filled + n > cap_elements)) {
-      out.emplace_back();
-      filled = 0;
-    }
-    out.back().push_back(i);
-    filled += n;
-  }
-  return out;
 }
 
 }  // namespace cohort::shard

@@ -12,20 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "cohort/parallel/Params.h"
+
 namespace cohort::shard {
 
-struct ParamSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t numel() const;
-};
+using cohort::ParamSpec;  // parallel/Params.h: one parameter description for every plan
 
 struct Unit {
-  std::vector<size_t> params;   // indices into the plan's parameters, in flat order
-  std::vector<int64_t> offsets; // each parameter's offset in the unit's flat buffer
-  int64_t numel = 0;            // sum of the parameters' sizes
-  int64_t padded = 0;           // numel rounded up to a multiple of the world size
-  int64_t shard = 0;            // padded / world: what each rank owns
+  std::vector<size_t> params;    // indices into the plan's parameters, in flat order
+  std::vector<int64_t> offsets;  // each parameter's offset in the unit's flat buffer
+  int64_t numel = 0;             // sum of the parameters' sizes
+  int64_t padded = 0;            // numel rounded up to a multiple of the world size
+  int64_t shard = 0;             // padded / world: what each rank owns
 };
 
 // One piece of a parameter that a rank owns: elements [param_offset, param_offset + length) of the
@@ -54,10 +52,6 @@ class ShardPlan {
   // Elements a rank holds over all units (with padding), and the model's own parameter count.
   int64_t shard_numel() const;
   int64_t total_numel() const;
-
-  // Units for ZeRO: consecutive parameters in reverse order (the order backward produces gradients),
-  // cut where a unit would pass `cap_elements`. A parameter larger than the cap is a unit alone.
-  static std::vector<std::vector<size_t>> bucket_units(const std::vector<ParamSpec>& params, int64_t cap_elements);
 
  private:
   std::vector<ParamSpec> params_;

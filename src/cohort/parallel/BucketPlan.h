@@ -1,8 +1,8 @@
-// Which gradient goes into which all-reduce bucket: a pure function of parameter sizes, dtypes and the
-// bucket caps, so every rank computes the same plan without talking (c10d's
-// compute_bucket_assignment_by_size does the same job).
+// Which gradient goes into which bucket: a pure function of parameter sizes, dtypes and the bucket caps,
+// so every rank computes the same plan without talking (c10d's compute_bucket_assignment_by_size does the
+// same job). The one bucketer: ddp's all-reduce buckets and ZeRO's flat units both come from it.
 //
-//   auto plan = cohort::plan_buckets({{1000, at::kFloat}, {10, at::kFloat}}, 25 << 20, 1 << 20);
+//   auto plan = cohort::plan_buckets({{"w", {1000}, at::kFloat}, {"b", {10}, at::kFloat}}, 25 << 20, 1 << 20);
 //   // plan[0].params == {1, 0}: the last parameters come first.
 #pragma once
 
@@ -11,12 +11,9 @@
 
 #include <c10/core/ScalarType.h>
 
-namespace cohort {
+#include "cohort/parallel/Params.h"
 
-struct ParamSpec {
-  int64_t numel;
-  c10::ScalarType dtype;
-};
+namespace cohort {
 
 struct BucketSpec {
   c10::ScalarType dtype;
@@ -31,7 +28,6 @@ struct BucketSpec {
 // dtype uses the smaller `first_cap_bytes` so the first all-reduce starts early in backward. The
 // returned order is the launch order: the reducer launches bucket i only after buckets 0..i-1, on every
 // rank, so collectives pair up across ranks even when gradients arrive in a different order.
-std::vector<BucketSpec> plan_buckets(const std::vector<ParamSpec>& params, int64_t cap_bytes,
-                                     int64_t first_cap_bytes);
+std::vector<BucketSpec> plan_buckets(const std::vector<ParamSpec>& params, int64_t cap_bytes, int64_t first_cap_bytes);
 
 }  // namespace cohort

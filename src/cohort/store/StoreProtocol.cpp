@@ -1,4 +1,4 @@
-#include "cohort/comm/StoreProtocol.h"
+#include "cohort/store/StoreProtocol.h"
 
 #include <algorithm>
 #include <cstring>
@@ -72,7 +72,8 @@ class Reader {
   }
   std::string key() {
     const uint32_t n = u32();
-    if (n > kMaxKeyBytes) fail("a key of " + std::to_string(n) + " bytes (the limit is " + std::to_string(kMaxKeyBytes) + ")");
+    if (n > kMaxKeyBytes)
+      fail("a key of " + std::to_string(n) + " bytes (the limit is " + std::to_string(kMaxKeyBytes) + ")");
     return std::string(take(n));
   }
   Bytes bytes() {
@@ -155,9 +156,7 @@ std::string encode_request(const Request& r) {
       w.bytes(r.values.at(0));
       break;
     case Op::kGet:
-    case Op::kDelete:
-      w.str(r.keys.at(0));
-      break;
+    case Op::kDelete: w.str(r.keys.at(0)); break;
     case Op::kAdd:
       w.str(r.keys.at(0));
       w.i64(r.number);
@@ -167,15 +166,12 @@ std::string encode_request(const Request& r) {
       w.bytes(r.values.at(0));
       w.bytes(r.values.at(1));
       break;
-    case Op::kWait:
-      w.i64(r.number);
-      [[fallthrough]];
+    case Op::kWait: w.i64(r.number); [[fallthrough]];
     case Op::kCheck:
       w.u32(static_cast<uint32_t>(r.keys.size()));
       for (const auto& k : r.keys) w.str(k);
       break;
-    case Op::kNumKeys:
-      break;
+    case Op::kNumKeys: break;
   }
   return w.take();
 }
@@ -193,9 +189,7 @@ Request decode_request(std::string_view payload) {
       r.values.push_back(in.bytes());
       break;
     case Op::kGet:
-    case Op::kDelete:
-      r.keys.push_back(in.key());
-      break;
+    case Op::kDelete: r.keys.push_back(in.key()); break;
     case Op::kAdd:
       r.keys.push_back(in.key());
       r.number = in.i64();
@@ -215,8 +209,7 @@ Request decode_request(std::string_view payload) {
       for (uint32_t i = 0; i < n; ++i) r.keys.push_back(in.key());
       break;
     }
-    case Op::kNumKeys:
-      break;
+    case Op::kNumKeys: break;
   }
   in.end();
   return r;

@@ -19,7 +19,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "cohort/comm/StoreProtocol.h"
+#include "cohort/store/StoreProtocol.h"
 
 namespace cohort::store {
 

@@ -1,7 +1,9 @@
-// ZeRO-1, ZeRO-2 and FSDP (ZeRO-3) behind cohort::Strategy. Parameters are flattened into units (see
-// ShardPlan); each rank keeps a float32 master copy of its slice of every unit and the optimizer state
-// for that slice only. Under amp.precision=fp16-master the units hold fp16 weights and gradients (batch
-// norm's stay float32, in units of their own) and only the slices' masters are float32: ZeRO's mixed-
+// ZeRO-1, ZeRO-2 and FSDP (ZeRO-3) behind cohort::Strategy: three small policies (ShardedStrategy.cpp)
+// over the same parts, as FSDP2 splits them: flat units with gather and free (FlatUnits.h), the
+// optimizer's slices (OptimizerSlices.h) and the unit runner (UnitRunner.h). Parameters are flattened
+// into units (see ShardPlan, Units.h); each rank keeps a float32 master copy of its slice of every unit
+// and the optimizer state for that slice only. Under amp.precision=fp16-master the units hold fp16 weights and
+// gradients (batch norm's stay float32, in units of their own) and only the slices' masters are float32: ZeRO's mixed-
 // precision layout (Note [Sharding 16-bit weights]).
 //   zero1  full gradients as DDP has them; at the step each unit is reduce-scattered, the slice updated,
 //          and the parameters all-gathered.
@@ -30,9 +32,9 @@ enum class ShardStage { kZero1, kZero2, kFsdp };
 
 struct ShardedOptions {
   ShardStage stage = ShardStage::kZero2;
-  double bucket_mb = 25.0;           // zero1/zero2: unit size
-  std::string fsdp_unit = "block";   // fsdp: models::Classifier::units policy
-  bool broadcast_buffers = true;     // batch-norm statistics follow rank 0 at every step, as with ddp
+  double bucket_mb = 25.0;          // zero1/zero2: unit size
+  std::string fsdp_unit = "block";  // fsdp: models::Classifier::units policy
+  bool broadcast_buffers = true;    // batch-norm statistics follow rank 0 at every step, as with ddp
 };
 
 // The sharded strategy's own view, for tests and benchmarks.

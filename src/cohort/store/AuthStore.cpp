@@ -1,4 +1,4 @@
-#include "cohort/comm/AuthStore.h"
+#include "cohort/store/AuthStore.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "cohort/comm/StoreServer.h"
+#include "cohort/store/StoreServer.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::store {
@@ -103,8 +103,8 @@ std::unique_ptr<AuthStore::Connection> AuthStore::connect() {
   auto backoff = std::chrono::milliseconds(10);
   for (;;) {
     addrinfo* res = nullptr;
-    const int gai = getaddrinfo(host_ == "localhost" ? "127.0.0.1" : host_.c_str(), std::to_string(port_).c_str(),
-                                &hints, &res);
+    const int gai =
+        getaddrinfo(host_ == "localhost" ? "127.0.0.1" : host_.c_str(), std::to_string(port_).c_str(), &hints, &res);
     if (gai == 0 && res) {
       auto c = std::make_unique<Connection>();
       c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -125,8 +125,9 @@ std::unique_ptr<AuthStore::Connection> AuthStore::connect() {
         try {
           server_nonce = decode_hello(c->recv_frame(hs_deadline));
         } catch (const std::exception& e) {
-          throw CommError("the process at " + where() + " did not greet this process as a cohort store (" + e.what() + ")",
-                          "is something other than cohort's rank 0 listening on --master-port?");
+          throw CommError(
+              "the process at " + where() + " did not greet this process as a cohort store (" + e.what() + ")",
+              "is something other than cohort's rank 0 listening on --master-port?");
         }
         const Nonce client_nonce = random_nonce();
         try {
@@ -237,7 +238,7 @@ std::string secret_from_env() {
   if (const char* t = std::getenv("COHORT_TOKEN"); t && *t) return t;
   const char* file = std::getenv("COHORT_TOKEN_FILE");
   if (!file || !*file) return {};
-  struct stat st{};
+  struct stat st {};
   if (stat(file, &st) != 0)
     throw CommError(std::string("cannot read the token file ") + file + ": " + std::strerror(errno),
                     "--token-file must name a file that exists on every machine");
@@ -250,8 +251,9 @@ std::string secret_from_env() {
   std::string s = ss.str();
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   if (s.empty())
-    throw CommError(std::string("the token file ") + file + " is empty", "put a long random string in it, e.g. "
-                                                                        "`openssl rand -hex 32 > FILE`");
+    throw CommError(std::string("the token file ") + file + " is empty",
+                    "put a long random string in it, e.g. "
+                    "`openssl rand -hex 32 > FILE`");
   return s;
 }
 

@@ -1,4 +1,4 @@
-#include "cohort/checkpoint/Sharded.h"
+#include "cohort/checkpoint/ShardedCheckpoint.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -7,6 +7,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
+#include "cohort/checkpoint/Names.h"
+#include "cohort/checkpoint/Steps.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
 
@@ -14,8 +18,9 @@ namespace cohort::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
-fs::path manifest_path(const fs::path& dir, const std::string& tag) { return dir / (tag + ".manifest.json"); }
-fs::path commit_path(const fs::path& dir, const std::string& tag) { return dir / (tag + ".commit"); }
+fs::path manifest_path(const fs::path& dir, const std::string& tag) { return dir / names::manifest_file(tag); }
+fs::path commit_path(const fs::path& dir, const std::string& tag) { return dir / names::commit_file(tag); }
+std::string shard_file_name(const std::string& tag, int rank, int world) { return names::shard_file(tag, rank, world); }
 
 std::string read_text(const fs::path& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -90,12 +95,6 @@ std::string meta(const SafetensorsFile& f, const std::string& key, const fs::pat
 
 }  // namespace
 
-std::string shard_file_name(const std::string& tag, int rank, int world) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, ".shard-%05d-of-%05d.safetensors", rank, world);
-  return tag + buf;
-}
-
 bool has_sharded(const fs::path& dir, const std::string& tag) { return fs::exists(manifest_path(dir, tag)); }
 
 void remove_sharded(const fs::path& dir, const std::string& tag) {
@@ -105,12 +104,71 @@ void remove_sharded(const fs::path& dir, const std::string& tag) {
   if (!fs::exists(dir)) return;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const auto name = e.path().filename().string();
-    if (name.rfind(tag + ".shard-", 0) == 0) fs::remove(e.path(), ec);
+    if (name.rfind(names::shard_file_prefix(tag), 0) == 0) fs::remove(e.path(), ec);
   }
 }
 
-void save_sharded(const fs::path& dir, const std::string& tag, const NamedTensors& tensors,
-                  const nlohmann::json& layout, const TrainState& state, Communicator& comm) {
+namespace {
+
+// This rank's tensors under their names in the shard file.
+NamedTensors shard_tensors(const ShardedSave& save) {
+  NamedTensors out;
+  for (size_t u = 0; u < save.params.size(); ++u) {
+    out.emplace_back(names::shard_param(u), save.params[u]);
+    for (const auto& kind : save.layout.kinds) out.emplace_back(names::shard_state(kind, u), save.state.at(kind).at(u));
+  }
+  if (save.optimizer_step.defined()) out.emplace_back(names::kOptimizerStep, save.optimizer_step);
+  for (const auto& [name, t] : save.buffers) out.emplace_back(names::kShardBufferPrefix + name, t);
+  return out;
+}
+
+nlohmann::json manifest_json(const ShardLayout& layout, const std::string& tag, const TrainState& state, int world) {
+  nlohmann::json units = nlohmann::json::array();
+  for (const auto& unit : layout.units) {
+    nlohmann::json ps = nlohmann::json::array();
+    for (const auto& p : unit.params) ps.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
+    units.push_back({{"numel", unit.numel}, {"padded", unit.padded}, {"shard", unit.shard}, {"params", ps}});
+  }
+  nlohmann::json m = {{"strategy", layout.strategy},
+                      {"optimizer", layout.optimizer},
+                      {"kinds", layout.kinds},
+                      {"buffers", layout.buffers},
+                      {"units", units}};
+  m["format"] = "cohort-sharded";
+  m["version"] = kCheckpointVersion;
+  m["tag"] = tag;
+  m["step"] = state.step;
+  m["epoch"] = state.epoch;
+  m["best_test_accuracy"] = state.best_test_accuracy;
+  m["world_size"] = world;
+  m["config"] = state.config_json;
+  if (state.loss_scale > 0) m["amp_scaler"] = scaler_json(state);
+  nlohmann::json files = nlohmann::json::array();
+  for (int r = 0; r < world; ++r) files.push_back(shard_file_name(tag, r, world));
+  m["files"] = files;
+  return m;
+}
+
+// Slices of an earlier save at another world size, and an unsharded save of the same tag, are stale now.
+void remove_stale(const fs::path& dir, const std::string& tag, int world) {
+  std::error_code ec;
+  const auto ours = shard_file_name(tag, 0, world);
+  const auto suffix = ours.substr(ours.find("-of-"));  // "-of-00004.safetensors"
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const auto name = e.path().filename().string();
+    const bool stale =
+        name.rfind(names::shard_file_prefix(tag), 0) == 0 &&
+        (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0);
+    if (stale) fs::remove(e.path(), ec);
+  }
+  fs::remove(dir / names::weights_file(tag), ec);
+  fs::remove(dir / names::state_file(tag), ec);
+}
+
+}  // namespace
+
+void save_sharded(const fs::path& dir, const std::string& tag, const ShardedSave& save, const TrainState& state,
+                  Communicator& comm, CommitBy commit) {
   const int rank = comm.rank(), world = comm.size();
   if (rank == 0) {
     std::error_code ec;
@@ -122,45 +180,20 @@ void save_sharded(const fs::path& dir, const std::string& tag, const NamedTensor
     fs::remove(commit_path(dir, tag), ec);
   }
   comm.barrier("checkpoint " + tag + ": begin")->wait();
-  save_safetensors(dir / shard_file_name(tag, rank, world), tensors,
+  save_safetensors(dir / shard_file_name(tag, rank, world), shard_tensors(save),
                    {{"cohort.format", "cohort-shard"},
                     {"cohort.version", std::to_string(kCheckpointVersion)},
                     {"step", std::to_string(state.step)},
                     {"rank", std::to_string(rank)},
                     {"world_size", std::to_string(world)}});
-  if (rank == 0) {
-    nlohmann::json m = layout;
-    m["format"] = "cohort-sharded";
-    m["version"] = kCheckpointVersion;
-    m["tag"] = tag;
-    m["step"] = state.step;
-    m["epoch"] = state.epoch;
-    m["best_test_accuracy"] = state.best_test_accuracy;
-    m["world_size"] = world;
-    m["config"] = state.config_json;
-    if (state.loss_scale > 0) m["amp_scaler"] = scaler_json(state);
-    nlohmann::json files = nlohmann::json::array();
-    for (int r = 0; r < world; ++r) files.push_back(shard_file_name(tag, r, world));
-    m["files"] = files;
-    util::write_file_atomic(manifest_path(dir, tag), m.dump(1) + "\n");
-  }
+  if (rank == 0)
+    util::write_file_atomic(manifest_path(dir, tag), manifest_json(save.layout, tag, state, world).dump(1) + "\n");
   comm.barrier("checkpoint " + tag + ": shards written")->wait();
-  if (rank == 0) {
+  if (rank != 0) return;
+  if (commit == CommitBy::kMarkerFile)
     util::write_file_atomic(commit_path(dir, tag),
                             nlohmann::json{{"step", state.step}, {"world_size", world}}.dump() + "\n");
-    // Slices of an earlier save at another world size, and an unsharded save of the same tag, are stale now.
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      const auto name = e.path().filename().string();
-      const auto ours = shard_file_name(tag, 0, world);
-      const auto suffix = ours.substr(ours.find("-of-"));  // "-of-00004.safetensors"
-      const bool stale = name.rfind(tag + ".shard-", 0) == 0 &&
-                         (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0);
-      if (stale) fs::remove(e.path(), ec);
-    }
-    fs::remove(dir / (tag + ".safetensors"), ec);
-    fs::remove(dir / (tag + ".state.safetensors"), ec);
-  }
+  remove_stale(dir, tag, world);
 }
 
 ShardedManifest parse_manifest(std::string_view text, const std::string& source) {
@@ -174,6 +207,8 @@ ShardedManifest parse_manifest(std::string_view text, const std::string& source)
     out.state.config_json = m.at("config").get<std::string>();
     if (m.contains("amp_scaler")) parse_scaler_json(m.at("amp_scaler").get<std::string>(), out.state, source);
     out.version = m.contains("version") ? int_at(m, "version") : 0;
+    if (m.contains("strategy")) out.layout.strategy = m.at("strategy").get<std::string>();
+    if (m.contains("optimizer")) out.layout.optimizer = m.at("optimizer").get<std::string>();
   } catch (const std::exception& e) {  // nlohmann::json::exception or BadField
     throw CheckpointError("checkpoint manifest " + source + " is incomplete: " + e.what(),
                           "the file is damaged; resume from another checkpoint");
@@ -189,11 +224,11 @@ ShardedManifest parse_manifest(std::string_view text, const std::string& source)
                               ", outside 1.." + std::to_string(kShardedMaxWorld),
                           "the file is damaged; resume from another checkpoint");
   try {
-    out.kinds = m.at("kinds").get<std::vector<std::string>>();
+    out.layout.kinds = m.at("kinds").get<std::vector<std::string>>();
     const auto& units = array_at(m, "units");
     for (size_t u = 0; u < units.size(); ++u) {
       const auto& unit = units[u];
-      ShardedManifest::Unit parsed;
+      ShardLayout::Unit parsed;
       parsed.shard = non_negative_at(unit, "shard");
       // Every offset is checked against shard x world below, so that product must not overflow.
       if (parsed.shard > INT64_MAX / world)
@@ -201,7 +236,7 @@ ShardedManifest parse_manifest(std::string_view text, const std::string& source)
                        std::to_string(world) + " overflows");
       const int64_t unit_numel = parsed.shard * world;
       for (const auto& p : array_at(unit, "params")) {
-        ShardedManifest::Param param;
+        ShardLayout::Param param;
         param.name = p.at("name").get<std::string>();
         param.numel = 1;
         for (const auto& d : array_at(p, "shape")) {
@@ -218,9 +253,11 @@ ShardedManifest parse_manifest(std::string_view text, const std::string& source)
                                 "the manifest is damaged");
         parsed.params.push_back(std::move(param));
       }
-      out.units.push_back(std::move(parsed));
+      parsed.numel = unit.contains("numel") ? non_negative_at(unit, "numel") : 0;
+      parsed.padded = unit.contains("padded") ? non_negative_at(unit, "padded") : unit_numel;
+      out.layout.units.push_back(std::move(parsed));
     }
-    out.buffers = m.at("buffers").get<std::vector<std::string>>();
+    out.layout.buffers = m.at("buffers").get<std::vector<std::string>>();
   } catch (const CheckpointError&) {
     throw;
   } catch (const std::exception& e) {  // nlohmann::json::exception or BadField
@@ -233,7 +270,8 @@ ShardedManifest parse_manifest(std::string_view text, const std::string& source)
 int64_t parse_commit_step(std::string_view text, const std::string& source) {
   const auto commit = parse_json(text, source, "commit marker");
   if (!commit.is_object())
-    throw CheckpointError("commit marker " + source + " is not a JSON object", "the file is damaged; resume from another checkpoint");
+    throw CheckpointError("commit marker " + source + " is not a JSON object",
+                          "the file is damaged; resume from another checkpoint");
   if (!commit.contains("step")) return -1;
   int64_t step = 0;
   if (!as_i64(commit.at("step"), step))
@@ -242,29 +280,47 @@ int64_t parse_commit_step(std::string_view text, const std::string& source) {
   return step;
 }
 
+namespace {
+
+// A sharded save is complete once its one marker exists: <tag>.commit beside it, or the COMMIT of the
+// step directory it was saved into (which checkpoint::step_dir_problem checks file by file). Saves by
+// cohort 0.1 in step directories have both. Either must name the manifest's step.
+void check_committed(const fs::path& dir, const std::string& tag, int64_t step) {
+  fs::path cpath = commit_path(dir, tag);
+  int64_t committed = -1;
+  if (fs::exists(cpath)) {
+    committed = parse_commit_step(read_text(cpath, "commit marker"), cpath.string());
+  } else if (fs::exists(dir / names::kStepCommit)) {
+    cpath = dir / names::kStepCommit;
+    committed = parse_commit_marker(read_text(cpath, "commit marker"), cpath.string()).step;
+  } else {
+    throw CheckpointError("sharded checkpoint '" + tag + "' in " + dir.string() + " has no commit marker (" +
+                              cpath.filename().string() + " or " + names::kStepCommit + "): its save did not finish",
+                          "resume from another checkpoint (best), or from a copy made before the interrupted save");
+  }
+  if (committed != step)
+    throw CheckpointError(cpath.string() + " is for step " + std::to_string(committed) +
+                              " but the manifest is for step " + std::to_string(step),
+                          "a save was interrupted; resume from another checkpoint");
+}
+
+}  // namespace
+
 Checkpoint load_sharded(const fs::path& dir, const std::string& tag) {
   const auto mpath = manifest_path(dir, tag);
   const ShardedManifest m = parse_manifest(read_text(mpath, "checkpoint manifest"), mpath.string());
   Checkpoint ck;
   ck.state = m.state;
-  const auto cpath = commit_path(dir, tag);
-  if (!fs::exists(cpath))
-    throw CheckpointError("sharded checkpoint '" + tag + "' in " + dir.string() + " has no commit marker " +
-                              cpath.filename().string() + ": its save did not finish",
-                          "resume from another checkpoint (best), or from a copy made before the interrupted save");
-  const int64_t commit_step = parse_commit_step(read_text(cpath, "commit marker"), cpath.string());
-  if (commit_step != ck.state.step)
-    throw CheckpointError(cpath.string() + " is for step " + std::to_string(commit_step) +
-                              " but the manifest is for step " + std::to_string(ck.state.step),
-                          "a save was interrupted; resume from another checkpoint");
+  check_committed(dir, tag, ck.state.step);
   const int world = static_cast<int>(ck.state.world_size);
   std::vector<std::map<std::string, at::Tensor>> shards(world);
   for (int r = 0; r < world; ++r) {
     const auto path = dir / shard_file_name(tag, r, world);
     if (!fs::exists(path))
-      throw CheckpointError("shard " + path.string() + " of checkpoint '" + tag + "' (rank " + std::to_string(r) + " of " +
-                                std::to_string(world) + ") is missing",
-                            "copy every shard-*-of-" + std::to_string(world) + " file of the run, or resume from another checkpoint");
+      throw CheckpointError(
+          "shard " + path.string() + " of checkpoint '" + tag + "' (rank " + std::to_string(r) + " of " +
+              std::to_string(world) + ") is missing",
+          "copy every shard-*-of-" + std::to_string(world) + " file of the run, or resume from another checkpoint");
     auto f = load_safetensors(path);
     if (meta(f, "cohort.format", path) != "cohort-shard" || meta(f, "rank", path) != std::to_string(r) ||
         meta(f, "world_size", path) != std::to_string(world) || meta(f, "step", path) != std::to_string(ck.state.step))
@@ -279,22 +335,23 @@ Checkpoint load_sharded(const fs::path& dir, const std::string& tag) {
     auto it = shards[r].find(name);
     const auto path = (dir / shard_file_name(tag, r, world)).string();
     if (it == shards[r].end())
-      throw CheckpointError("shard " + path + " lacks tensor '" + name + "'", "the shard is damaged or from another model");
+      throw CheckpointError("shard " + path + " lacks tensor '" + name + "'",
+                            "the shard is damaged or from another model");
     if (it->second.numel() != numel)
       throw CheckpointError("shard " + path + ": tensor '" + name + "' has " + std::to_string(it->second.numel()) +
                                 " elements, the manifest says " + std::to_string(numel),
                             "the shard is from another model or world size");
     return it->second.reshape(-1);
   };
-  for (size_t u = 0; u < m.units.size(); ++u) {
-    const auto& unit = m.units[u];
+  for (size_t u = 0; u < m.layout.units.size(); ++u) {
+    const auto& unit = m.layout.units[u];
     auto assemble = [&](const std::string& prefix) {
       std::vector<at::Tensor> parts;
-      for (int r = 0; r < world; ++r) parts.push_back(piece(r, prefix + ".u" + std::to_string(u), unit.shard));
+      for (int r = 0; r < world; ++r) parts.push_back(piece(r, names::shard_state(prefix, u), unit.shard));
       return at::cat(parts);
     };
-    std::vector<std::pair<std::string, at::Tensor>> flats{{"", assemble("param")}};
-    for (const auto& kind : m.kinds) flats.emplace_back(kind + ".", assemble(kind));
+    std::vector<std::pair<std::string, at::Tensor>> flats{{"", assemble(names::kShardParamKind)}};
+    for (const auto& kind : m.layout.kinds) flats.emplace_back(kind + ".", assemble(kind));
     for (const auto& p : unit.params) {
       for (const auto& [prefix, flat] : flats) {
         auto t = flat.narrow(0, p.offset, p.numel).view(p.shape).clone();
@@ -302,14 +359,15 @@ Checkpoint load_sharded(const fs::path& dir, const std::string& tag) {
       }
     }
   }
-  for (const auto& name : m.buffers) {
-    auto it = shards[0].find("buffer." + name);
+  for (const auto& name : m.layout.buffers) {
+    auto it = shards[0].find(names::kShardBufferPrefix + name);
     if (it == shards[0].end())
       throw CheckpointError("shard " + (dir / shard_file_name(tag, 0, world)).string() + " lacks buffer '" + name + "'",
                             "the shard is damaged");
     ck.model.emplace_back(name, it->second);
   }
-  if (auto it = shards[0].find("step"); it != shards[0].end()) ck.optimizer.emplace_back("step", it->second);
+  if (auto it = shards[0].find(names::kOptimizerStep); it != shards[0].end())
+    ck.optimizer.emplace_back(names::kOptimizerStep, it->second);
   return ck;
 }
 

@@ -1,11 +1,10 @@
-#include "cohort/parallel/ddp/BucketPlan.h"
+#include "cohort/parallel/BucketPlan.h"
 
 #include <map>
 
 namespace cohort {
 
-std::vector<BucketSpec> plan_buckets(const std::vector<ParamSpec>& params, int64_t cap_bytes,
-                                     int64_t first_cap_bytes) {
+std::vector<BucketSpec> plan_buckets(const std::vector<ParamSpec>& params, int64_t cap_bytes, int64_t first_cap_bytes) {
   // Buckets are listed in the order they were opened; a bucket is one flat tensor, so each dtype has
   // its own open bucket.
   std::vector<BucketSpec> buckets;
@@ -21,7 +20,7 @@ std::vector<BucketSpec> plan_buckets(const std::vector<ParamSpec>& params, int64
     BucketSpec& b = buckets[it->second];
     b.params.push_back(k);
     b.offsets.push_back(b.numel);
-    b.numel += p.numel;
+    b.numel += p.numel();
     const int64_t bytes = b.numel * static_cast<int64_t>(c10::elementSize(p.dtype));
     const int64_t cap = closed_count[p.dtype] == 0 ? first_cap_bytes : cap_bytes;
     if (bytes >= cap) {

@@ -14,9 +14,9 @@
 
 #include <gtest/gtest.h>
 
-#include "cohort/comm/AuthStore.h"
-#include "cohort/comm/StoreProtocol.h"
-#include "cohort/comm/StoreServer.h"
+#include "cohort/store/AuthStore.h"
+#include "cohort/store/StoreProtocol.h"
+#include "cohort/store/StoreServer.h"
 
 namespace cohort::store {
 namespace {
@@ -27,10 +27,10 @@ std::vector<uint8_t> b(const std::string& s) { return {s.begin(), s.end()}; }
 
 TEST(StoreProtocol, RequestsRoundTrip) {
   const std::vector<Request> requests = {
-      {Op::kSet, {"k"}, {b("value")}, 0},      {Op::kGet, {"k"}, {}, 0},
-      {Op::kAdd, {"n"}, {}, -7},               {Op::kCompareSet, {"k"}, {b("a"), b("")}, 0},
-      {Op::kDelete, {"k"}, {}, 0},             {Op::kCheck, {"a", "b"}, {}, 0},
-      {Op::kNumKeys, {}, {}, 0},               {Op::kWait, {"a", "bb", "ccc"}, {}, 1500},
+      {Op::kSet, {"k"}, {b("value")}, 0}, {Op::kGet, {"k"}, {}, 0},
+      {Op::kAdd, {"n"}, {}, -7},          {Op::kCompareSet, {"k"}, {b("a"), b("")}, 0},
+      {Op::kDelete, {"k"}, {}, 0},        {Op::kCheck, {"a", "b"}, {}, 0},
+      {Op::kNumKeys, {}, {}, 0},          {Op::kWait, {"a", "bb", "ccc"}, {}, 1500},
   };
   for (const auto& r : requests) {
     const Request back = decode_request(encode_request(r));
@@ -50,7 +50,7 @@ TEST(StoreProtocol, MalformedRequestsAreRejectedWithAReason) {
   const std::string good = encode_request({Op::kSet, {"key"}, {b("value")}, 0});
   for (size_t cut = 0; cut < good.size(); ++cut)
     EXPECT_THROW(decode_request(good.substr(0, cut)), ProtocolError) << "cut at " << cut;
-  EXPECT_THROW(decode_request(good + "x"), ProtocolError);  // trailing bytes
+  EXPECT_THROW(decode_request(good + "x"), ProtocolError);              // trailing bytes
   EXPECT_THROW(decode_request(std::string(1, '\x09')), ProtocolError);  // unknown op
   EXPECT_THROW(decode_request(std::string(1, '\x00')), ProtocolError);
   // A value length far past the payload: rejected before any allocation.
@@ -291,7 +291,9 @@ std::string non_loopback_ipv4() {
 
 TEST(AuthStore, ListensOnlyOnTheAddressItIsGiven) {
   const std::string other = non_loopback_ipv4();
-  if (other.empty()) GTEST_SKIP() << "this machine has no non-loopback IPv4 address to try";
+  if (other.empty()) {
+    GTEST_SKIP() << "this machine has no non-loopback IPv4 address to try";
+  }
   Server s("secret", "127.0.0.1");
   try {
     AuthStore client(other, s.server->port(), "secret", 1s);

@@ -1,4 +1,4 @@
-#include "cohort/comm/StoreServer.h"
+#include "cohort/store/StoreServer.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "cohort/comm/StoreProtocol.h"
+#include "cohort/store/StoreProtocol.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::store {
@@ -132,13 +132,13 @@ struct StoreServer::Impl {
     Response out;
     const std::string& key = r.keys.empty() ? std::string() : r.keys[0];
     switch (r.op) {
-      case Op::kSet:
-        data[key] = r.values[0];
-        break;
+      case Op::kSet: data[key] = r.values[0]; break;
       case Op::kGet: {
         auto it = data.find(key);
-        if (it == data.end()) out.status = Status::kNotFound;
-        else out.value = it->second;
+        if (it == data.end())
+          out.status = Status::kNotFound;
+        else
+          out.value = it->second;
         break;
       }
       case Op::kAdd: {
@@ -177,15 +177,9 @@ struct StoreServer::Impl {
         }
         break;
       }
-      case Op::kDelete:
-        out.number = data.erase(key) ? 1 : 0;
-        break;
-      case Op::kCheck:
-        out.number = all_present(r.keys) ? 1 : 0;
-        break;
-      case Op::kNumKeys:
-        out.number = static_cast<int64_t>(data.size());
-        break;
+      case Op::kDelete: out.number = data.erase(key) ? 1 : 0; break;
+      case Op::kCheck: out.number = all_present(r.keys) ? 1 : 0; break;
+      case Op::kNumKeys: out.number = static_cast<int64_t>(data.size()); break;
       case Op::kWait:
         if (!all_present(r.keys)) {
           // 0 means no timeout, as c10d's kNoTimeout; anything past a day is clamped to a day.
@@ -390,20 +384,21 @@ StoreServer::StoreServer(const std::string& bind_address, uint16_t port, std::st
   sa.sin_addr = resolve_ipv4(bind_address);
   const std::string where = bind_address + ":" + std::to_string(port);
   s.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (s.listen_fd < 0) throw CommError(std::string("cannot open a socket for the rendezvous store: ") + std::strerror(errno));
+  if (s.listen_fd < 0)
+    throw CommError(std::string("cannot open a socket for the rendezvous store: ") + std::strerror(errno));
   // A restarted job reuses the port while the last one's connections linger in TIME_WAIT.
   const int one = 1;
   setsockopt(s.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (bind(s.listen_fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
     const int err = errno;
     if (err == EADDRINUSE)
-      throw CommError("cannot host the rendezvous store: port " + std::to_string(port) + " is already in use on " +
-                          bind_address,
-                      "pick a free port with --master-port, or stop the program using it");
+      throw CommError(
+          "cannot host the rendezvous store: port " + std::to_string(port) + " is already in use on " + bind_address,
+          "pick a free port with --master-port, or stop the program using it");
     if (err == EADDRNOTAVAIL)
-      throw CommError("cannot host the rendezvous store at " + where + ": " + bind_address +
-                          " is not an address of this machine",
-                      "on node 0, --master-addr must name one of its own addresses (see `ip -4 addr`)");
+      throw CommError(
+          "cannot host the rendezvous store at " + where + ": " + bind_address + " is not an address of this machine",
+          "on node 0, --master-addr must name one of its own addresses (see `ip -4 addr`)");
     throw CommError("cannot host the rendezvous store at " + where + ": " + std::strerror(err));
   }
   if (listen(s.listen_fd, 512) != 0)
@@ -412,7 +407,8 @@ StoreServer::StoreServer(const std::string& bind_address, uint16_t port, std::st
   getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&sa), &len);
   s.port = ntohs(sa.sin_port);
   s.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (s.wake_fd < 0) throw CommError(std::string("cannot create the store's wake-up descriptor: ") + std::strerror(errno));
+  if (s.wake_fd < 0)
+    throw CommError(std::string("cannot create the store's wake-up descriptor: ") + std::strerror(errno));
   s.thread = std::thread([&s] {
     try {
       s.run();
