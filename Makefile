@@ -32,8 +32,9 @@ test: build
 test-slow: build
 	cd $(BUILD) && ctest --output-on-failure -j1 -L slow
 
-# The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded parts (communicator,
-# peer watch, loader, resource monitor, store, ddp's reducer) under ThreadSanitizer: each its own gcc tree
+# The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded parts (peer watch,
+# loader, image folder, resource monitor, store; README "Developing cohort" says why not the Gloo
+# communicator and ddp's reducer) under ThreadSanitizer: each its own gcc tree
 # (build-asan/, build-tsan/). Run them before closing work on the code they cover; CI runs them when its
 # measured time leaves room.
 test-asan: deps

@@ -22,10 +22,11 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--strategies", default="ddp,zero1,zero2,fsdp")
     ap.add_argument("--out")
     a = ap.parse_args()
     rows = []
-    for strategy in ("ddp", "zero1", "zero2", "fsdp"):
+    for strategy in a.strategies.split(","):
         runs = {"old": [], "new": []}
         for r in range(a.rounds):
             for side in (("old", "new") if r % 2 == 0 else ("new", "old")):

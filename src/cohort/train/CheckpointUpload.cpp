@@ -41,10 +41,10 @@ nlohmann::json upload_checkpoint(const TrainConfig& cfg, const fs::path& run_dir
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(ckpts)) {
       const auto name = e.path().filename().string();
-      if (name.rfind(tag + ".", 0) == 0 && name != tag + ".commit") files.push_back(name);
+      if (name.rfind(tag + ".", 0) == 0 && name != checkpoint::names::commit_file(tag)) files.push_back(name);
     }
     std::sort(files.begin(), files.end());
-    if (fs::exists(ckpts / (tag + ".commit"))) files.push_back(tag + ".commit");
+    if (fs::exists(ckpts / checkpoint::names::commit_file(tag))) files.push_back(checkpoint::names::commit_file(tag));
     uint64_t bytes = 0;
     for (const auto& file : files) bytes += upload::upload_file(opt, dest, ckpts / file);
     rec["ok"] = true;
