@@ -1,3 +1,5 @@
+// Over 450 lines on purpose: the launcher's one job, start N workers and watch them (spawning, signals,
+// the elastic rendezvous between launchers, restarts), in short functions that share its worker table.
 #include "cohort/launch/Launcher.h"
 
 #include <fcntl.h>
