@@ -5,7 +5,7 @@ BUILD ?= build
 COHORT_WERROR ?= OFF
 # scripts/install-deps owns the package list, under the names of the running Debian release.
 
-.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference bench-pytorch test-slow test-asan test-tsan
+.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference bench-pytorch test-slow test-swarm test-asan test-tsan
 
 all: build
 
@@ -24,13 +24,18 @@ run: deps
 
 # The fuzz smoke run (scripts/fuzz --smoke) builds its own clang + sanitizer tree in build-fuzz/.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE 'reference|slow'
+	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE 'reference|slow|swarm'
 	bash scripts/fuzz --smoke
 
 # The long variants (tests named Slow*, ctest label slow: the 20 kill trials): CI runs them after its
 # other checks when they leave room.
 test-slow: build
 	cd $(BUILD) && ctest --output-on-failure -j1 -L slow
+
+# The swarm's longer failure runs (ctest label swarm): CI runs them after its other checks when they
+# leave room.
+test-swarm: build
+	cd $(BUILD) && ctest --output-on-failure -j1 -L swarm
 
 # The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded parts (peer watch,
 # loader, image folder, resource monitor, store; README "Developing cohort" says why not the Gloo

@@ -19,6 +19,7 @@
 #include "cohort/config/Config.h"
 #include "cohort/launch/Launcher.h"
 #include "cohort/log/Report.h"
+#include "cohort/swarm/Auth.h"
 #include "cohort/train/BatchSizeFinder.h"
 #include "cohort/train/Predict.h"
 #include "cohort/train/Trainer.h"
@@ -361,6 +362,18 @@ int main(int argc, char** argv) {
   exporter->add_option("--tag", export_tag, "which checkpoint: last or best")->capture_default_str();
   exporter->add_option("--out", export_out, "output file (default: <checkpoints>/<tag>.full.safetensors)");
 
+  // The swarm's credentials (dist.strategy=swarm): one key per run, a token per peer signed with it.
+  std::string key_out, token_key, token_ttl = "24h", token_out;
+  auto* swarm = app.add_subcommand("swarm", "the swarm's credentials: a run key and the tokens its peers need");
+  swarm->require_subcommand(1);
+  auto* keygen = swarm->add_subcommand("keygen", "make the run's key (keep it secret: it signs every peer's token)");
+  keygen->add_option("--out", key_out, "where the key goes (written with mode 0600)")->required();
+  auto* tokens = swarm->add_subcommand("token", "issue a token for one peer, signed with the run key");
+  tokens->add_option("--key", token_key, "the run key (cohort swarm keygen)")->required()->check(CLI::ExistingFile);
+  tokens->add_option("--ttl", token_ttl, "how long the token is valid: 90s, 15m, 24h, 7d")->capture_default_str();
+  tokens->add_option("--out", token_out, "where the token goes (mode 0600); give it to the peer as swarm.token")
+      ->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -382,6 +395,22 @@ int main(int argc, char** argv) {
       return run_job(predict_args, Job::predict);
     }
     if (*finder) return run_find_batch_size(find);
+    if (*keygen) {
+      cohort::swarm::save_run_key(cohort::swarm::generate_run_key(), key_out);
+      std::cout << "cohort: run key written to " << key_out
+                << "; issue each peer a token with: cohort swarm token --key " << key_out
+                << " --ttl 24h --out peer.token" << std::endl;
+      return 0;
+    }
+    if (*tokens) {
+      const auto identity = cohort::swarm::issue_token(cohort::swarm::load_run_key(token_key),
+                                                       cohort::swarm::parse_ttl(token_ttl), std::time(nullptr));
+      cohort::swarm::save_identity(identity, token_out);
+      std::cout << "cohort: token for peer " << cohort::swarm::peer_name(identity.token.peer_public_key)
+                << ", valid for " << token_ttl << ", written to " << token_out
+                << "; pass it as swarm.token=" << token_out << std::endl;
+      return 0;
+    }
     if (*exporter) {
       namespace ck = cohort::checkpoint;
       const auto dir = ck::resolve_resume_dir(export_from);

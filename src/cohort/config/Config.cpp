@@ -295,8 +295,9 @@ const std::vector<Field>& fields() {
             in_range(0, 1)),
       field("dist.strategy", &T::dist, &DistConfig::strategy,
             "data parallelism: ddp (full replicas), zero1 (optimizer state sharded), zero2 (+ gradients "
-            "sharded), fsdp (+ parameters sharded, gathered per unit)",
-            {"ddp", "zero1", "zero2", "fsdp"}),
+            "sharded), fsdp (+ parameters sharded, gathered per unit), swarm (peers that join and leave, no master: "
+            "swarm.*)",
+            {"ddp", "zero1", "zero2", "fsdp", "swarm"}),
       field("dist.fsdp_unit", &T::dist, &DistConfig::fsdp_unit,
             "fsdp: what one gathered unit is: block (a residual or transformer block) or child (a top-level "
             "child module such as layer1)",
@@ -346,6 +347,44 @@ const std::vector<Field>& fields() {
             "carry each step's compression residual into the next step"),
       field("powersgd.warm_start", &T::powersgd, &PowerSgdConfig::warm_start,
             "reuse last step's Q instead of drawing a new random one"),
+      field("swarm.listen", &T::swarm, &SwarmConfig::listen,
+            "swarm: HOST:PORT where the other peers reach this one (frames over TCP, the DHT over UDP, same port)"),
+      field("swarm.initial_peers", &T::swarm, &SwarmConfig::initial_peers,
+            "swarm: comma-separated HOST:PORT of any live peers to join through; empty for the first peer"),
+      field("swarm.token", &T::swarm, &SwarmConfig::token,
+            "swarm: this peer's token file (cohort swarm token --key run.key --ttl 24h --out peer.token)"),
+      field("swarm.insecure", &T::swarm, &SwarmConfig::insecure,
+            "swarm: no authentication, for a network you trust (Hivemind's default); off: a token is required"),
+      field("swarm.target_batch_size", &T::swarm, &SwarmConfig::target_batch_size,
+            "swarm: samples the peers accumulate together per optimizer step (the global batch); "
+            "0: data.batch_size x swarm.partitions",
+            {}, non_negative<int64_t>()),
+      field("swarm.matchmaking_s", &T::swarm, &SwarmConfig::matchmaking_s,
+            "swarm: seconds a round's leader waits for more ready peers (hivemind.Optimizer's matchmaking_time)", {},
+            positive<double>()),
+      field("swarm.averaging_timeout_s", &T::swarm, &SwarmConfig::averaging_timeout_s,
+            "swarm: seconds an averaging round may take; a peer that has not sent by half of it is left out "
+            "(hivemind.Optimizer's averaging_timeout)",
+            {}, positive<double>()),
+      field("swarm.min_group_size", &T::swarm, &SwarmConfig::min_group_size,
+            "swarm: fewest ready peers that average together; fewer: each takes a local step", {}, positive<int64_t>()),
+      field("swarm.min_peers_to_start", &T::swarm, &SwarmConfig::min_peers_to_start,
+            "swarm: the first step waits until this many peers (this one included) are in the swarm, at most "
+            "dist.timeout_s (torchrun's minimum of --nnodes=MIN:MAX); later peers join at any time",
+            {}, positive<int64_t>()),
+      field("swarm.sampler", &T::swarm, &SwarmConfig::sampler,
+            "swarm: random (each peer draws from the whole training set with its own seed) or partition (the "
+            "shard DistributedSampler gives rank swarm.partition of swarm.partitions, one batch per step: "
+            "comparisons with ddp)",
+            {"random", "partition"}),
+      field("swarm.partitions", &T::swarm, &SwarmConfig::partitions, "swarm.sampler=partition: the number of peers", {},
+            positive<int64_t>()),
+      field("swarm.partition", &T::swarm, &SwarmConfig::partition,
+            "swarm.sampler=partition: this peer's shard, 0 .. swarm.partitions - 1", {}, non_negative<int64_t>()),
+      field("swarm.announce_s", &T::swarm, &SwarmConfig::announce_s,
+            "swarm: seconds between republications of this peer's DHT record", {}, positive<double>()),
+      field("swarm.peer_ttl_s", &T::swarm, &SwarmConfig::peer_ttl_s,
+            "swarm: a peer whose record is older than this is gone", {}, positive<double>()),
       field("ckpt.every_steps", &T::ckpt, &CkptConfig::every_steps,
             "save checkpoints/last every N steps (0: at the end of every epoch)", {}, non_negative<int64_t>()),
       field("ckpt.keep_last", &T::ckpt, &CkptConfig::keep_last,
@@ -467,7 +506,40 @@ void apply_override(TrainConfig& cfg, const std::string& assignment) {
   set(cfg, trim(assignment.substr(0, eq)), trim(assignment.substr(eq + 1)));
 }
 
+namespace {
+
+// The swarm's own constraints: what it does not combine with, and its partition.
+void validate_swarm(const TrainConfig& cfg) {
+  if (cfg.dist.strategy != "swarm") return;
+  const auto& s = cfg.swarm;
+  if (cfg.amp.precision == "fp16" || cfg.amp.precision == "fp16-master")
+    throw ConfigError("dist.strategy=swarm does not take amp.precision=" + cfg.amp.precision +
+                          " (its loss scale would have to agree across peers)",
+                      "use amp.precision=bf16 or fp32 with the swarm");
+  if (s.sampler == "random" && cfg.train.grad_accum_steps != 1)
+    throw ConfigError(
+        "dist.strategy=swarm accumulates batches itself up to swarm.target_batch_size; "
+        "train.grad_accum_steps is " +
+            std::to_string(cfg.train.grad_accum_steps),
+        "set train.grad_accum_steps=1 and choose swarm.target_batch_size");
+  if (s.partition >= s.partitions)
+    throw ConfigError("swarm.partition=" + std::to_string(s.partition) +
+                          " is not below swarm.partitions=" + std::to_string(s.partitions),
+                      "number the peers 0 .. swarm.partitions - 1");
+  if (s.sampler == "partition" && s.target_batch_size != 0 &&
+      s.target_batch_size != cfg.data.batch_size * cfg.train.grad_accum_steps * s.partitions)
+    throw ConfigError(
+        "swarm.sampler=partition takes one batch per peer per step, so swarm.target_batch_size must "
+        "be data.batch_size x train.grad_accum_steps x swarm.partitions = " +
+            std::to_string(cfg.data.batch_size * cfg.train.grad_accum_steps * s.partitions) + ", got " +
+            std::to_string(s.target_batch_size),
+        "leave swarm.target_batch_size at 0 with swarm.sampler=partition");
+}
+
+}  // namespace
+
 void validate(const TrainConfig& cfg) {
+  validate_swarm(cfg);
   if (cfg.train.whiten_bias_epochs > 0 && cfg.model.name != "airbench")
     throw ConfigError(
         "train.whiten_bias_epochs applies to model.name=airbench (its whitening layer), not " + cfg.model.name,
@@ -568,8 +640,9 @@ nlohmann::json to_json(const TrainConfig& cfg) {
 
 const std::vector<std::string>& machine_local_keys() {
   // Where things live and how many threads a machine has: a job may set them per machine.
-  static const std::vector<std::string> keys = {"run.dir",      "train.resume",  "data.root",    "train.threads",
-                                                "data.workers", "data.prefetch", "log.progress", "log.monitor_s"};
+  static const std::vector<std::string> keys = {
+      "run.dir",      "train.resume",  "data.root",    "train.threads",       "data.workers", "data.prefetch",
+      "log.progress", "log.monitor_s", "swarm.listen", "swarm.initial_peers", "swarm.token",  "swarm.partition"};
   return keys;
 }
 

@@ -120,6 +120,24 @@ struct PowerSgdConfig {
   bool warm_start = true;
 };
 
+// The swarm (dist.strategy=swarm): peers that join and leave, Hivemind's Optimizer semantics.
+struct SwarmConfig {
+  std::string listen;         // HOST:PORT where the other peers reach this one (TCP frames, UDP DHT)
+  std::string initial_peers;  // comma-separated HOST:PORT of live peers; empty for the first peer
+  std::string token;          // this peer's token file (cohort swarm token)
+  bool insecure = false;      // no authentication (a trusted network only)
+  int64_t target_batch_size = 0;
+  double matchmaking_s = 5.0;
+  double averaging_timeout_s = 30.0;
+  int64_t min_group_size = 2;
+  int64_t min_peers_to_start = 1;
+  std::string sampler = "random";
+  int64_t partitions = 1;
+  int64_t partition = 0;
+  double announce_s = 1.0;
+  double peer_ttl_s = 4.0;
+};
+
 struct CkptConfig {
   int64_t every_steps = 0;
   // Step directories of checkpoints/last kept on disk; older ones are removed once a newer one commits.
@@ -156,6 +174,7 @@ struct TrainConfig {
   LossConfig loss;
   DistConfig dist;
   PowerSgdConfig powersgd;
+  SwarmConfig swarm;
   AmpConfig amp;
   CkptConfig ckpt;
   EvalConfig eval;

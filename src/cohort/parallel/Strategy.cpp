@@ -10,6 +10,7 @@
 #include "cohort/parallel/ddp/CommHook.h"
 #include "cohort/parallel/ddp/DistributedDataParallel.h"
 #include "cohort/parallel/shard/ShardedStrategy.h"
+#include "cohort/parallel/swarm/SwarmStrategy.h"
 #include "cohort/util/Error.h"
 
 namespace cohort {
@@ -144,6 +145,7 @@ std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg) {
 
 std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
                                         CommunicatorPtr comm) {
+  if (cfg.dist.strategy == "swarm") return make_swarm_strategy(cfg, std::move(model), std::move(comm));
   if (cfg.dist.strategy != "ddp") {
     ShardedOptions o;
     o.stage = cfg.dist.strategy == "zero1"   ? ShardStage::kZero1

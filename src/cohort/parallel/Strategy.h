@@ -1,8 +1,8 @@
 // The one interface the training loop talks to for data parallelism: ddp (full replicas, gradients
 // all-reduced in buckets during backward), zero1, zero2 and fsdp (optimizer state, then gradients, then
-// parameters sharded across ranks). The strategy owns the optimizer, because what a rank updates (the
-// whole model or its slice) is the strategy's business, so the loop in train/Trainer.cpp reads the same
-// for every strategy.
+// parameters sharded across ranks), and swarm (peers that come and go, parallel/swarm/). The strategy owns the
+// optimizer, because what a rank updates (the whole model or its slice) is the strategy's business, so the loop in
+// train/Trainer.cpp reads the same for every strategy.
 //
 //   auto strategy = cohort::make_strategy(cfg, model, world.comm);
 //   strategy->build_optimizer(cfg.optim);
@@ -13,6 +13,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/nn/module.h>
 
@@ -61,6 +63,7 @@ struct StepOptions {
   double clip_norm = 0;         // clip to this global L2 norm (0: no clipping)
   bool skip_nonfinite = false;  // a non-finite gradient on any rank skips the update everywhere (fp16 loss scaling)
   double loss_scale = 1.0;      // the gradients are divided by this first (amp::GradScaler's scale)
+  int64_t step = 0;             // the step this update makes, counted from 0 (the swarm's round)
 };
 
 // The sum of squares of the defined tensors, in float64 on their device: one host sync for whoever
@@ -71,6 +74,9 @@ struct StepResult {
   double grad_norm = -1;   // the global norm before clipping, when clipping computed it
   bool nonfinite = false;  // some gradient element on some rank was inf or NaN (every rank gets the same answer)
   bool skipped = false;    // the update was skipped because of it
+  // false: the batch was only accumulated (the swarm waits for its peers' samples); call step() again
+  // after the next batch's backward. Every other strategy applies an update at every call.
+  bool applied = true;
 };
 
 class Strategy {
@@ -89,6 +95,9 @@ class Strategy {
   virtual void freeze(const std::string& param_name) = 0;
   virtual SyncBytes last_sync_bytes() const = 0;
   virtual StateBytes state_bytes() const = 0;
+  // Figures of the strategy's own that each log window and summary.json add (the swarm's rounds, group
+  // sizes, bytes), by name. Most strategies have none.
+  virtual std::vector<std::pair<std::string, double>> figures() const { return {}; }
 
   // Checkpoints. Collective: every rank calls it at the same point (each rank's shards; a compression
   // hook gathers every rank's residuals).

@@ -4,6 +4,9 @@
 //                                  after step N, in the first attempt only (the restart tests)
 //   COHORT_FAULT_NONFINITE_STEPS   "3,8": after backward of those steps, rank COHORT_FAULT_RANK's gradient
 //                                  gets an inf (odd steps) or a NaN (even steps), as an fp16 overflow would
+//   COHORT_FAULT_SWARM_ROUND=N     a swarm peer sends its contributions to round N (the step N+1), then
+//   COHORT_FAULT_SWARM_SIGNAL      raises SIGKILL (KILL, the default) or SIGSTOP (STOP) on itself: a peer
+//                                  that dies or freezes mid-round (read by parallel/swarm/SwarmPeer.cpp)
 //
 //   const auto faults = cohort::train::FaultPlan::from_env();
 //   faults.after_backward(*model, rank, step + 1);

@@ -74,6 +74,7 @@ void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::Resou
     rec["loss_scale"] = w.loss_scale;
     rec["skipped_steps"] = w.skipped_steps;
   }
+  for (const auto& [name, value] : w.strategy_figures) rec[name] = value;
   metrics_.write(rec);
   write_resources(w.step, w.train_seconds, resources);
   if (tensorboard_) {
@@ -84,6 +85,12 @@ void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::Resou
     tensorboard_->add_scalar("train/images_per_second", w.images_per_second, w.step);
     tensorboard_->add_scalar("train/sync_bytes", static_cast<double>(w.sync_bytes), w.step);
     if (w.loss_scaling) tensorboard_->add_scalar("amp/loss_scale", w.loss_scale, w.step);
+    // "swarm_rounds" becomes "swarm/rounds": one TensorBoard section per strategy.
+    for (const auto& [name, value] : w.strategy_figures) {
+      const auto cut = name.find('_');
+      tensorboard_->add_scalar(cut == std::string::npos ? name : name.substr(0, cut) + "/" + name.substr(cut + 1),
+                               value, w.step);
+    }
   }
   if (plain_lines_)
     std::cout << "epoch " << w.epoch + 1 << "/" << w.epochs << " step " << w.step << "/" << w.total_steps << " loss "

@@ -35,6 +35,7 @@ struct TrainWindow {
   bool loss_scaling = false;
   double loss_scale = 0;
   int64_t skipped_steps = 0;
+  std::vector<std::pair<std::string, double>> strategy_figures;  // Strategy::figures(), by name
 };
 
 struct EvalWindow {

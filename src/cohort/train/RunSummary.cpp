@@ -101,6 +101,7 @@ nlohmann::json summary_json(const RunFacts& f, const Gathered& g, const nlohmann
   s["auto"] = to_json(f.chosen);
   s["channels_last"] = f.channels_last;
   s["time_breakdown"] = time_breakdown;
+  for (const auto& [name, value] : f.strategy.figures()) s[name] = value;  // the swarm's own figures
   return s;
 }
 

@@ -82,20 +82,55 @@ Job set_up_job(TrainConfig& cfg, const WorldInfo& info, World& world, const Resu
   return job;
 }
 
-Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const WorldInfo& info) {
+bool endless_stream(const TrainConfig& cfg) { return cfg.dist.strategy == "swarm" && cfg.swarm.sampler == "random"; }
+
+data::DistributedSampler training_sampler(const TrainConfig& cfg, int64_t dataset_size, const WorldInfo& info) {
+  const bool shuffle = true, drop_last = false;
+  if (cfg.dist.strategy != "swarm")
+    return {dataset_size, info.world_size, info.rank, shuffle, cfg.train.seed, drop_last};
+  if (cfg.swarm.sampler == "partition") {
+    const auto parts = static_cast<int>(cfg.swarm.partitions) * info.world_size;
+    return {dataset_size, parts,          static_cast<int>(cfg.swarm.partition) * info.world_size + info.rank,
+            shuffle,      cfg.train.seed, drop_last};
+  }
+  const uint64_t peer_seed = cfg.train.seed ^ std::hash<std::string>{}(cfg.swarm.listen);
+  return {dataset_size, info.world_size, info.rank, shuffle, peer_seed, drop_last};
+}
+
+namespace {
+
+// Steps per epoch and the global batch. A swarm step is swarm.target_batch_size samples from all peers
+// together, however they split them; otherwise a step is a batch of every rank (sampler.world_size():
+// the ranks, or in a swarm partition every peer's ranks).
+std::pair<int64_t, int64_t> step_shape(const TrainConfig& cfg, const data::DistributedSampler& sampler,
+                                       const WorldInfo& info) {
   const int64_t batch = cfg.data.batch_size, accum = cfg.train.grad_accum_steps;
+  if (endless_stream(cfg)) {
+    const int64_t target = cfg.swarm.target_batch_size > 0 ? cfg.swarm.target_batch_size : batch * info.world_size;
+    if (sampler.dataset_size() < target)
+      throw ConfigError("swarm.target_batch_size=" + std::to_string(target) + " exceeds the " +
+                            std::to_string(sampler.dataset_size()) + " training images",
+                        "lower swarm.target_batch_size");
+    return {sampler.dataset_size() / target, target};
+  }
   const int64_t steps_per_epoch = sampler.num_samples() / (batch * accum);
   if (steps_per_epoch == 0)
     throw ConfigError("rank " + std::to_string(info.rank) +
                           ": data.batch_size x train.grad_accum_steps = " + std::to_string(batch * accum) +
                           " exceeds this rank's " + std::to_string(sampler.num_samples()) + " training images",
                       "lower data.batch_size, or use fewer workers");
+  return {steps_per_epoch, batch * accum * sampler.world_size()};
+}
+
+}  // namespace
+
+Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const WorldInfo& info) {
+  const auto [steps_per_epoch, global_batch] = step_shape(cfg, sampler, info);
   const int64_t total_steps = cfg.train.epochs * steps_per_epoch;
-  const int64_t global_batch = batch * accum * info.world_size;
   const double peak_lr = cfg.optim.lr * (cfg.optim.scale_lr ? double(global_batch) / cfg.optim.base_batch : 1.0);
   const int64_t stop_step = cfg.train.max_steps > 0 ? std::min(total_steps, cfg.train.max_steps) : total_steps;
-  return {batch,
-          accum,
+  return {cfg.data.batch_size,
+          cfg.train.grad_accum_steps,
           steps_per_epoch,
           total_steps,
           stop_step,

@@ -66,9 +66,9 @@ class TrainingRun {
         job_(job),
         run_dir_(run_dir),
         lead_(info.rank == 0),
-        sampler_(job.data.train->size(), info.world_size, info.rank, /*shuffle=*/true, cfg.train.seed,
-                 /*drop_last=*/false),
+        sampler_(training_sampler(cfg, job.data.train->size(), info)),
         test_sampler_(job.data.test->size(), info.world_size, info.rank, false, cfg.train.seed, false),
+        endless_(endless_stream(cfg)),
         plan_(make_plan(cfg, sampler_, info)),
         config_json_(config::to_json(cfg)),
         monitor_(cfg.log.monitor_s, run_dir / ("resources.rank" + std::to_string(info.rank) + ".jsonl"),
@@ -111,8 +111,9 @@ class TrainingRun {
 
  private:
   std::string first_line(bool resuming) const;
-  double train_step(data::Loader& loader);
-  void optimizer_step(double step_loss);
+  double train_step(data::Loader* epoch_loader);
+  data::Batch next_batch(data::Loader* epoch_loader);
+  bool optimizer_step(double step_loss);
   void after_step(int64_t epoch, int64_t step_in_epoch, double step_loss);
   void save(const std::string& tag, int64_t epoch_of_next);
 
@@ -123,6 +124,12 @@ class TrainingRun {
   fs::path run_dir_;
   bool lead_;
   data::DistributedSampler sampler_, test_sampler_;
+  // The swarm's peers draw pass after pass over the whole set: their batches do not follow the epochs.
+  bool endless_;
+  std::unique_ptr<data::Loader> stream_;
+  int64_t stream_pass_ = 0;
+  double pending_loss_ = 0;  // the swarm: losses of the batches accumulated toward the next step
+  int64_t pending_batches_ = 0;
   Plan plan_;
   nlohmann::json config_json_;
   log::ResourceMonitor monitor_;
@@ -164,15 +171,22 @@ void TrainingRun::train_epoch(int64_t epoch) {
   const int64_t steps = std::min(plan_.steps_per_epoch, first + plan_.stop_step - step_) - first;
   const data::AugmentOptions aug{
       cfg_.data.augment, cfg_.data.crop_padding, true, cfg_.train.seed, epoch, cfg_.data.flip == "alternating"};
-  data::Loader loader(*job_.data.train,
-                      batches_of(sampler_.indices(epoch), plan_.batch, first * plan_.accum, steps * plan_.accum), aug,
-                      prefetch_batches(cfg_), /*pin=*/job_.device.is_cuda());
-  for (int64_t s = first; s < plan_.steps_per_epoch && step_ < plan_.stop_step; ++s) {
+  std::optional<data::Loader> loader;
+  if (!endless_)
+    loader.emplace(*job_.data.train,
+                   batches_of(sampler_.indices(epoch), plan_.batch, first * plan_.accum, steps * plan_.accum), aug,
+                   prefetch_batches(cfg_), /*pin=*/job_.device.is_cuda());
+  for (int64_t s = first; s < plan_.steps_per_epoch && step_ < plan_.stop_step;) {
     const auto t0 = Clock::now();
-    const double step_loss = train_step(loader);
-    optimizer_step(step_loss);
+    pending_loss_ += train_step(loader ? &*loader : nullptr);
+    ++pending_batches_;
+    const bool applied = optimizer_step(pending_loss_ / static_cast<double>(pending_batches_));
     train_seconds_ += seconds_since(t0);
-    after_step(epoch, s, step_loss);
+    if (!applied) continue;  // See Note [A swarm step accumulates until the swarm is ready]
+    after_step(epoch, s, pending_loss_ / static_cast<double>(pending_batches_));
+    pending_loss_ = 0;
+    pending_batches_ = 0;
+    ++s;
   }
   progress_.end_epoch();
   log_.epoch_ended(epoch, step_, seconds_since(epoch_start));
@@ -180,12 +194,12 @@ void TrainingRun::train_epoch(int64_t epoch) {
 
 // Forward and backward of each micro-batch; the gradients synchronize on the last one. Returns the step's
 // loss (this rank's batches).
-double TrainingRun::train_step(data::Loader& loader) {
+double TrainingRun::train_step(data::Loader* epoch_loader) {
   auto& precision = *job_.precision;
   double step_loss = 0;
   for (int64_t micro = 0; micro < plan_.accum; ++micro) {
     clock_.switch_to(Phase::kData);
-    auto b = *loader.next();
+    auto b = next_batch(epoch_loader);
     const auto images = images_to(b.images, job_.device, job_.nhwc);
     const auto labels = b.labels.to(job_.device, /*non_blocking=*/b.labels.is_pinned());
     clock_.switch_to(Phase::kForward);
@@ -207,11 +221,29 @@ double TrainingRun::train_step(data::Loader& loader) {
   return step_loss;
 }
 
-void TrainingRun::optimizer_step(double step_loss) {
+// The epoch's next batch, or for the swarm the next of its endless passes over the whole set.
+data::Batch TrainingRun::next_batch(data::Loader* epoch_loader) {
+  if (epoch_loader) return *epoch_loader->next();
+  for (;;) {
+    if (stream_)
+      if (auto b = stream_->next()) return std::move(*b);
+    const auto order = sampler_.indices(stream_pass_);
+    const int64_t batches = static_cast<int64_t>(order.size()) / plan_.batch;
+    const data::AugmentOptions aug{cfg_.data.augment, cfg_.data.crop_padding, true,
+                                   cfg_.train.seed,   stream_pass_,           cfg_.data.flip == "alternating"};
+    stream_ = std::make_unique<data::Loader>(*job_.data.train, batches_of(order, plan_.batch, 0, batches), aug,
+                                             prefetch_batches(cfg_), /*pin=*/job_.device.is_cuda());
+    ++stream_pass_;
+  }
+}
+
+// Returns false when the strategy only accumulated the batch (the swarm, waiting for its peers).
+bool TrainingRun::optimizer_step(double step_loss) {
   auto& precision = *job_.precision;
   clock_.switch_to(Phase::kOptimizer);
-  const auto stepped = job_.strategy->step(plan_.schedule.lr(step_),
-                                           {cfg_.optim.clip_grad_norm, precision.scaling(), precision.loss_scale()});
+  const auto stepped = job_.strategy->step(
+      plan_.schedule.lr(step_), {cfg_.optim.clip_grad_norm, precision.scaling(), precision.loss_scale(), step_});
+  if (!stepped.applied) return false;
   // Under loss scaling an overflow skips the step on every rank and lowers the scale. In fp32 or bf16 a
   // non-finite gradient is divergence, not an overflow to skip: stop with the last good checkpoint kept
   // rather than train on NaN weights. Every rank sees the same answer.
@@ -233,6 +265,7 @@ void TrainingRun::optimizer_step(double step_loss) {
     lookahead->lookahead(*job_.model, optim::airbench_lookahead_decay(step_, plan_.total_steps));
   // The run ends on the average itself (decay 1: the weights become the average).
   if (lookahead && step_ == plan_.total_steps) lookahead->lookahead(*job_.model, 1.0);
+  return true;
 }
 
 // Progress, the log window when one ends, and the periodic save.
@@ -260,7 +293,8 @@ void TrainingRun::after_step(int64_t epoch, int64_t step_in_epoch, double step_l
                         sync.dense,
                         scaling,
                         scaling ? precision.loss_scale() : 0.0,
-                        scaling ? precision.scaler().state().skipped_steps : int64_t{0}};
+                        scaling ? precision.scaler().state().skipped_steps : int64_t{0},
+                        job_.strategy->figures()};
     log_.train_window(w, window_, monitor_, *world_.comm);
     window_images_ = 0;
     window_start_ = Clock::now();

@@ -1,0 +1,149 @@
+#include "cohort/parallel/swarm/SwarmPeer.h"
+
+#include <csignal>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <sstream>
+
+#include "cohort/swarm/Averager.h"
+#include "cohort/swarm/Directory.h"
+#include "cohort/swarm/Transport.h"
+#include "cohort/util/Error.h"
+
+namespace cohort::swarm {
+
+namespace {
+
+std::vector<std::string> split_peers(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+PeerIdentity identity_from_config(const SwarmConfig& cfg) {
+  if (cfg.insecure) return issue_token(insecure_run_key(), std::chrono::hours(24 * 365), std::time(nullptr));
+  if (cfg.token.empty())
+    throw ConfigError("dist.strategy=swarm needs swarm.token: the swarm is authenticated by default",
+                      "make a run key and a token for this peer: cohort swarm keygen --out run.key; cohort swarm "
+                      "token --key run.key --ttl 24h --out peer.token; then pass swarm.token=peer.token (or "
+                      "swarm.insecure=true on a network you trust)");
+  auto identity = load_identity(cfg.token);
+  if (auto why = check_token(identity.token, identity.token.run_public_key, std::time(nullptr)); !why.empty())
+    throw ConfigError("swarm.token=" + cfg.token + ": " + why,
+                      "issue a new token: cohort swarm token --key run.key --ttl 24h --out peer.token");
+  return identity;
+}
+
+SwarmPeer::SwarmPeer(const TrainConfig& cfg) : cfg_(cfg.swarm), identity_(identity_from_config(cfg.swarm)) {
+  if (cfg_.listen.empty())
+    throw ConfigError("dist.strategy=swarm needs swarm.listen: the HOST:PORT where the other peers reach this one",
+                      "pass swarm.listen=ADDRESS:PORT with an address of this machine the others can reach");
+  const auto run_key = identity_.token.run_public_key;
+  const auto say = [this](const std::string& line) { log(line); };
+  transport_ = std::make_unique<Transport>(identity_, run_key, cfg_.listen, say);
+  DirectoryOptions d;
+  d.announce_s = cfg_.announce_s;
+  d.record_ttl_s = cfg_.peer_ttl_s;
+  directory_ = std::make_unique<Directory>(identity_, run_key, transport_->address(),
+                                           split_peers(cfg_.initial_peers), d, say);
+  AveragingOptions a;
+  a.matchmaking_s = cfg_.matchmaking_s;
+  a.averaging_timeout_s = cfg_.averaging_timeout_s;
+  a.min_group_size = cfg_.min_group_size;
+  // See train/FaultInjection.h: COHORT_FAULT_SWARM_ROUND=N, COHORT_FAULT_SWARM_SIGNAL=KILL or STOP.
+  if (const char* round = std::getenv("COHORT_FAULT_SWARM_ROUND")) {
+    a.fault_round = std::atoll(round);
+    const char* sig = std::getenv("COHORT_FAULT_SWARM_SIGNAL");
+    a.fault_signal = sig && std::string(sig) == "STOP" ? SIGSTOP : SIGKILL;
+  }
+  averager_ = std::make_unique<Averager>(*transport_, *directory_, a);
+  log("swarm: peer " + peer_name(identity_.token.peer_public_key) + " listening on " + transport_->address() +
+      (cfg_.initial_peers.empty() ? ", the first peer" : ", joining through " + cfg_.initial_peers) +
+      (cfg_.insecure ? " (swarm.insecure: no authentication)" : ""));
+  directory_->announce({{}, transport_->address(), 0, 0, 0, false, false, 0});
+  wait_for_peers(cfg_.min_peers_to_start, cfg.dist.timeout_s);
+}
+
+void SwarmPeer::wait_for_peers(int64_t count, double timeout_s) {
+  if (count <= 1) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  size_t seen = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    seen = directory_->fresh_peers(0.5).size();
+    if (static_cast<int64_t>(seen) + 1 >= count) return;
+  }
+  throw CommError("swarm: " + std::to_string(seen + 1) + " of the " + std::to_string(count) +
+                      " peers swarm.min_peers_to_start asks for were found within dist.timeout_s = " +
+                      std::to_string(timeout_s) + " s",
+                  "start the other peers (with swarm.initial_peers naming a live one), or lower swarm.min_peers_to_start");
+}
+
+SwarmPeer::~SwarmPeer() {
+  // Withdraw from matchmaking before the sockets close, so nobody waits for this peer in a new group.
+  PeerRecord leaving;
+  leaving.address = transport_->address();
+  leaving.leaving = true;
+  directory_->announce(leaving);
+  directory_->fresh_peers(1.0);
+}
+
+void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << line << std::endl; }
+
+bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target) {
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
+  if (elapsed > 0) samples_per_s_ = samples / elapsed;
+  directory_->announce({{}, transport_->address(), step, samples, samples_per_s_, false, false, 0});
+  int64_t total = samples;
+  for (const auto& p : directory_->peers()) {
+    if (p.step == step) total += p.samples;
+    if (p.step > step && behind_logged_ != step) {
+      behind_logged_ = step;
+      log("swarm: peer " + peer_name(p.key) + " is at step " + std::to_string(p.step) + ", this peer at " +
+          std::to_string(step) + ": it trains on with its own weights (state download from peers is not built yet)");
+    }
+  }
+  return total >= target;
+}
+
+at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samples, int64_t& wire_bytes) {
+  const auto before = transport_->stats();
+  PeerRecord mine;
+  mine.samples = samples;
+  mine.samples_per_s = samples_per_s_;
+  auto out = averager_->average(static_cast<uint64_t>(step), flat, static_cast<double>(samples), mine);
+  const auto after = transport_->stats();
+  wire_bytes = after.bytes_sent - before.bytes_sent;
+  ++rounds_;
+  last_group_size_ = static_cast<int64_t>(out.group.size());
+  group_size_sum_ += last_group_size_;
+  last_round_s_ = out.matchmaking_s + out.averaging_s;
+  if (!out.problem.empty()) {
+    ++failed_rounds_;
+    log("swarm: step " + std::to_string(step + 1) + ": " + out.problem);
+  }
+  since_ = std::chrono::steady_clock::now();
+  directory_->announce({{}, transport_->address(), step + 1, 0, samples_per_s_, false, false, 0});
+  return out.averaged;
+}
+
+std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
+  const auto s = transport_->stats();
+  return {{"swarm_rounds", static_cast<double>(rounds_)},
+          {"swarm_failed_rounds", static_cast<double>(failed_rounds_)},
+          {"swarm_group_size", static_cast<double>(last_group_size_)},
+          {"swarm_mean_group_size", rounds_ > 0 ? static_cast<double>(group_size_sum_) / rounds_ : 0.0},
+          {"swarm_round_seconds", last_round_s_},
+          {"swarm_bytes_sent", static_cast<double>(s.bytes_sent)},
+          {"swarm_bytes_received", static_cast<double>(s.bytes_received)},
+          {"swarm_frames_refused", static_cast<double>(s.frames_refused)},
+          {"swarm_peers_seen", static_cast<double>(directory_->peers_seen())}};
+}
+
+}  // namespace cohort::swarm

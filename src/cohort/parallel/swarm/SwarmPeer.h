@@ -1,0 +1,60 @@
+// This peer's place in the swarm, held by its first worker: its identity (swarm.token, or the public
+// insecure key with swarm.insecure), the transport, the DHT directory and the averager, and the
+// figures the run log and summary.json report (rounds, group sizes, failed rounds, bytes, peers seen).
+//
+//   swarm::SwarmPeer peer(cfg);
+//   if (peer.ready(step, samples, cfg.swarm.target_batch_size))
+//     gradient = peer.average(step, gradient, samples, wire_bytes);
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "cohort/config/Config.h"
+#include "cohort/swarm/Auth.h"
+
+namespace cohort::swarm {
+
+class Transport;
+class Directory;
+class Averager;
+
+// The identity a peer runs with: swarm.token's, or with swarm.insecure a throwaway one under the
+// well-known insecure run key (Hivemind's default: no authentication). Throws ConfigError naming the key.
+PeerIdentity identity_from_config(const SwarmConfig& cfg);
+
+class SwarmPeer {
+ public:
+  explicit SwarmPeer(const TrainConfig& cfg);
+  ~SwarmPeer();
+
+  // Announces this peer's progress toward `step` and says whether the swarm has accumulated `target`
+  // samples together (this peer's `samples` and those the others announced for the same step).
+  bool ready(int64_t step, int64_t samples, int64_t target);
+  // One round for `step`: the group's weighted mean of `flat` where it arrived (Note [What a round does
+  // when a peer fails]); adds this round's bytes sent to `wire_bytes`. Logs what went wrong, if anything.
+  at::Tensor average(int64_t step, const at::Tensor& flat, int64_t samples, int64_t& wire_bytes);
+
+  std::vector<std::pair<std::string, double>> figures() const;
+
+ private:
+  void log(const std::string& line) const;
+  // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
+  void wait_for_peers(int64_t count, double timeout_s);
+
+  SwarmConfig cfg_;
+  PeerIdentity identity_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Directory> directory_;
+  std::unique_ptr<Averager> averager_;
+  int64_t rounds_ = 0, failed_rounds_ = 0, group_size_sum_ = 0, last_group_size_ = 1;
+  double last_round_s_ = 0, samples_per_s_ = 0;
+  int64_t behind_logged_ = -1;
+  std::chrono::steady_clock::time_point since_{std::chrono::steady_clock::now()};
+};
+
+}  // namespace cohort::swarm

@@ -1,0 +1,131 @@
+#include "cohort/parallel/swarm/SwarmStrategy.h"
+
+#include <chrono>
+#include <iostream>
+
+#include "cohort/parallel/Params.h"
+#include "cohort/parallel/swarm/SwarmPeer.h"
+#include "cohort/util/Error.h"
+
+namespace cohort {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class SwarmStrategy : public Strategy {
+ public:
+  SwarmStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm)
+      : comm_(comm),
+        trainable_(trainable_parameters(*model, "swarm")),
+        target_(cfg.swarm.target_batch_size > 0 ? cfg.swarm.target_batch_size
+                                                 : cfg.data.batch_size * cfg.train.grad_accum_steps *
+                                                       cfg.swarm.partitions * comm->size()),
+        partition_(cfg.swarm.sampler == "partition"),
+        samples_per_batch_(cfg.data.batch_size * comm->size()) {
+    // Inside the peer its workers are a ddp job; the swarm is between peers.
+    TrainConfig local = cfg;
+    local.dist.strategy = "ddp";
+    inner_ = make_strategy(local, std::move(model), comm);
+    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg);
+  }
+
+  std::string name() const override { return "swarm"; }
+  void build_optimizer(const OptimConfig& cfg) override { inner_->build_optimizer(cfg); }
+  std::shared_ptr<void> gradient_sync(bool enabled) override { return inner_->gradient_sync(enabled); }
+  void freeze(const std::string& param_name) override { inner_->freeze(param_name); }
+  SyncBytes last_sync_bytes() const override { return last_sync_; }
+  StateBytes state_bytes() const override {
+    auto b = inner_->state_bytes();
+    if (accumulated_.defined()) b.grads += accumulated_.numel() * 4;
+    return b;
+  }
+  StrategyState save_state() override { return inner_->save_state(); }
+  void load_state(const optim::NamedState& optimizer, const checkpoint::NamedTensors& resume) override {
+    inner_->load_state(optimizer, resume);
+  }
+  std::vector<std::pair<std::string, double>> figures() const override {
+    return peer_ ? peer_->figures() : std::vector<std::pair<std::string, double>>{};
+  }
+
+  // Note [A swarm step accumulates until the swarm is ready]
+  // Each call adds this peer's batch to its accumulated gradient (a sum of per-batch means, so the
+  // contribution is their mean) and returns applied=false until the peers together reach
+  // swarm.target_batch_size; then the ready peers average their contributions weighted by samples and
+  // each applies the same update through the peer's inner ddp strategy (clipping, the optimizer).
+  StepResult step(double lr, const StepOptions& options) override {
+    accumulate();
+    if (!ready(options.step)) {
+      StepResult r;
+      r.applied = false;
+      return r;
+    }
+    auto contribution = batches_ == 1 ? accumulated_ : accumulated_ / static_cast<double>(batches_);
+    if (peer_) contribution = peer_->average(options.step, contribution, samples_, wire_bytes_);
+    if (comm_->size() > 1) comm_->broadcast(contribution, 0, "swarm: the averaged gradient")->wait();
+    write_gradients(contribution);
+    last_sync_ = {wire_bytes_, contribution.numel() * 4};
+    accumulated_ = at::Tensor();
+    batches_ = samples_ = 0;
+    return inner_->step(lr, options);
+  }
+
+ private:
+  void accumulate() {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> flat;
+    for (const auto& p : trainable_.params)
+      flat.push_back(p.grad().defined() ? p.grad().reshape(-1).to(at::kFloat) : at::zeros({p.numel()}, at::kFloat));
+    auto batch = at::cat(flat);
+    accumulated_ = accumulated_.defined() ? accumulated_.add_(batch) : batch;
+    ++batches_;
+    samples_ += samples_per_batch_;
+    for (const auto& p : trainable_.params)
+      if (p.grad().defined()) p.grad().zero_();
+  }
+
+  // Whether the swarm averages now: the peer's first worker decides, its other workers follow.
+  bool ready(int64_t step) {
+    bool go = partition_;  // fixed per-peer batches: one batch per peer per step
+    if (peer_ && !go) go = peer_->ready(step, samples_, target_);
+    if (comm_->size() > 1) {
+      auto flag = at::full({1}, go ? 1.0 : 0.0, at::kDouble);
+      comm_->broadcast(flag, 0, "swarm: ready")->wait();
+      go = flag.item<double>() > 0;
+    }
+    return go;
+  }
+
+  void write_gradients(const at::Tensor& flat) {
+    at::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (auto& p : trainable_.params) {
+      const auto n = p.numel();
+      auto values = flat.slice(0, offset, offset + n).view(p.sizes()).to(p.scalar_type());
+      if (p.grad().defined())
+        p.mutable_grad().copy_(values);
+      else
+        p.mutable_grad() = values.clone();
+      offset += n;
+    }
+  }
+
+  CommunicatorPtr comm_;
+  Trainable trainable_;
+  int64_t target_;
+  bool partition_;
+  int64_t samples_per_batch_;
+  std::unique_ptr<Strategy> inner_;
+  std::unique_ptr<swarm::SwarmPeer> peer_;
+  at::Tensor accumulated_;
+  int64_t batches_ = 0, samples_ = 0, wire_bytes_ = 0;
+  SyncBytes last_sync_;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_swarm_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
+                                              CommunicatorPtr comm) {
+  return std::make_unique<SwarmStrategy>(cfg, std::move(model), std::move(comm));
+}
+
+}  // namespace cohort

@@ -1,0 +1,82 @@
+// One averaging round of the swarm, as Hivemind's averager does it: matchmaking (the ready peers form a
+// group around a leader, within swarm.matchmaking_s) and a butterfly all-reduce in which each member
+// reduces one part of the vector, weighted by the samples behind each contribution, and sends it back.
+//
+//   swarm::Averager averager(transport, directory, {.matchmaking_s = 5, .averaging_timeout_s = 30});
+//   auto out = averager.average(step, flat_gradient, samples, my_record);
+//   // out.averaged: the group's weighted mean where it arrived, this peer's own values elsewhere
+//
+// Note [What a round does when a peer fails]
+// A member that dies, freezes or loses its link mid-round is never waited for past the deadline: the
+// member reducing a part averages the contributions that arrived by half of swarm.averaging_timeout and
+// sends that back; a part whose reducer does not answer by the timeout keeps this peer's own values (a
+// local update for that part). Either way the round ends within the timeout, every part is finite, and
+// the outcome says what happened so the log can.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "cohort/swarm/Directory.h"
+#include "cohort/swarm/Transport.h"
+
+namespace cohort::swarm {
+
+struct Member {
+  PeerKey key{};
+  std::string address;
+};
+
+// The element range [begin, end) of part `j` of `numel` elements split among `n` members: contiguous,
+// in member order, sizes differing by at most one. Pure, the same on every member.
+std::pair<int64_t, int64_t> part_bounds(int64_t numel, int64_t n, int64_t j);
+
+// The weighted mean of `values` (each weighted by `weights`), summed in the order given so every member
+// that reduces the same contributions gets the same bits.
+at::Tensor weighted_mean(const std::vector<at::Tensor>& values, const std::vector<double>& weights);
+
+struct AveragingOptions {
+  double matchmaking_s = 5.0;         // how long a leader waits for more peers to become ready
+  double averaging_timeout_s = 30.0;  // how long a round may take once the group is formed
+  int64_t min_group_size = 2;          // fewer ready peers than this: no round, a local step
+  // Fault injection (train/FaultInjection.h lists every fault): in round `fault_round` this peer sends
+  // its contributions, then raises `fault_signal` on itself (SIGKILL: dies mid-round; SIGSTOP: freezes).
+  int64_t fault_round = -1;
+  int fault_signal = 0;
+};
+
+struct RoundOutcome {
+  at::Tensor averaged;           // float32, flat, this peer's result
+  std::vector<Member> group;     // the members, in their order (this peer alone: a local step)
+  int64_t contributions = 1;     // contributions in the average of this peer's own part
+  int64_t parts_local = 0;       // parts whose average did not come back (kept local)
+  double matchmaking_s = 0, averaging_s = 0;
+  std::string problem;           // what went wrong, empty when nothing did
+  bool with_others() const { return group.size() > 1 && parts_local < static_cast<int64_t>(group.size()) - 1; }
+};
+
+class Averager {
+ public:
+  Averager(Transport& transport, Directory& directory, AveragingOptions options);
+
+  // Matchmaking and the all-reduce for the swarm's step `round`. `mine` is this peer's record, which is
+  // announced as ready for `round` while the group forms.
+  RoundOutcome average(uint64_t round, const at::Tensor& flat, double weight, PeerRecord mine);
+
+  // The two halves, for tests. match() returns the group (this peer alone when no group formed, with
+  // `problem` saying why); all_reduce() averages over a given group.
+  std::vector<Member> match(uint64_t round, PeerRecord mine, std::string& problem);
+  RoundOutcome all_reduce(uint64_t round, const std::vector<Member>& group, const at::Tensor& flat, double weight);
+
+ private:
+  void send_group(uint64_t round, const std::vector<Member>& group);
+  std::optional<std::vector<Member>> group_from(const Message& m) const;
+
+  Transport& transport_;
+  Directory& directory_;
+  AveragingOptions options_;
+};
+
+}  // namespace cohort::swarm

@@ -1,0 +1,117 @@
+// Authenticated messages between swarm peers, over ZeroMQ: each peer binds one TCP socket at its
+// swarm.listen address and sends to the others through sockets that ZeroMQ connects (and reconnects) in
+// the background. Every frame is sealed with the sender's token (swarm/Auth.h) and checked on arrival:
+// a frame that is forged, altered, replayed or addressed to another peer is refused and named in the log.
+//
+//   swarm::Transport transport(identity, run_public_key, "10.0.0.2:7000");
+//   transport.send(peer, "10.0.0.3:7000", {MessageKind::kPart, round, 1}, bytes);
+//   auto reply = transport.receive({MessageKind::kResult, round, 1}, deadline);   // nullopt at the deadline
+//
+// Note [A swarm round never waits without a deadline]
+// Peers die, freeze (SIGSTOP) and lose links mid-round. So sending never blocks (a frame for a peer whose
+// queue is full is dropped and counted) and every receive takes a deadline: the caller decides what a
+// missing message means (a contribution left out of the average, a part kept local), never a hang.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/swarm/Auth.h"
+
+namespace cohort::swarm {
+
+using PeerKey = std::array<uint8_t, 32>;
+using Clock = std::chrono::steady_clock;
+
+enum class MessageKind : uint8_t {
+  kGroup = 1,   // a leader's group for a round: its members and their addresses
+  kPart = 2,    // a member's contribution to the part another member reduces
+  kResult = 3,  // a reduced part, back from the member that reduced it
+  kReady = 4,   // a peer is ready for a round (faster than its DHT record; its address in the body)
+};
+
+// What a message is about: its kind, the round (the swarm's global step) and the part.
+struct Topic {
+  MessageKind kind{};
+  uint64_t round = 0;
+  int64_t part = 0;
+  bool operator<(const Topic& o) const {
+    return std::tie(kind, round, part) < std::tie(o.kind, o.round, o.part);
+  }
+};
+
+struct Message {
+  PeerKey sender{};
+  Topic topic;
+  std::vector<uint8_t> body;
+};
+
+struct TransportStats {
+  int64_t bytes_sent = 0, bytes_received = 0;
+  int64_t frames_dropped = 0;  // not sent: the peer's queue was full (dead, frozen or unreachable)
+  int64_t frames_refused = 0;  // received and refused: a bad token, signature, replay or address
+};
+
+// "HOST:PORT" split; throws ConfigError naming `key` when it is not that.
+std::pair<std::string, uint16_t> split_host_port(const std::string& address, const std::string& key);
+
+class Transport {
+ public:
+  // Binds `listen` (HOST:PORT; port 0 picks a free one, see address()). `log` receives one line per
+  // refused frame. Throws CommError naming the address when it cannot bind (a port in use).
+  Transport(PeerIdentity me, PeerKey run_public_key, const std::string& listen,
+            std::function<void(const std::string&)> log);
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  const PeerKey& key() const { return me_.token.peer_public_key; }
+  const std::string& address() const { return address_; }
+
+  // Seals and queues the frame for `to` at `address`; never blocks (Note [A swarm round never waits...]).
+  void send(const PeerKey& to, const std::string& address, Topic topic, const std::vector<uint8_t>& body);
+  // The first message on `topic` (from `from`, when given) that arrived or arrives before `deadline`.
+  std::optional<Message> receive(Topic topic, Clock::time_point deadline, const std::optional<PeerKey>& from = {});
+  // Messages on topics of rounds before `round` are no longer wanted (late arrivals of finished rounds).
+  void forget_before(uint64_t round);
+  TransportStats stats() const;
+
+ private:
+  struct Outgoing {
+    std::string address;
+    std::vector<uint8_t> frame;
+  };
+  void run_io();
+  void deliver(const uint8_t* data, size_t size);
+  void flush_outgoing();
+
+  PeerIdentity me_;
+  PeerKey run_public_key_;
+  std::string address_;
+  std::function<void(const std::string&)> log_;
+  ReplayGuard replay_;
+
+  struct Sockets;  // ZeroMQ's context and sockets, owned by the I/O thread (zmq.hpp stays in the .cpp)
+  std::unique_ptr<Sockets> sockets_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::multimap<Topic, Message> inbox_;
+  std::deque<Outgoing> outbox_;
+  TransportStats stats_;
+  bool stopping_ = false;
+  std::thread io_;
+};
+
+}  // namespace cohort::swarm

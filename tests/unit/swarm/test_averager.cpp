@@ -1,0 +1,261 @@
+// The swarm's transport and averager with real sockets and a real OpenDHT on loopback: peers as
+// threads, each on its own 127.0.0.x address (OpenDHT rate-limits per address, FACTS.md).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <ctime>
+#include <thread>
+#include <zmq.hpp>
+
+#include <torch/torch.h>
+
+#include "cohort/swarm/Averager.h"
+#include "cohort/swarm/Directory.h"
+#include "cohort/swarm/Transport.h"
+#include "cohort/swarm/Wire.h"
+#include "cohort/util/Error.h"
+
+namespace cohort::swarm {
+namespace {
+
+using namespace std::chrono_literals;
+
+int64_t now_unix() { return static_cast<int64_t>(std::time(nullptr)); }
+
+// A port per test run, so that parallel ctest processes do not collide.
+uint16_t base_port() {
+  static const uint16_t port = static_cast<uint16_t>(20000 + (::getpid() % 2000) * 10);
+  return port;
+}
+
+struct Logs {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  std::function<void(const std::string&)> sink() {
+    return [this](const std::string& line) {
+      std::lock_guard lock(mutex);
+      lines.push_back(line);
+    };
+  }
+  bool contains(const std::string& text) {
+    std::lock_guard lock(mutex);
+    for (const auto& l : lines)
+      if (l.find(text) != std::string::npos) return true;
+    return false;
+  }
+};
+
+// One peer: identity, transport and directory, at 127.0.0.<host>.
+struct Peer {
+  Peer(const RunKey& run, int host, const std::string& bootstrap, Logs& logs, DirectoryOptions d = {})
+      : Peer(run, issue_token(run, 1h, now_unix()), host, bootstrap, logs, d) {}
+  // A peer that writes under `run`'s DHT key with `identity` (an intruder's, in one test).
+  Peer(const RunKey& run, PeerIdentity id, int host, const std::string& bootstrap, Logs& logs, DirectoryOptions d)
+      : identity(std::move(id)),
+        transport(identity, run.public_key, "127.0.0." + std::to_string(host) + ":" + std::to_string(base_port() + host),
+                  logs.sink()),
+        directory(identity, run.public_key, transport.address(),
+                  bootstrap.empty() ? std::vector<std::string>{} : std::vector<std::string>{bootstrap}, d, logs.sink()) {}
+  PeerIdentity identity;
+  Transport transport;
+  Directory directory;
+  Member member() const { return {transport.key(), transport.address()}; }
+};
+
+std::vector<Member> sorted(std::vector<Member> group) {
+  std::sort(group.begin(), group.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
+  return group;
+}
+
+TEST(SwarmPlan, PartsCoverTheVectorInOrderWithSizesDifferingByAtMostOne) {
+  for (int64_t numel : {0, 1, 7, 100, 1001})
+    for (int64_t n : {1, 2, 3, 4, 7}) {
+      int64_t next = 0, smallest = numel, largest = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const auto [b, e] = part_bounds(numel, n, j);
+        EXPECT_EQ(b, next);
+        next = e;
+        smallest = std::min(smallest, e - b);
+        largest = std::max(largest, e - b);
+      }
+      EXPECT_EQ(next, numel);
+      EXPECT_LE(largest - smallest, 1);
+    }
+}
+
+TEST(SwarmPlan, WeightedMeanWeighsBySamplesAndLeavesALoneContributionUntouched) {
+  const auto a = torch::tensor({1.0f, 2.0f}), b = torch::tensor({4.0f, 8.0f});
+  EXPECT_TRUE(torch::equal(weighted_mean({a, b}, {1, 3}), torch::tensor({3.25f, 6.5f})));
+  const auto odd = torch::randn({1000});
+  EXPECT_TRUE(torch::equal(weighted_mean({odd}, {7}), odd));  // bit for bit
+}
+
+TEST(SwarmTransport, DeliversAFrameAndRefusesAnotherRunsReplayedOrMisaddressedOnes) {
+  Logs logs;
+  const auto run = generate_run_key();
+  const auto a = issue_token(run, 1h, now_unix()), b = issue_token(run, 1h, now_unix());
+  Transport ta(a, run.public_key, "127.0.0.1:0", logs.sink()), tb(b, run.public_key, "127.0.0.1:0", logs.sink());
+  ta.send(tb.key(), tb.address(), {MessageKind::kPart, 3, 1}, {1, 2, 3});
+  auto got = tb.receive({MessageKind::kPart, 3, 1}, Clock::now() + 5s);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->sender, ta.key());
+  EXPECT_EQ(got->body, (std::vector<uint8_t>{1, 2, 3}));
+
+  // Frames sent by hand: one from a peer of another run, one replayed, one addressed to another peer.
+  zmq::context_t context;
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect("tcp://" + tb.address());
+  const auto intruder = issue_token(generate_run_key(), 1h, now_unix());
+  Writer header;
+  header.u8(static_cast<uint8_t>(MessageKind::kPart)).u64(4).i64(0);
+  const auto payload = header.take();
+  const auto foreign = seal(intruder, tb.key(), next_counter(), payload);
+  const auto honest = seal(a, tb.key(), next_counter(), payload);
+  const auto elsewhere = seal(a, ta.key(), next_counter(), payload);
+  for (const auto* frame : {&foreign, &honest, &honest, &elsewhere}) raw.send(zmq::buffer(*frame));
+  EXPECT_TRUE(tb.receive({MessageKind::kPart, 4, 0}, Clock::now() + 5s));  // the honest one, once
+  EXPECT_FALSE(tb.receive({MessageKind::kPart, 4, 0}, Clock::now() + 300ms));
+  EXPECT_EQ(tb.stats().frames_refused, 3);
+  EXPECT_TRUE(logs.contains("signed by another run key"));
+  EXPECT_TRUE(logs.contains("replayed"));
+  EXPECT_TRUE(logs.contains("addressed to another peer"));
+  EXPECT_TRUE(logs.contains(peer_name(intruder.token.peer_public_key)));
+}
+
+TEST(SwarmTransport, ABusyPortIsAnErrorNamingTheAddress) {
+  Logs logs;
+  const auto run = generate_run_key();
+  Transport first(issue_token(run, 1h, now_unix()), run.public_key, "127.0.0.1:0", logs.sink());
+  try {
+    Transport second(issue_token(run, 1h, now_unix()), run.public_key, first.address(), logs.sink());
+    FAIL() << "bound a port in use";
+  } catch (const cohort::CommError& e) {
+    EXPECT_NE(std::string(e.what()).find(first.address()), std::string::npos) << e.what();
+  }
+}
+
+TEST(SwarmDirectory, PeersFindEachOtherAndRecordsOfAnotherRunAreRefused) {
+  Logs logs;
+  const auto run = generate_run_key();
+  Peer a(run, 11, "", logs), b(run, 12, a.transport.address(), logs), c(run, 13, b.transport.address(), logs);
+  // The intruder writes under this run's DHT key, its records sealed with another run's token.
+  Logs intruder_logs;
+  const auto stranger = issue_token(generate_run_key(), 1h, now_unix());
+  Peer intruder(run, stranger, 14, a.transport.address(), intruder_logs, {});
+  for (auto* p : {&a, &b, &c}) p->directory.announce({{}, p->transport.address(), 5, 10, 1.0, false, false, 0});
+  intruder.directory.announce({{}, intruder.transport.address(), 5, 10, 1.0, false, false, 0});
+  const auto deadline = Clock::now() + 10s;
+  while (Clock::now() < deadline && c.directory.peers().size() < 2) std::this_thread::sleep_for(50ms);
+  const auto seen = c.directory.peers();
+  ASSERT_EQ(seen.size(), 2u);
+  for (const auto& p : seen) {
+    EXPECT_EQ(p.step, 5);
+    EXPECT_TRUE(p.key == a.transport.key() || p.key == b.transport.key());
+  }
+  const std::string refusal = "refused a DHT record from peer " + peer_name(stranger.token.peer_public_key);
+  while (Clock::now() < deadline + 5s && !logs.contains(refusal)) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(logs.contains(refusal));
+}
+
+// Every member contributes (rank + 1) everywhere with weight (rank + 1): the weighted mean of 1, 2, 3
+// with weights 1, 2, 3 is 14 / 6.
+TEST(SwarmAverager, AGroupAveragesByWeightAndEveryMemberGetsTheSameBits) {
+  Logs logs;
+  const auto run = generate_run_key();
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 21 + i, i ? peers[0]->transport.address() : "", logs));
+  const auto group = sorted({peers[0]->member(), peers[1]->member(), peers[2]->member()});
+  std::vector<RoundOutcome> out(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&, i] {
+      Averager averager(peers[i]->transport, peers[i]->directory, {1.0, 5.0, 2});
+      out[i] = averager.all_reduce(7, group, torch::full({1001}, float(i + 1)), i + 1);
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].parts_local, 0);
+    EXPECT_EQ(out[i].contributions, 3);
+    EXPECT_TRUE(out[i].problem.empty()) << out[i].problem;
+    EXPECT_TRUE(torch::allclose(out[i].averaged, torch::full({1001}, 14.0f / 6)));
+    EXPECT_TRUE(torch::equal(out[i].averaged, out[0].averaged));
+  }
+}
+
+// A member that never sends (dead, frozen or cut off): the others finish within the timeout with the
+// weighted mean of what arrived, and keep their own values for the part the silent member reduces.
+TEST(SwarmAverager, ASilentMemberIsLeftOutWithinTheTimeout) {
+  Logs logs;
+  const auto run = generate_run_key();
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 31 + i, i ? peers[0]->transport.address() : "", logs));
+  const auto group = sorted({peers[0]->member(), peers[1]->member(), peers[2]->member()});
+  const auto silent = peers[2]->transport.key();
+  const double timeout = 2.0;
+  std::vector<RoundOutcome> out(2);
+  std::vector<double> seconds(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i)
+    threads.emplace_back([&, i] {
+      Averager averager(peers[i]->transport, peers[i]->directory, {1.0, timeout, 2});
+      const auto t0 = Clock::now();
+      out[i] = averager.all_reduce(9, group, torch::full({999}, float(i + 1)), i + 1);
+      seconds[i] = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
+  for (auto& t : threads) t.join();
+  const int64_t silent_index =
+      std::find_if(group.begin(), group.end(), [&](const Member& m) { return m.key == silent; }) - group.begin();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_LE(seconds[i], timeout + 2.0);
+    EXPECT_EQ(out[i].parts_local, 1);
+    EXPECT_EQ(out[i].contributions, 2);
+    EXPECT_NE(out[i].problem.find(peer_name(silent)), std::string::npos) << out[i].problem;
+    EXPECT_TRUE(torch::isfinite(out[i].averaged).all().item<bool>());
+    for (int64_t j = 0; j < 3; ++j) {
+      const auto [b, e] = part_bounds(999, 3, j);
+      const auto part = out[i].averaged.slice(0, b, e);
+      // Weights 1 and 2 of values 1 and 2: 5 / 3. The silent member's part stays this peer's own.
+      const float expected = j == silent_index ? float(i + 1) : 5.0f / 3;
+      EXPECT_TRUE(torch::allclose(part, torch::full({e - b}, expected))) << "member " << i << " part " << j;
+    }
+  }
+}
+
+// Matchmaking through the DHT: three peers ready for the same step form one group and average.
+TEST(SwarmAverager, ReadyPeersFormOneGroupThroughTheDht) {
+  Logs logs;
+  const auto run = generate_run_key();
+  DirectoryOptions d;
+  d.announce_s = 0.3;
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 41 + i, i ? peers[0]->transport.address() : "", logs, d));
+  for (auto& p : peers) p->directory.announce({{}, p->transport.address(), 3, 0, 0, false, false, 0});
+  const auto deadline = Clock::now() + 10s;
+  while (Clock::now() < deadline)
+    if (std::all_of(peers.begin(), peers.end(), [](auto& p) { return p->directory.peers().size() == 2; }))
+      break;
+    else
+      std::this_thread::sleep_for(50ms);
+  std::vector<RoundOutcome> out(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&, i] {
+      Averager averager(peers[i]->transport, peers[i]->directory, {5.0, 5.0, 3});
+      PeerRecord mine;
+      mine.samples = 10;
+      out[i] = averager.average(3, torch::full({64}, float(i)), 10, mine);
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].group.size(), 3u) << out[i].problem;
+    EXPECT_TRUE(torch::allclose(out[i].averaged, torch::full({64}, 1.0f)));
+    EXPECT_LT(out[i].matchmaking_s, 4.0);  // everyone was ready: no wait for the deadline
+  }
+}
+
+}  // namespace
+}  // namespace cohort::swarm
