@@ -296,8 +296,9 @@ const std::vector<Field>& fields() {
       field("dist.strategy", &T::dist, &DistConfig::strategy,
             "data parallelism: ddp (full replicas), zero1 (optimizer state sharded), zero2 (+ gradients "
             "sharded), fsdp (+ parameters sharded, gathered per unit), swarm (peers that join and leave, no master: "
-            "swarm.*)",
-            {"ddp", "zero1", "zero2", "fsdp", "swarm"}),
+            "swarm.*), diloco (local steps, then an outer step on the peers' averaged change: diloco.*, over the "
+            "swarm)",
+            {"ddp", "zero1", "zero2", "fsdp", "swarm", "diloco"}),
       field("dist.fsdp_unit", &T::dist, &DistConfig::fsdp_unit,
             "fsdp: what one gathered unit is: block (a residual or transformer block) or child (a top-level "
             "child module such as layer1)",
@@ -385,6 +386,15 @@ const std::vector<Field>& fields() {
             "swarm: seconds between republications of this peer's DHT record", {}, positive<double>()),
       field("swarm.peer_ttl_s", &T::swarm, &SwarmConfig::peer_ttl_s,
             "swarm: a peer whose record is older than this is gone", {}, positive<double>()),
+      field("diloco.inner_steps", &T::diloco, &DilocoConfig::inner_steps,
+            "diloco: local optimizer steps between two outer steps (H in the DiLoCo paper)", {}, positive<int64_t>()),
+      field("diloco.outer_lr", &T::diloco, &DilocoConfig::outer_lr, "diloco: the outer Nesterov SGD's learning rate",
+            {}, positive<double>()),
+      field("diloco.outer_momentum", &T::diloco, &DilocoConfig::outer_momentum,
+            "diloco: the outer Nesterov SGD's momentum", {}, in_range(0, 1)),
+      field("diloco.compress", &T::diloco, &DilocoConfig::compress,
+            "diloco: the pseudo-gradient on the wire: none, fp16, or int8 (a scale per 1024 values, error feedback)",
+            {"none", "fp16", "int8"}),
       field("ckpt.every_steps", &T::ckpt, &CkptConfig::every_steps,
             "save checkpoints/last every N steps (0: at the end of every epoch)", {}, non_negative<int64_t>()),
       field("ckpt.keep_last", &T::ckpt, &CkptConfig::keep_last,
@@ -510,13 +520,13 @@ namespace {
 
 // The swarm's own constraints: what it does not combine with, and its partition.
 void validate_swarm(const TrainConfig& cfg) {
-  if (cfg.dist.strategy != "swarm") return;
+  if (cfg.dist.strategy != "swarm" && cfg.dist.strategy != "diloco") return;
   const auto& s = cfg.swarm;
   if (cfg.amp.precision == "fp16" || cfg.amp.precision == "fp16-master")
-    throw ConfigError("dist.strategy=swarm does not take amp.precision=" + cfg.amp.precision +
+    throw ConfigError("dist.strategy=" + cfg.dist.strategy + " does not take amp.precision=" + cfg.amp.precision +
                           " (its loss scale would have to agree across peers)",
                       "use amp.precision=bf16 or fp32 with the swarm");
-  if (s.sampler == "random" && cfg.train.grad_accum_steps != 1)
+  if (cfg.dist.strategy == "swarm" && s.sampler == "random" && cfg.train.grad_accum_steps != 1)
     throw ConfigError(
         "dist.strategy=swarm accumulates batches itself up to swarm.target_batch_size; "
         "train.grad_accum_steps is " +

@@ -138,6 +138,14 @@ struct SwarmConfig {
   double peer_ttl_s = 4.0;
 };
 
+// DiLoCo (dist.strategy=diloco): inner steps, then an outer Nesterov step on the averaged pseudo-gradient.
+struct DilocoConfig {
+  int64_t inner_steps = 500;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  std::string compress = "none";
+};
+
 struct CkptConfig {
   int64_t every_steps = 0;
   // Step directories of checkpoints/last kept on disk; older ones are removed once a newer one commits.
@@ -175,6 +183,7 @@ struct TrainConfig {
   DistConfig dist;
   PowerSgdConfig powersgd;
   SwarmConfig swarm;
+  DilocoConfig diloco;
   AmpConfig amp;
   CkptConfig ckpt;
   EvalConfig eval;

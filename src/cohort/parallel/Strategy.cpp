@@ -10,6 +10,7 @@
 #include "cohort/parallel/ddp/CommHook.h"
 #include "cohort/parallel/ddp/DistributedDataParallel.h"
 #include "cohort/parallel/shard/ShardedStrategy.h"
+#include "cohort/parallel/swarm/DilocoStrategy.h"
 #include "cohort/parallel/swarm/SwarmStrategy.h"
 #include "cohort/util/Error.h"
 
@@ -145,7 +146,17 @@ std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg) {
 
 std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
                                         CommunicatorPtr comm) {
-  if (cfg.dist.strategy == "swarm") return make_swarm_strategy(cfg, std::move(model), std::move(comm));
+  if (cfg.dist.strategy == "swarm" || cfg.dist.strategy == "diloco") {
+#if COHORT_HAVE_SWARM
+    if (cfg.dist.strategy == "diloco") return make_diloco_strategy(cfg, std::move(model), std::move(comm));
+    return make_swarm_strategy(cfg, std::move(model), std::move(comm));
+#else
+    throw ConfigError("dist.strategy=" + cfg.dist.strategy +
+                          " is not built into this cohort: OpenDHT (libopendht-dev) was not found "
+                          "when it was compiled (Debian 13 has no OpenDHT package)",
+                      "build cohort where libopendht-dev is installed (Debian 12), or use dist.strategy=ddp");
+#endif
+  }
   if (cfg.dist.strategy != "ddp") {
     ShardedOptions o;
     o.stage = cfg.dist.strategy == "zero1"   ? ShardStage::kZero1

@@ -1,6 +1,7 @@
 #include "cohort/swarm/Averager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <thread>
@@ -17,27 +18,30 @@ Clock::time_point after(Clock::time_point t, double seconds) {
   return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-std::vector<uint8_t> encode_values(double weight, const at::Tensor& values) {
+std::vector<uint8_t> encode_values(double weight, const at::Tensor& values, Codec codec) {
   Writer w;
-  w.f64(weight).raw(values.data_ptr<float>(), static_cast<size_t>(values.numel()) * sizeof(float));
+  const auto bytes = encode(values, codec);
+  w.f64(weight).raw(bytes.data(), bytes.size());
   return w.take();
 }
 
-// A contribution or a result: a weight and exactly `numel` floats, or nothing (malformed).
-std::optional<std::pair<double, at::Tensor>> decode_values(const std::vector<uint8_t>& body, int64_t numel) {
+// A contribution or a result: a positive weight and exactly `numel` finite values, or nothing (malformed).
+std::optional<std::pair<double, at::Tensor>> decode_values(const std::vector<uint8_t>& body, int64_t numel,
+                                                           Codec codec) {
   Reader r(body);
   const double weight = r.f64();
-  const size_t bytes = static_cast<size_t>(numel) * sizeof(float);
-  if (!r.ok() || r.left() != bytes || !(weight > 0)) return std::nullopt;
-  auto values = at::empty({numel}, at::kFloat);
-  r.raw(values.data_ptr<float>(), bytes);
-  return std::make_pair(weight, values);
+  if (!r.ok() || !(weight > 0) || !std::isfinite(weight)) return std::nullopt;
+  const size_t left = r.left();
+  auto values = decode(r.take(left), left, numel, codec);
+  if (!values) return std::nullopt;
+  return std::make_pair(weight, *values);
 }
 
 }  // namespace
 
-std::pair<int64_t, int64_t> part_bounds(int64_t numel, int64_t n, int64_t j) {
-  return {numel * j / n, numel * (j + 1) / n};
+std::pair<int64_t, int64_t> part_bounds(int64_t numel, int64_t n, int64_t j, int64_t align) {
+  const int64_t blocks = (numel + align - 1) / align;
+  return {std::min(numel, blocks * j / n * align), std::min(numel, blocks * (j + 1) / n * align)};
 }
 
 at::Tensor weighted_mean(const std::vector<at::Tensor>& values, const std::vector<double>& weights) {
@@ -111,7 +115,8 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
   hello.str(me.address);
   const auto hello_body = hello.take();
   for (const auto& p : directory_.peers())
-    if (p.step == static_cast<int64_t>(round)) transport_.send(p.key, p.address, {MessageKind::kReady, round, 0}, hello_body);
+    if (p.step == static_cast<int64_t>(round))
+      transport_.send(p.key, p.address, {MessageKind::kReady, round, 0}, hello_body);
   std::map<PeerKey, std::string> said_ready;  // by message
   for (;;) {
     while (auto m = transport_.receive({MessageKind::kReady, round, 0}, Clock::now())) {
@@ -167,6 +172,7 @@ RoundOutcome Averager::all_reduce(uint64_t round, const std::vector<Member>& gro
       std::find_if(group.begin(), group.end(), [&](const Member& m) { return m.key == transport_.key(); });
   COHORT_ASSERT(mine_it != group.end(), "all_reduce: this peer is not in the group");
   const int64_t i = mine_it - group.begin();
+  const auto codec = options_.codec;
   const auto values = flat.contiguous();
   if (n == 1) {
     out.averaged = values;
@@ -174,14 +180,14 @@ RoundOutcome Averager::all_reduce(uint64_t round, const std::vector<Member>& gro
   }
   const int64_t numel = values.numel();
   const auto slice = [&](const at::Tensor& t, int64_t j) {
-    const auto [b, e] = part_bounds(numel, n, j);
+    const auto [b, e] = part_bounds(numel, n, j, codec_alignment(codec));
     return t.slice(0, b, e);
   };
   // Every other member's part goes to it.
   for (int64_t j = 0; j < n; ++j)
     if (j != i)
       transport_.send(group[static_cast<size_t>(j)].key, group[static_cast<size_t>(j)].address,
-                      {MessageKind::kPart, round, j}, encode_values(weight, slice(values, j).contiguous()));
+                      {MessageKind::kPart, round, j}, encode_values(weight, slice(values, j), codec));
   if (options_.fault_round == static_cast<int64_t>(round) && options_.fault_signal != 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the frames leave first
     ::raise(options_.fault_signal);
@@ -194,13 +200,15 @@ RoundOutcome Averager::all_reduce(uint64_t round, const std::vector<Member>& gro
   std::vector<std::string> missing;
   for (int64_t k = 0; k < n; ++k) {
     if (k == i) {
-      parts.push_back(slice(values, i));
+      // What another member would decode of this peer's part, so every member's result has the same
+      // bits (and a sender's error feedback sees exactly what the wire lost).
+      parts.push_back(roundtrip(slice(values, i), codec));
       weights.push_back(weight);
       continue;
     }
     const auto& member = group[static_cast<size_t>(k)];
     const auto m = transport_.receive({MessageKind::kPart, round, i}, reduce_by, member.key);
-    const auto decoded = m ? decode_values(m->body, part_numel) : std::nullopt;
+    const auto decoded = m ? decode_values(m->body, part_numel, codec) : std::nullopt;
     if (!decoded) {
       missing.push_back(peer_name(member.key));
       continue;
@@ -211,21 +219,27 @@ RoundOutcome Averager::all_reduce(uint64_t round, const std::vector<Member>& gro
   out.contributions = static_cast<int64_t>(parts.size());
   double total = 0;
   for (double w : weights) total += w;
-  const auto reduced = weighted_mean(parts, weights);
-  for (int64_t j = 0; j < n; ++j)
-    if (j != i)
-      transport_.send(group[static_cast<size_t>(j)].key, group[static_cast<size_t>(j)].address,
-                      {MessageKind::kResult, round, i}, encode_values(total, reduced));
-  // The other parts, each from the member that reduced it.
+  const auto result = encode_values(total, weighted_mean(parts, weights), codec);
+  const auto reduced = decode_values(result, part_numel, codec);  // as the others decode it
   out.averaged = values.clone();
-  slice(out.averaged, i).copy_(reduced);
+  if (reduced) {
+    for (int64_t j = 0; j < n; ++j)
+      if (j != i)
+        transport_.send(group[static_cast<size_t>(j)].key, group[static_cast<size_t>(j)].address,
+                        {MessageKind::kResult, round, i}, result);
+    slice(out.averaged, i).copy_(reduced->second);
+  } else {
+    // Only this peer's own contribution can be non-finite (the others' were checked on arrival): it
+    // keeps its values, and its step finds the inf or NaN. The others keep theirs for this part.
+    out.problem = "this peer's contribution is not finite";
+  }
   const auto done_by = after(start, options_.averaging_timeout_s);
   std::vector<std::string> lost;
   for (int64_t j = 0; j < n; ++j) {
     if (j == i) continue;
     const auto& member = group[static_cast<size_t>(j)];
     const auto m = transport_.receive({MessageKind::kResult, round, j}, done_by, member.key);
-    const auto decoded = m ? decode_values(m->body, slice(values, j).numel()) : std::nullopt;
+    const auto decoded = m ? decode_values(m->body, slice(values, j).numel(), codec) : std::nullopt;
     if (decoded) {
       slice(out.averaged, j).copy_(decoded->second);
     } else {

@@ -19,6 +19,7 @@
 
 #include <ATen/ATen.h>
 
+#include "cohort/swarm/Codec.h"
 #include "cohort/swarm/Directory.h"
 #include "cohort/swarm/Transport.h"
 
@@ -30,8 +31,9 @@ struct Member {
 };
 
 // The element range [begin, end) of part `j` of `numel` elements split among `n` members: contiguous,
-// in member order, sizes differing by at most one. Pure, the same on every member.
-std::pair<int64_t, int64_t> part_bounds(int64_t numel, int64_t n, int64_t j);
+// in member order, starting on multiples of `align` (the codec's block), sizes differing by at most one
+// block. Pure, the same on every member.
+std::pair<int64_t, int64_t> part_bounds(int64_t numel, int64_t n, int64_t j, int64_t align = 1);
 
 // The weighted mean of `values` (each weighted by `weights`), summed in the order given so every member
 // that reduces the same contributions gets the same bits.
@@ -40,7 +42,8 @@ at::Tensor weighted_mean(const std::vector<at::Tensor>& values, const std::vecto
 struct AveragingOptions {
   double matchmaking_s = 5.0;         // how long a leader waits for more peers to become ready
   double averaging_timeout_s = 30.0;  // how long a round may take once the group is formed
-  int64_t min_group_size = 2;          // fewer ready peers than this: no round, a local step
+  int64_t min_group_size = 2;         // fewer ready peers than this: no round, a local step
+  Codec codec = Codec::kNone;         // how contributions and results travel (swarm/Codec.h)
   // Fault injection (train/FaultInjection.h lists every fault): in round `fault_round` this peer sends
   // its contributions, then raises `fault_signal` on itself (SIGKILL: dies mid-round; SIGSTOP: freezes).
   int64_t fault_round = -1;
@@ -48,12 +51,12 @@ struct AveragingOptions {
 };
 
 struct RoundOutcome {
-  at::Tensor averaged;           // float32, flat, this peer's result
-  std::vector<Member> group;     // the members, in their order (this peer alone: a local step)
-  int64_t contributions = 1;     // contributions in the average of this peer's own part
-  int64_t parts_local = 0;       // parts whose average did not come back (kept local)
+  at::Tensor averaged;        // float32, flat, this peer's result
+  std::vector<Member> group;  // the members, in their order (this peer alone: a local step)
+  int64_t contributions = 1;  // contributions in the average of this peer's own part
+  int64_t parts_local = 0;    // parts whose average did not come back (kept local)
   double matchmaking_s = 0, averaging_s = 0;
-  std::string problem;           // what went wrong, empty when nothing did
+  std::string problem;  // what went wrong, empty when nothing did
   bool with_others() const { return group.size() > 1 && parts_local < static_cast<int64_t>(group.size()) - 1; }
 };
 

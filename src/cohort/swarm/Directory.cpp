@@ -1,8 +1,8 @@
 #include "cohort/swarm/Directory.h"
 
+#include <opendht/dhtrunner.h>
 #include <chrono>
 #include <ctime>
-#include <opendht/dhtrunner.h>
 
 #include "cohort/swarm/Wire.h"
 #include "cohort/util/Error.h"
@@ -19,9 +19,7 @@ namespace {
 // republishing it.
 constexpr dht::ValueType::Id kRecordType = 0x4348;
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::vector<uint8_t> encode(const PeerRecord& r) {
   Writer w;
@@ -53,10 +51,10 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
   try {
     dht_->run(config, {});
     const auto keep = std::chrono::seconds(static_cast<int64_t>(std::max(10.0, 2 * options_.record_ttl_s)));
-    dht_->registerType(dht::ValueType(
-        kRecordType, "cohort-swarm-peer", keep, dht::ValueType::DEFAULT_STORE_POLICY,
-        [](dht::InfoHash, const std::shared_ptr<dht::Value>&, std::shared_ptr<dht::Value>&, const dht::InfoHash&,
-           const dht::SockAddr&) { return true; }));
+    dht_->registerType(
+        dht::ValueType(kRecordType, "cohort-swarm-peer", keep, dht::ValueType::DEFAULT_STORE_POLICY,
+                       [](dht::InfoHash, const std::shared_ptr<dht::Value>&, std::shared_ptr<dht::Value>&,
+                          const dht::InfoHash&, const dht::SockAddr&) { return true; }));
   } catch (const std::exception& e) {
     throw CommError("swarm.listen=" + listen + ": the DHT cannot listen on UDP there: " + e.what(),
                     "pick a free port for swarm.listen (the DHT uses UDP, the frames TCP, on the same port)");
@@ -163,7 +161,8 @@ void Directory::read() {
     auto opened = open(data.data(), data.size(), run_public_key_, static_cast<int64_t>(std::time(nullptr)));
     if (auto* why = std::get_if<std::string>(&opened)) {
       std::lock_guard lock(mutex_);
-      const std::string line = "swarm: refused a DHT record from peer " + claimed_sender(data.data(), data.size()) + ": " + *why;
+      const std::string line =
+          "swarm: refused a DHT record from peer " + claimed_sender(data.data(), data.size()) + ": " + *why;
       if (refused_logged_.insert(line).second) log_(line);
       continue;
     }

@@ -46,9 +46,7 @@ struct Topic {
   MessageKind kind{};
   uint64_t round = 0;
   int64_t part = 0;
-  bool operator<(const Topic& o) const {
-    return std::tie(kind, round, part) < std::tie(o.kind, o.round, o.part);
-  }
+  bool operator<(const Topic& o) const { return std::tie(kind, round, part) < std::tie(o.kind, o.round, o.part); }
 };
 
 struct Message {

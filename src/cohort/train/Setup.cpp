@@ -86,7 +86,7 @@ bool endless_stream(const TrainConfig& cfg) { return cfg.dist.strategy == "swarm
 
 data::DistributedSampler training_sampler(const TrainConfig& cfg, int64_t dataset_size, const WorldInfo& info) {
   const bool shuffle = true, drop_last = false;
-  if (cfg.dist.strategy != "swarm")
+  if (cfg.dist.strategy != "swarm" && cfg.dist.strategy != "diloco")
     return {dataset_size, info.world_size, info.rank, shuffle, cfg.train.seed, drop_last};
   if (cfg.swarm.sampler == "partition") {
     const auto parts = static_cast<int>(cfg.swarm.partitions) * info.world_size;

@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <ctime>
+#include <limits>
 #include <thread>
 #include <zmq.hpp>
 
 #include <torch/torch.h>
 
 #include "cohort/swarm/Averager.h"
+#include "cohort/swarm/Codec.h"
 #include "cohort/swarm/Directory.h"
 #include "cohort/swarm/Transport.h"
 #include "cohort/swarm/Wire.h"
@@ -21,12 +24,6 @@ namespace {
 using namespace std::chrono_literals;
 
 int64_t now_unix() { return static_cast<int64_t>(std::time(nullptr)); }
-
-// A port per test run, so that parallel ctest processes do not collide.
-uint16_t base_port() {
-  static const uint16_t port = static_cast<uint16_t>(20000 + (::getpid() % 2000) * 10);
-  return port;
-}
 
 struct Logs {
   std::mutex mutex;
@@ -44,51 +41,6 @@ struct Logs {
     return false;
   }
 };
-
-// One peer: identity, transport and directory, at 127.0.0.<host>.
-struct Peer {
-  Peer(const RunKey& run, int host, const std::string& bootstrap, Logs& logs, DirectoryOptions d = {})
-      : Peer(run, issue_token(run, 1h, now_unix()), host, bootstrap, logs, d) {}
-  // A peer that writes under `run`'s DHT key with `identity` (an intruder's, in one test).
-  Peer(const RunKey& run, PeerIdentity id, int host, const std::string& bootstrap, Logs& logs, DirectoryOptions d)
-      : identity(std::move(id)),
-        transport(identity, run.public_key, "127.0.0." + std::to_string(host) + ":" + std::to_string(base_port() + host),
-                  logs.sink()),
-        directory(identity, run.public_key, transport.address(),
-                  bootstrap.empty() ? std::vector<std::string>{} : std::vector<std::string>{bootstrap}, d, logs.sink()) {}
-  PeerIdentity identity;
-  Transport transport;
-  Directory directory;
-  Member member() const { return {transport.key(), transport.address()}; }
-};
-
-std::vector<Member> sorted(std::vector<Member> group) {
-  std::sort(group.begin(), group.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
-  return group;
-}
-
-TEST(SwarmPlan, PartsCoverTheVectorInOrderWithSizesDifferingByAtMostOne) {
-  for (int64_t numel : {0, 1, 7, 100, 1001})
-    for (int64_t n : {1, 2, 3, 4, 7}) {
-      int64_t next = 0, smallest = numel, largest = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        const auto [b, e] = part_bounds(numel, n, j);
-        EXPECT_EQ(b, next);
-        next = e;
-        smallest = std::min(smallest, e - b);
-        largest = std::max(largest, e - b);
-      }
-      EXPECT_EQ(next, numel);
-      EXPECT_LE(largest - smallest, 1);
-    }
-}
-
-TEST(SwarmPlan, WeightedMeanWeighsBySamplesAndLeavesALoneContributionUntouched) {
-  const auto a = torch::tensor({1.0f, 2.0f}), b = torch::tensor({4.0f, 8.0f});
-  EXPECT_TRUE(torch::equal(weighted_mean({a, b}, {1, 3}), torch::tensor({3.25f, 6.5f})));
-  const auto odd = torch::randn({1000});
-  EXPECT_TRUE(torch::equal(weighted_mean({odd}, {7}), odd));  // bit for bit
-}
 
 TEST(SwarmTransport, DeliversAFrameAndRefusesAnotherRunsReplayedOrMisaddressedOnes) {
   Logs logs;
@@ -133,6 +85,86 @@ TEST(SwarmTransport, ABusyPortIsAnErrorNamingTheAddress) {
   } catch (const cohort::CommError& e) {
     EXPECT_NE(std::string(e.what()).find(first.address()), std::string::npos) << e.what();
   }
+}
+
+TEST(SwarmCodec, Int8KeepsEachValueWithinHalfItsBlocksStepAndSendsAQuarterOfTheBytes) {
+  const auto values = torch::randn({2500}) * 3;
+  const auto bytes = encode(values, Codec::kInt8);
+  EXPECT_EQ(static_cast<int64_t>(bytes.size()), 2500 + 3 * 4);  // three blocks of 1024: a scale each
+  const auto back = decode(bytes.data(), bytes.size(), 2500, Codec::kInt8);
+  ASSERT_TRUE(back);
+  for (int64_t b = 0; b < 3; ++b) {
+    const auto block = values.slice(0, b * kInt8Block, std::min<int64_t>(2500, (b + 1) * kInt8Block));
+    const double step = block.abs().max().item<double>() / 127;
+    const auto error = (back->slice(0, b * kInt8Block, b * kInt8Block + block.numel()) - block).abs().max();
+    EXPECT_LE(error.item<double>(), step / 2 + 1e-6) << "block " << b;
+  }
+  EXPECT_TRUE(torch::equal(roundtrip(values, Codec::kNone), values));
+  EXPECT_TRUE(torch::allclose(roundtrip(values, Codec::kFp16), values, 1e-3, 1e-3));
+  EXPECT_FALSE(decode(bytes.data(), bytes.size() - 1, 2500, Codec::kInt8)) << "a short body";
+  auto broken = bytes;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(broken.data(), &inf, 4);
+  EXPECT_FALSE(decode(broken.data(), broken.size(), 2500, Codec::kInt8)) << "a scale that is not finite";
+  EXPECT_THROW(codec_from_name("int4", "diloco.compress"), ConfigError);
+}
+
+// The rest needs OpenDHT (COHORT_HAVE_SWARM; Debian 13 has no OpenDHT package).
+#if COHORT_HAVE_SWARM
+
+// A port per test run, so that parallel ctest processes do not collide.
+uint16_t base_port() {
+  static const uint16_t port = static_cast<uint16_t>(20000 + (::getpid() % 2000) * 10);
+  return port;
+}
+
+// One peer: identity, transport and directory, at 127.0.0.<host>.
+struct Peer {
+  Peer(const RunKey& run, int host, const std::string& bootstrap, Logs& logs, DirectoryOptions d = {})
+      : Peer(run, issue_token(run, 1h, now_unix()), host, bootstrap, logs, d) {}
+  // A peer that writes under `run`'s DHT key with `identity` (an intruder's, in one test).
+  Peer(const RunKey& run, PeerIdentity id, int host, const std::string& bootstrap, Logs& logs, DirectoryOptions d)
+      : identity(std::move(id)),
+        transport(identity, run.public_key,
+                  "127.0.0." + std::to_string(host) + ":" + std::to_string(base_port() + host), logs.sink()),
+        directory(identity, run.public_key, transport.address(),
+                  bootstrap.empty() ? std::vector<std::string>{} : std::vector<std::string>{bootstrap}, d,
+                  logs.sink()) {}
+  PeerIdentity identity;
+  Transport transport;
+  Directory directory;
+  Member member() const { return {transport.key(), transport.address()}; }
+};
+
+std::vector<Member> sorted(std::vector<Member> group) {
+  std::sort(group.begin(), group.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
+  return group;
+}
+
+TEST(SwarmPlan, PartsCoverTheVectorInOrderWithSizesDifferingByAtMostOne) {
+  for (int64_t numel : {0, 1, 7, 100, 1001})
+    for (int64_t n : {1, 2, 3, 4, 7}) {
+      int64_t next = 0, smallest = numel, largest = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const auto [b, e] = part_bounds(numel, n, j);
+        EXPECT_EQ(b, next);
+        next = e;
+        smallest = std::min(smallest, e - b);
+        largest = std::max(largest, e - b);
+      }
+      EXPECT_EQ(next, numel);
+      EXPECT_LE(largest - smallest, 1);
+    }
+  // Parts of an int8 vector start on its blocks, so a part encodes as the whole vector's blocks do.
+  for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(part_bounds(5000, 3, j, 1024).first % 1024, 0);
+  EXPECT_EQ(part_bounds(5000, 3, 2, 1024).second, 5000);
+}
+
+TEST(SwarmPlan, WeightedMeanWeighsBySamplesAndLeavesALoneContributionUntouched) {
+  const auto a = torch::tensor({1.0f, 2.0f}), b = torch::tensor({4.0f, 8.0f});
+  EXPECT_TRUE(torch::equal(weighted_mean({a, b}, {1, 3}), torch::tensor({3.25f, 6.5f})));
+  const auto odd = torch::randn({1000});
+  EXPECT_TRUE(torch::equal(weighted_mean({odd}, {7}), odd));  // bit for bit
 }
 
 TEST(SwarmDirectory, PeersFindEachOtherAndRecordsOfAnotherRunAreRefused) {
@@ -256,6 +288,8 @@ TEST(SwarmAverager, ReadyPeersFormOneGroupThroughTheDht) {
     EXPECT_LT(out[i].matchmaking_s, 4.0);  // everyone was ready: no wait for the deadline
   }
 }
+
+#endif  // COHORT_HAVE_SWARM
 
 }  // namespace
 }  // namespace cohort::swarm

@@ -51,12 +51,13 @@ SwarmPeer::SwarmPeer(const TrainConfig& cfg) : cfg_(cfg.swarm), identity_(identi
   DirectoryOptions d;
   d.announce_s = cfg_.announce_s;
   d.record_ttl_s = cfg_.peer_ttl_s;
-  directory_ = std::make_unique<Directory>(identity_, run_key, transport_->address(),
-                                           split_peers(cfg_.initial_peers), d, say);
+  directory_ =
+      std::make_unique<Directory>(identity_, run_key, transport_->address(), split_peers(cfg_.initial_peers), d, say);
   AveragingOptions a;
   a.matchmaking_s = cfg_.matchmaking_s;
   a.averaging_timeout_s = cfg_.averaging_timeout_s;
   a.min_group_size = cfg_.min_group_size;
+  if (cfg.dist.strategy == "diloco") a.codec = codec_from_name(cfg.diloco.compress, "diloco.compress");
   // See train/FaultInjection.h: COHORT_FAULT_SWARM_ROUND=N, COHORT_FAULT_SWARM_SIGNAL=KILL or STOP.
   if (const char* round = std::getenv("COHORT_FAULT_SWARM_ROUND")) {
     a.fault_round = std::atoll(round);
@@ -79,10 +80,11 @@ void SwarmPeer::wait_for_peers(int64_t count, double timeout_s) {
     seen = directory_->fresh_peers(0.5).size();
     if (static_cast<int64_t>(seen) + 1 >= count) return;
   }
-  throw CommError("swarm: " + std::to_string(seen + 1) + " of the " + std::to_string(count) +
-                      " peers swarm.min_peers_to_start asks for were found within dist.timeout_s = " +
-                      std::to_string(timeout_s) + " s",
-                  "start the other peers (with swarm.initial_peers naming a live one), or lower swarm.min_peers_to_start");
+  throw CommError(
+      "swarm: " + std::to_string(seen + 1) + " of the " + std::to_string(count) +
+          " peers swarm.min_peers_to_start asks for were found within dist.timeout_s = " + std::to_string(timeout_s) +
+          " s",
+      "start the other peers (with swarm.initial_peers naming a live one), or lower swarm.min_peers_to_start");
 }
 
 SwarmPeer::~SwarmPeer() {

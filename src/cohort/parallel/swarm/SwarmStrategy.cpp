@@ -17,9 +17,9 @@ class SwarmStrategy : public Strategy {
   SwarmStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm)
       : comm_(comm),
         trainable_(trainable_parameters(*model, "swarm")),
-        target_(cfg.swarm.target_batch_size > 0 ? cfg.swarm.target_batch_size
-                                                 : cfg.data.batch_size * cfg.train.grad_accum_steps *
-                                                       cfg.swarm.partitions * comm->size()),
+        target_(cfg.swarm.target_batch_size > 0
+                    ? cfg.swarm.target_batch_size
+                    : cfg.data.batch_size * cfg.train.grad_accum_steps * cfg.swarm.partitions * comm->size()),
         partition_(cfg.swarm.sampler == "partition"),
         samples_per_batch_(cfg.data.batch_size * comm->size()) {
     // Inside the peer its workers are a ddp job; the swarm is between peers.
