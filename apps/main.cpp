@@ -20,6 +20,9 @@
 #include "cohort/launch/Launcher.h"
 #include "cohort/log/Report.h"
 #include "cohort/swarm/Auth.h"
+#if COHORT_HAVE_SWARM
+#include "cohort/parallel/swarm/SwarmPeer.h"
+#endif
 #include "cohort/train/BatchSizeFinder.h"
 #include "cohort/train/Predict.h"
 #include "cohort/train/Trainer.h"
@@ -222,6 +225,29 @@ int run_find_batch_size(const FindArgs& a) {
 
 }  // namespace
 
+// `cohort swarm status`: one line per live peer.
+static int print_swarm_status(const std::string& peers, const std::string& token, bool insecure, double wait_s) {
+#if COHORT_HAVE_SWARM
+  cohort::SwarmConfig cfg;
+  cfg.token = token;
+  cfg.insecure = insecure;
+  const auto seen = cohort::swarm::survey(cfg, peers, wait_s);
+  std::cout << seen.size() << " live peer(s) besides this observer\n";
+  std::cout << std::left << std::setw(10) << "peer" << std::setw(24) << "address" << std::setw(8) << "step"
+            << std::setw(10) << "samples"
+            << "samples/s\n";
+  for (const auto& p : seen)
+    std::cout << std::left << std::setw(10) << cohort::swarm::peer_name(p.key) << std::setw(24) << p.address
+              << std::setw(8) << p.step << std::setw(10) << p.samples << std::fixed << std::setprecision(1)
+              << p.samples_per_s << (p.ready ? "  (ready)" : "") << "\n";
+  return 0;
+#else
+  (void)peers, (void)token, (void)insecure, (void)wait_s;
+  throw cohort::ConfigError("cohort swarm status needs the swarm, which this cohort was built without (no OpenDHT)",
+                            "build cohort where libopendht-dev is installed (Debian 12)");
+#endif
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"cohort: data-parallel training of image classifiers across processes and machines"};
   app.require_subcommand(1);
@@ -373,6 +399,14 @@ int main(int argc, char** argv) {
   tokens->add_option("--ttl", token_ttl, "how long the token is valid: 90s, 15m, 24h, 7d")->capture_default_str();
   tokens->add_option("--out", token_out, "where the token goes (mode 0600); give it to the peer as swarm.token")
       ->required();
+  std::string status_peers, status_token;
+  bool status_insecure = false;
+  double status_wait = 3;
+  auto* status = swarm->add_subcommand("status", "list the swarm's live peers: address, step, samples/s");
+  status->add_option("--peers", status_peers, "HOST:PORT of any live peer (comma-separated for several)")->required();
+  status->add_option("--token", status_token, "a token of the run (cohort swarm token), as swarm.token");
+  status->add_flag("--insecure", status_insecure, "the run has no authentication (swarm.insecure=true)");
+  status->add_option("--wait", status_wait, "seconds to listen to the DHT")->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -402,6 +436,7 @@ int main(int argc, char** argv) {
                 << " --ttl 24h --out peer.token" << std::endl;
       return 0;
     }
+    if (*status) return print_swarm_status(status_peers, status_token, status_insecure, status_wait);
     if (*tokens) {
       const auto identity = cohort::swarm::issue_token(cohort::swarm::load_run_key(token_key),
                                                        cohort::swarm::parse_ttl(token_ttl), std::time(nullptr));

@@ -196,6 +196,27 @@ TEST(Swarm, DilocoPeersAgreeAfterEachOuterStepAndSendAFractionOfDdpsBytes) {
   EXPECT_LT(losses[9] + losses[10] + losses[11], losses[0] + losses[1] + losses[2]);
 }
 
+// `cohort swarm status` lists the live peers of a running swarm, reached through any one of them.
+TEST(Swarm, StatusListsTheLivePeers) {
+  SKIP_WITHOUT_SWARM();
+  std::vector<std::unique_ptr<Proc>> peers;
+  for (int i = 0; i < 2; ++i)
+    peers.push_back(std::make_unique<Proc>(
+        cohort_argv(peer_args(fresh_dir("swarm-status" + std::to_string(i)), 56 + i, i ? 56 : 0,
+                              {"swarm.min_peers_to_start=2", "swarm.matchmaking_s=5", "train.max_steps=100000",
+                               "train.threads=1", "log.progress=plain", "log.every_steps=5"}))));
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         (peers[0]->output_so_far().find("step 5/") == std::string::npos ||
+          peers[1]->output_so_far().find("step 5/") == std::string::npos))
+    std::this_thread::sleep_for(100ms);
+  const auto r = run_cohort({"swarm", "status", "--peers", address(57), "--insecure", "--wait", "3"}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 live peer(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(address(56)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(address(57)), std::string::npos) << r.output;
+}
+
 TEST(Swarm, AnExpiredTokenOrNoneIsRefusedAtStart) {
   SKIP_WITHOUT_SWARM();
   const auto dir = fresh_dir("swarm-auth");

@@ -66,10 +66,14 @@ class DilocoStrategy : public Strategy {
     checkpoint::NamedTensors rest;
     bool found = false;
     for (const auto& [name, t] : resume) {
-      if (name == kOuterWeights) outer_ = t.to(at::kFloat).clone(), found = true;
-      else if (name == kOuterMomentum) momentum_ = t.to(at::kFloat).clone();
-      else if (name == kResidual) residual_ = t.to(at::kFloat).clone();
-      else rest.emplace_back(name, t);
+      if (name == kOuterWeights)
+        outer_ = t.to(at::kFloat).clone(), found = true;
+      else if (name == kOuterMomentum)
+        momentum_ = t.to(at::kFloat).clone();
+      else if (name == kResidual)
+        residual_ = t.to(at::kFloat).clone();
+      else
+        rest.emplace_back(name, t);
     }
     inner_->load_state(optimizer, rest);
     // A checkpoint of another strategy has no outer state: the outer loop starts from the loaded weights.

@@ -41,6 +41,23 @@ PeerIdentity identity_from_config(const SwarmConfig& cfg) {
   return identity;
 }
 
+std::vector<PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers, double wait_s) {
+  const auto identity = identity_from_config(cfg);
+  const auto bootstrap = split_peers(peers);
+  if (bootstrap.empty())
+    throw ConfigError("cohort swarm status needs --peers HOST:PORT of a live peer",
+                      "for example --peers 10.0.0.1:7000");
+  const auto host = split_host_port(bootstrap.front(), "--peers").first;
+  // An address of this machine on the peer's network: the loopback one for a peer on loopback.
+  const std::string listen = (host.rfind("127.", 0) == 0 ? std::string("127.0.0.1") : std::string("0.0.0.0")) + ":0";
+  Directory directory(identity, identity.token.run_public_key, listen, bootstrap, {},
+                      [](const std::string& line) { std::cerr << "cohort: " << line << std::endl; });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  std::vector<PeerRecord> seen;
+  while (std::chrono::steady_clock::now() < deadline) seen = directory.fresh_peers(0.5);
+  return seen;
+}
+
 SwarmPeer::SwarmPeer(const TrainConfig& cfg) : cfg_(cfg.swarm), identity_(identity_from_config(cfg.swarm)) {
   if (cfg_.listen.empty())
     throw ConfigError("dist.strategy=swarm needs swarm.listen: the HOST:PORT where the other peers reach this one",

@@ -16,6 +16,7 @@
 
 #include "cohort/config/Config.h"
 #include "cohort/swarm/Auth.h"
+#include "cohort/swarm/Directory.h"
 
 namespace cohort::swarm {
 
@@ -26,6 +27,11 @@ class Averager;
 // The identity a peer runs with: swarm.token's, or with swarm.insecure a throwaway one under the
 // well-known insecure run key (Hivemind's default: no authentication). Throws ConfigError naming the key.
 PeerIdentity identity_from_config(const SwarmConfig& cfg);
+
+// `cohort swarm status`: the live peers of the run `cfg`'s identity belongs to, as the DHT reached
+// through `peers` (comma-separated HOST:PORT) lists them after `wait_s` seconds. Joins as an observer:
+// it announces nothing.
+std::vector<PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers, double wait_s);
 
 class SwarmPeer {
  public:
