@@ -196,6 +196,43 @@ TEST(Swarm, DilocoPeersAgreeAfterEachOuterStepAndSendAFractionOfDdpsBytes) {
   EXPECT_LT(losses[9] + losses[10] + losses[11], losses[0] + losses[1] + losses[2]);
 }
 
+// A newcomer started while two peers train: it downloads their state (verified by digest), continues
+// from their step, and from then on averages with them: all three end with the same weights.
+TEST(Swarm, ANewcomerCatchesUpWithVerifiedStateAndTrainsWithTheOthers) {
+  SKIP_WITHOUT_SWARM();
+  const std::vector<std::string> common = {"swarm.target_batch_size=64", "swarm.matchmaking_s=3",
+                                           "train.max_steps=60",         "train.threads=1",
+                                           "log.progress=plain",         "log.every_steps=1"};
+  std::vector<fs::path> dirs;
+  std::vector<std::unique_ptr<Proc>> peers;
+  for (int i = 0; i < 3; ++i) {
+    dirs.push_back(fresh_dir("swarm-join" + std::to_string(i)));
+    auto extra = common;
+    if (i < 2) extra.push_back("swarm.min_peers_to_start=2");
+    if (i == 2) {  // the newcomer, once the others are past step 10
+      const auto deadline = std::chrono::steady_clock::now() + 120s;
+      while (std::chrono::steady_clock::now() < deadline &&
+             peers[0]->output_so_far().find("step 10/") == std::string::npos)
+        std::this_thread::sleep_for(50ms);
+    }
+    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 60 + i, i ? 60 : 0, extra))));
+  }
+  std::vector<ProcResult> results;
+  for (auto& p : peers) results.push_back(p->wait(300));
+  for (auto& r : results) ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto& joined = results[2].output;
+  const auto at = joined.find("swarm: caught up to step ");
+  ASSERT_NE(at, std::string::npos) << joined;
+  EXPECT_NE(joined.find("digest verified", at), std::string::npos) << joined;
+  const auto seconds = std::stod(joined.substr(joined.find(" in ", at) + 4));
+  EXPECT_LT(seconds, 15.0);
+  // It did not start from step 0: fewer steps of its own than the run's 60.
+  EXPECT_LT(step_losses(dirs[2], 0).size(), 55u);
+  const auto a = final_weights(dirs[0]);
+  EXPECT_EQ(max_difference(a, final_weights(dirs[1])), 0.0);
+  EXPECT_EQ(max_difference(a, final_weights(dirs[2])), 0.0);
+}
+
 // `cohort swarm status` lists the live peers of a running swarm, reached through any one of them.
 TEST(Swarm, StatusListsTheLivePeers) {
   SKIP_WITHOUT_SWARM();

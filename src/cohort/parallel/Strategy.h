@@ -102,6 +102,10 @@ class Strategy {
   // Checkpoints. Collective: every rank calls it at the same point (each rank's shards; a compression
   // hook gathers every rank's residuals).
   virtual StrategyState save_state() = 0;
+  // A peer that joins a swarm already under way: brings this rank's model and optimizer to the state of
+  // live peers ahead of `step` and returns their step (the loop continues from there). Collective.
+  // Strategies with a fixed world have nobody to catch up with.
+  virtual std::optional<int64_t> catch_up(int64_t step) { return std::nullopt; }
   // Loads from full, per-parameter state ("momentum_buffer.<param>", "master.<param>"), which is what any
   // checkpoint reassembles to, so a run can resume under another strategy or world size; and the resume
   // state save_state() gave. Collective.

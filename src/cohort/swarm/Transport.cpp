@@ -106,9 +106,29 @@ std::optional<Message> Transport::receive(Topic topic, Clock::time_point deadlin
   return found;
 }
 
+std::optional<Message> Transport::receive_any(MessageKind kind, Clock::time_point deadline,
+                                              const std::optional<PeerKey>& from) {
+  std::unique_lock lock(mutex_);
+  std::optional<Message> found;
+  arrived_.wait_until(lock, deadline, [&] {
+    for (auto it = inbox_.begin(); it != inbox_.end(); ++it)
+      if (it->first.kind == kind && (!from || it->second.sender == *from)) {
+        found = std::move(it->second);
+        inbox_.erase(it);
+        return true;
+      }
+    return false;
+  });
+  return found;
+}
+
 void Transport::forget_before(uint64_t round) {
   std::lock_guard lock(mutex_);
-  for (auto it = inbox_.begin(); it != inbox_.end();) it = it->first.round < round ? inbox_.erase(it) : std::next(it);
+  for (auto it = inbox_.begin(); it != inbox_.end();) {
+    const auto kind = it->first.kind;
+    const bool of_a_round = kind != MessageKind::kStateAsk && kind != MessageKind::kStateChunk;
+    it = of_a_round && it->first.round < round ? inbox_.erase(it) : std::next(it);
+  }
 }
 
 TransportStats Transport::stats() const {

@@ -35,10 +35,12 @@ using PeerKey = std::array<uint8_t, 32>;
 using Clock = std::chrono::steady_clock;
 
 enum class MessageKind : uint8_t {
-  kGroup = 1,   // a leader's group for a round: its members and their addresses
-  kPart = 2,    // a member's contribution to the part another member reduces
-  kResult = 3,  // a reduced part, back from the member that reduced it
-  kReady = 4,   // a peer is ready for a round (faster than its DHT record; its address in the body)
+  kGroup = 1,      // a leader's group for a round: its members and their addresses
+  kPart = 2,       // a member's contribution to the part another member reduces
+  kResult = 3,     // a reduced part, back from the member that reduced it
+  kReady = 4,      // a peer is ready for a round (faster than its DHT record; its address in the body)
+  kStateAsk = 5,   // a newcomer asks a live peer for a chunk of its state (swarm/StateTransfer.h)
+  kStateChunk = 6  // the answer; `round` is the step of the state
 };
 
 // What a message is about: its kind, the round (the swarm's global step) and the part.
@@ -81,7 +83,10 @@ class Transport {
   void send(const PeerKey& to, const std::string& address, Topic topic, const std::vector<uint8_t>& body);
   // The first message on `topic` (from `from`, when given) that arrived or arrives before `deadline`.
   std::optional<Message> receive(Topic topic, Clock::time_point deadline, const std::optional<PeerKey>& from = {});
-  // Messages on topics of rounds before `round` are no longer wanted (late arrivals of finished rounds).
+  // The first message of `kind`, whatever its round and part (from `from`, when given), by `deadline`.
+  std::optional<Message> receive_any(MessageKind kind, Clock::time_point deadline,
+                                     const std::optional<PeerKey>& from = {});
+  // Messages of averaging rounds before `round` are no longer wanted (late arrivals of finished rounds).
   void forget_before(uint64_t round);
   TransportStats stats() const;
 

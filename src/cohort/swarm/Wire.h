@@ -47,6 +47,8 @@ class Reader {
  public:
   Reader(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
   explicit Reader(const std::vector<uint8_t>& v) : Reader(v.data(), v.size()) {}
+  // A reader reads its bytes in place: a temporary would be gone before the first read.
+  explicit Reader(std::vector<uint8_t>&&) = delete;
   bool ok() const { return ok_; }
   size_t left() const { return ok_ ? static_cast<size_t>(end_ - p_) : 0; }
   uint8_t u8() {

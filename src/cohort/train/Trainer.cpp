@@ -87,6 +87,10 @@ class TrainingRun {
         std::cerr << "cohort: note: resuming a run saved with " << resume.checkpoint.state.world_size << " workers on "
                   << info.world_size << "; the data order from here on differs from the original run\n";
     }
+    // A peer joining a swarm under way (or resuming behind it) takes the live peers' state and step.
+    if (const auto caught_up = job.strategy->catch_up(step_)) {
+      step_ = *caught_up;
+    }
     first_step_ = step_;
     log_.started(config_json_, first_line(resume.active()));
   }

@@ -152,6 +152,31 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   return out.averaged;
 }
 
+void SwarmPeer::serve_state(int64_t step, const std::function<std::string()>& make_state) {
+  state_server_.serve(*transport_, step, make_state);
+}
+
+std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
+  const auto peers = directory_->fresh_peers(2 * cfg_.announce_s);
+  int64_t ahead = step;
+  for (const auto& p : peers) ahead = std::max(ahead, p.step);
+  if (ahead <= step) return std::nullopt;
+  std::vector<PeerRecord> donors;
+  for (const auto& p : peers)
+    if (p.step == ahead) donors.push_back(p);
+  log("swarm: the swarm is at step " + std::to_string(ahead) + ", this peer at " + std::to_string(step) +
+      ": downloading the state from " + std::to_string(donors.size()) + " peer(s)");
+  auto got = download_state(*transport_, donors, std::min(5.0, cfg_.averaging_timeout_s),
+                            [this](const std::string& line) { log(line); });
+  if (got) {
+    std::string names;
+    for (const auto& d : got->donors) names += (names.empty() ? "" : ", ") + d;
+    log("swarm: caught up to step " + std::to_string(got->step) + " in " + std::to_string(got->seconds) + " s from " +
+        names + " (" + std::to_string(got->bytes.size()) + " bytes, digest verified)");
+  }
+  return got;
+}
+
 std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
   const auto s = transport_->stats();
   return {{"swarm_rounds", static_cast<double>(rounds_)},

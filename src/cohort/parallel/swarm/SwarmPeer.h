@@ -17,6 +17,7 @@
 #include "cohort/config/Config.h"
 #include "cohort/swarm/Auth.h"
 #include "cohort/swarm/Directory.h"
+#include "cohort/swarm/StateTransfer.h"
 
 namespace cohort::swarm {
 
@@ -47,6 +48,12 @@ class SwarmPeer {
 
   std::vector<std::pair<std::string, double>> figures() const;
 
+  // Answers the state requests that have arrived with this peer's state at `step` (between steps).
+  void serve_state(int64_t step, const std::function<std::string()>& make_state);
+  // When live peers are ahead of `step`: their state, downloaded and verified (nullopt: nobody is ahead,
+  // or no donor delivered; logged).
+  std::optional<DownloadedState> catch_up(int64_t step);
+
  private:
   void log(const std::string& line) const;
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
@@ -60,6 +67,7 @@ class SwarmPeer {
   int64_t rounds_ = 0, failed_rounds_ = 0, group_size_sum_ = 0, last_group_size_ = 1;
   double last_round_s_ = 0, samples_per_s_ = 0;
   int64_t behind_logged_ = -1;
+  StateServer state_server_;
   std::chrono::steady_clock::time_point since_{std::chrono::steady_clock::now()};
 };
 

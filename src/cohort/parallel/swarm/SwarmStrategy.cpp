@@ -1,7 +1,11 @@
 #include "cohort/parallel/swarm/SwarmStrategy.h"
 
 #include <chrono>
+#include <cstring>
 #include <iostream>
+#include <map>
+
+#include "cohort/checkpoint/Safetensors.h"
 
 #include "cohort/parallel/Params.h"
 #include "cohort/parallel/swarm/SwarmPeer.h"
@@ -16,6 +20,7 @@ class SwarmStrategy : public Strategy {
  public:
   SwarmStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm)
       : comm_(comm),
+        model_(model),
         trainable_(trainable_parameters(*model, "swarm")),
         target_(cfg.swarm.target_batch_size > 0
                     ? cfg.swarm.target_batch_size
@@ -53,6 +58,8 @@ class SwarmStrategy : public Strategy {
   // swarm.target_batch_size; then the ready peers average their contributions weighted by samples and
   // each applies the same update through the peer's inner ddp strategy (clipping, the optimizer).
   StepResult step(double lr, const StepOptions& options) override {
+    // Between updates the weights are those of step options.step: a newcomer may have them.
+    if (peer_) peer_->serve_state(options.step, [this] { return serialize_state(); });
     accumulate();
     if (!ready(options.step)) {
       StepResult r;
@@ -69,7 +76,61 @@ class SwarmStrategy : public Strategy {
     return inner_->step(lr, options);
   }
 
+  // Note [A newcomer catches up]: the peer's first worker downloads a live peer's model (parameters and
+  // buffers) and optimizer state, verified against the donor's digest (swarm/StateTransfer.h), and hands
+  // it to the peer's other workers; every worker loads it and the loop goes on from the donor's step.
+  std::optional<int64_t> catch_up(int64_t step) override {
+    std::string bytes;
+    int64_t to_step = -1;
+    if (peer_)
+      if (auto got = peer_->catch_up(step)) bytes = std::move(got->bytes), to_step = got->step;
+    if (comm_->size() > 1) {
+      auto head = at::tensor({to_step, static_cast<int64_t>(bytes.size())}, at::kLong);
+      comm_->broadcast(head, 0, "swarm: caught-up state size")->wait();
+      to_step = head[0].item<int64_t>();
+      auto body = at::empty({head[1].item<int64_t>()}, at::kByte);
+      if (comm_->rank() == 0) std::memcpy(body.data_ptr(), bytes.data(), bytes.size());
+      comm_->broadcast(body, 0, "swarm: caught-up state")->wait();
+      bytes.assign(static_cast<const char*>(body.data_ptr()), static_cast<size_t>(body.numel()));
+    }
+    if (to_step < 0) return std::nullopt;
+    load_serialized(bytes);
+    return to_step;
+  }
+
  private:
+  // The state a newcomer needs: every parameter and buffer ("model.<name>") and the optimizer's state.
+  std::string serialize_state() {
+    checkpoint::NamedTensors tensors;
+    for (const auto& item : model_->named_parameters())
+      tensors.emplace_back("model." + item.key(), item.value().detach());
+    for (const auto& item : model_->named_buffers()) tensors.emplace_back("model." + item.key(), item.value().detach());
+    for (auto& [name, t] : inner_->save_state().optimizer) tensors.emplace_back("optim." + name, t);
+    return checkpoint::to_safetensors_bytes(tensors, {{"format", "cohort-swarm-state"}});
+  }
+
+  void load_serialized(const std::string& bytes) {
+    at::NoGradGuard no_grad;
+    const auto file = checkpoint::from_safetensors_bytes(bytes, "the swarm's state");
+    std::map<std::string, at::Tensor> model;
+    optim::NamedState optimizer;
+    for (const auto& [name, t] : file.tensors) {
+      if (name.rfind("model.", 0) == 0) model[name.substr(6)] = t;
+      if (name.rfind("optim.", 0) == 0) optimizer.emplace_back(name.substr(6), t);
+    }
+    const auto copy = [&](const std::string& name, at::Tensor target) {
+      const auto it = model.find(name);
+      if (it == model.end() || it->second.sizes() != target.sizes())
+        throw CommError("swarm: the downloaded state has no tensor " + name + " of shape " +
+                            std::to_string(target.numel()) + " elements: the donor trains another model",
+                        "give every peer the same model.* config");
+      target.copy_(it->second);
+    };
+    for (const auto& item : model_->named_parameters()) copy(item.key(), item.value().detach());
+    for (const auto& item : model_->named_buffers()) copy(item.key(), item.value());
+    inner_->load_state(optimizer, {});
+  }
+
   void accumulate() {
     at::NoGradGuard no_grad;
     std::vector<at::Tensor> flat;
@@ -110,6 +171,7 @@ class SwarmStrategy : public Strategy {
   }
 
   CommunicatorPtr comm_;
+  std::shared_ptr<torch::nn::Module> model_;
   Trainable trainable_;
   int64_t target_;
   bool partition_;
