@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "SwarmCommands.h"
 #include "cohort/checkpoint/Names.h"
 #include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/checkpoint/Steps.h"
@@ -19,10 +20,6 @@
 #include "cohort/config/Config.h"
 #include "cohort/launch/Launcher.h"
 #include "cohort/log/Report.h"
-#include "cohort/swarm/Auth.h"
-#if COHORT_HAVE_SWARM
-#include "cohort/parallel/swarm/SwarmPeer.h"
-#endif
 #include "cohort/train/BatchSizeFinder.h"
 #include "cohort/train/Predict.h"
 #include "cohort/train/Trainer.h"
@@ -225,29 +222,6 @@ int run_find_batch_size(const FindArgs& a) {
 
 }  // namespace
 
-// `cohort swarm status`: one line per live peer.
-static int print_swarm_status(const std::string& peers, const std::string& token, bool insecure, double wait_s) {
-#if COHORT_HAVE_SWARM
-  cohort::SwarmConfig cfg;
-  cfg.token = token;
-  cfg.insecure = insecure;
-  const auto seen = cohort::swarm::survey(cfg, peers, wait_s);
-  std::cout << seen.size() << " live peer(s) besides this observer\n";
-  std::cout << std::left << std::setw(10) << "peer" << std::setw(24) << "address" << std::setw(8) << "step"
-            << std::setw(10) << "samples"
-            << "samples/s\n";
-  for (const auto& p : seen)
-    std::cout << std::left << std::setw(10) << cohort::swarm::peer_name(p.key) << std::setw(24) << p.address
-              << std::setw(8) << p.step << std::setw(10) << p.samples << std::fixed << std::setprecision(1)
-              << p.samples_per_s << (p.ready ? "  (ready)" : "") << "\n";
-  return 0;
-#else
-  (void)peers, (void)token, (void)insecure, (void)wait_s;
-  throw cohort::ConfigError("cohort swarm status needs the swarm, which this cohort was built without (no OpenDHT)",
-                            "build cohort where libopendht-dev is installed (Debian 12)");
-#endif
-}
-
 int main(int argc, char** argv) {
   CLI::App app{"cohort: data-parallel training of image classifiers across processes and machines"};
   app.require_subcommand(1);
@@ -388,25 +362,8 @@ int main(int argc, char** argv) {
   exporter->add_option("--tag", export_tag, "which checkpoint: last or best")->capture_default_str();
   exporter->add_option("--out", export_out, "output file (default: <checkpoints>/<tag>.full.safetensors)");
 
-  // The swarm's credentials (dist.strategy=swarm): one key per run, a token per peer signed with it.
-  std::string key_out, token_key, token_ttl = "24h", token_out;
-  auto* swarm = app.add_subcommand("swarm", "the swarm's credentials: a run key and the tokens its peers need");
-  swarm->require_subcommand(1);
-  auto* keygen = swarm->add_subcommand("keygen", "make the run's key (keep it secret: it signs every peer's token)");
-  keygen->add_option("--out", key_out, "where the key goes (written with mode 0600)")->required();
-  auto* tokens = swarm->add_subcommand("token", "issue a token for one peer, signed with the run key");
-  tokens->add_option("--key", token_key, "the run key (cohort swarm keygen)")->required()->check(CLI::ExistingFile);
-  tokens->add_option("--ttl", token_ttl, "how long the token is valid: 90s, 15m, 24h, 7d")->capture_default_str();
-  tokens->add_option("--out", token_out, "where the token goes (mode 0600); give it to the peer as swarm.token")
-      ->required();
-  std::string status_peers, status_token;
-  bool status_insecure = false;
-  double status_wait = 3;
-  auto* status = swarm->add_subcommand("status", "list the swarm's live peers: address, step, samples/s");
-  status->add_option("--peers", status_peers, "HOST:PORT of any live peer (comma-separated for several)")->required();
-  status->add_option("--token", status_token, "a token of the run (cohort swarm token), as swarm.token");
-  status->add_flag("--insecure", status_insecure, "the run has no authentication (swarm.insecure=true)");
-  status->add_option("--wait", status_wait, "seconds to listen to the DHT")->capture_default_str();
+  SwarmCommands swarm_commands;
+  add_swarm_commands(app, swarm_commands);
 
   try {
     app.parse(argc, argv);
@@ -429,23 +386,7 @@ int main(int argc, char** argv) {
       return run_job(predict_args, Job::predict);
     }
     if (*finder) return run_find_batch_size(find);
-    if (*keygen) {
-      cohort::swarm::save_run_key(cohort::swarm::generate_run_key(), key_out);
-      std::cout << "cohort: run key written to " << key_out
-                << "; issue each peer a token with: cohort swarm token --key " << key_out
-                << " --ttl 24h --out peer.token" << std::endl;
-      return 0;
-    }
-    if (*status) return print_swarm_status(status_peers, status_token, status_insecure, status_wait);
-    if (*tokens) {
-      const auto identity = cohort::swarm::issue_token(cohort::swarm::load_run_key(token_key),
-                                                       cohort::swarm::parse_ttl(token_ttl), std::time(nullptr));
-      cohort::swarm::save_identity(identity, token_out);
-      std::cout << "cohort: token for peer " << cohort::swarm::peer_name(identity.token.peer_public_key)
-                << ", valid for " << token_ttl << ", written to " << token_out
-                << "; pass it as swarm.token=" << token_out << std::endl;
-      return 0;
-    }
+    if (const int rc = run_swarm_commands(swarm_commands); rc >= 0) return rc;
     if (*exporter) {
       namespace ck = cohort::checkpoint;
       const auto dir = ck::resolve_resume_dir(export_from);

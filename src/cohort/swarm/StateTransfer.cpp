@@ -77,8 +77,8 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
     const auto& donor = donors[next];
     // The first chunk takes the donor's current state; the rest, that same snapshot (its step).
     transport.send(donor.key, donor.address, {MessageKind::kStateAsk, 0, chunk}, ask_body(digest ? out.step : -1));
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(chunk_timeout_s));
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(chunk_timeout_s));
     auto m = transport.receive_any(MessageKind::kStateChunk, deadline, donor.key);
     while (m && m->topic.part != chunk) m = transport.receive_any(MessageKind::kStateChunk, deadline, donor.key);
     std::string why;
@@ -90,7 +90,8 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
     if (m) {
       size = r.u64();
       r.raw(their.data(), their.size());
-      if (!r.ok() || size == 0 || size > (uint64_t{1} << 40)) why = "a malformed chunk";
+      if (!r.ok() || size == 0 || size > (uint64_t{1} << 40))
+        why = "a malformed chunk";
       else if (digest && (*digest != their || size != total || static_cast<int64_t>(m->topic.round) != out.step))
         why = "a state with another digest";
     }
@@ -107,7 +108,8 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
       out.bytes.reserve(total);
     }
     const size_t n = r.left();
-    const size_t expected = std::min<uint64_t>(kStateChunkBytes, total - static_cast<uint64_t>(chunk) * kStateChunkBytes);
+    const size_t expected =
+        std::min<uint64_t>(kStateChunkBytes, total - static_cast<uint64_t>(chunk) * kStateChunkBytes);
     if (n != expected) {
       log("swarm: state donor " + peer_name(donor.key) + " sent a chunk of the wrong size");
       dead[next] = true;
