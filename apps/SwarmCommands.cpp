@@ -59,8 +59,9 @@ int run_swarm_commands(const SwarmCommands& c) {
   namespace sw = cohort::swarm;
   if (*c.keygen) {
     sw::save_run_key(sw::generate_run_key(), c.key_out);
-    std::cout << "cohort: run key written to " << c.key_out << "; issue each peer a token with: cohort swarm token --key "
-              << c.key_out << " --ttl 24h --out peer.token" << std::endl;
+    std::cout << "cohort: run key written to " << c.key_out
+              << "; issue each peer a token with: cohort swarm token --key " << c.key_out
+              << " --ttl 24h --out peer.token" << std::endl;
     return 0;
   }
   if (*c.token) {

@@ -5,7 +5,7 @@ for speed: --bf16 (torch.autocast on CPU, logits to float32 for the loss) and --
 input in torch.channels_last). Without either flag it is the shared peer's step, PyTorch's defaults.
 Usage: python3 torch_ddp_fmnist_amp.py --nproc 2 --epochs 3 --threads 1 [--bf16] [--channels-last]
 Prints one JSON object: images/s, training time, test accuracy (evaluated at the end, in fp32)."""
-import argparse, importlib.util, json, os, sys, time
+import argparse, json, os, sys, time
 
 import torch
 import torch.distributed as dist
@@ -14,14 +14,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "peers", "torch_ddp_fmnist.py"))
-
-
-def shared_peer():
-    spec = importlib.util.spec_from_file_location("torch_ddp_fmnist", SHARED)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+sys.path.insert(0, HERE)
+from shared_peer import SHARED, shared_peer  # noqa: E402
 
 
 def worker(rank, a):

@@ -70,3 +70,15 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
   // Only rank 0 prints progress.
   EXPECT_NE(r.output.find("step 48/48"), std::string::npos) << r.output;
 }
+
+// eval.every_steps evaluates within the epoch too, and the epoch's end and the run's end once each.
+TEST(TrainEndToEnd, EvalEveryStepsEvaluatesWithinTheEpoch) {
+  const auto dir = fresh_dir("eval-every");
+  // 1536 samples at batch 32 on one worker: 48 steps an epoch; max_steps 10 ends mid-epoch.
+  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "1", "train.max_steps=10", "eval.every_steps=4"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<int64_t> evaluated;
+  for (const auto& rec : read_jsonl(dir / "metrics.jsonl"))
+    if (rec.value("kind", "") == "eval") evaluated.push_back(rec["step"].get<int64_t>());
+  EXPECT_EQ(evaluated, (std::vector<int64_t>{4, 8, 10}));
+}

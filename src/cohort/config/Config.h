@@ -160,6 +160,7 @@ struct EvalConfig {
   bool enabled = true;
   int64_t batch_size = 1000;
   int64_t tta = 0;
+  int64_t every_steps = 0;  // also evaluate every this many steps (Lightning's val_check_interval); 0: epochs only
 };
 
 struct LogConfig {

@@ -32,7 +32,11 @@ namespace fs = std::filesystem;
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
-void on_signal(int sig) { g_interrupted = sig; }
+volatile std::sig_atomic_t g_interrupts = 0;  // a second Ctrl-C stops waiting for the workers
+void on_signal(int sig) {
+  g_interrupted = sig;
+  g_interrupts = g_interrupts + 1;
+}
 
 struct Worker {
   int rank = 0;
@@ -243,7 +247,8 @@ bool any_running(const std::vector<Worker>& workers) {
 void stop_all(std::vector<Worker>& workers, double grace_s) {
   signal_all(workers, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
-  while (any_running(workers) && std::chrono::steady_clock::now() < deadline) {
+  const int interrupts = g_interrupts;
+  while (any_running(workers) && std::chrono::steady_clock::now() < deadline && g_interrupts == interrupts) {
     reap(workers);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -318,8 +323,9 @@ namespace {
 int watch(std::vector<Worker>& workers, const LaunchOptions& o, ElasticRendezvous* rdzv, int attempt) {
   while (any_running(workers)) {
     if (g_interrupted) {
-      std::cerr << "cohort: interrupted; stopping " << workers.size() << " worker(s)" << std::endl;
-      stop_all(workers, o.grace_s);
+      std::cerr << "cohort: interrupted; stopping " << workers.size() << " worker(s) (a swarm peer finishes its round "
+                << "and saves; Ctrl-C again to kill them now)" << std::endl;
+      stop_all(workers, o.interrupt_grace_s);
       if (rdzv) rdzv->mark_failed(attempt, "node " + std::to_string(o.node_rank) + " was interrupted");
       return 130;
     }

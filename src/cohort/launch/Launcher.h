@@ -27,8 +27,11 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: a free port on a single machine, 29500 across machines
   std::vector<std::string> worker_argv;
-  // Seconds between SIGTERM and SIGKILL when stopping workers.
+  // Seconds between SIGTERM and SIGKILL when stopping workers after a failure.
   double grace_s = 3.0;
+  // The same on Ctrl-C (SIGINT or SIGTERM to the launcher): torchrun's 30 s, for the workers that leave
+  // cleanly (a swarm peer finishes its round and saves). A worker that does not catch SIGTERM ends at once.
+  double interrupt_grace_s = 30.0;
   // When a worker fails: stop them all and start them all again, up to this many times, with
   // COHORT_RESTART_COUNT=k in their environment (they resume from the run's last checkpoint), as
   // torchrun --max-restarts does. 0: a failure ends the job.

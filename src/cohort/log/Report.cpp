@@ -99,6 +99,12 @@ json run_data(const fs::path& dir) {
                     {"steps", summary["steps"]},
                     {"epochs", summary["epochs"]}};
 
+  // The swarm's own figures (dist.strategy=swarm or diloco): rounds, group sizes, failed rounds, bytes, peers.
+  run["swarm"] = json::object();
+  for (const auto& [key, value] : summary.items())
+    if (key.rfind("swarm_", 0) == 0) run["swarm"][key.substr(6)] = value;
+  if (!summary.value("stopped_by", json()).is_null()) run["results"]["stopped_by"] = summary["stopped_by"];
+
   std::map<int64_t, double> epoch_seconds;
   for (const auto& r : records)
     if (r.value("kind", "") == "epoch") epoch_seconds[r.value("epoch", int64_t{0})] = num(r, "epoch_seconds");
@@ -192,6 +198,19 @@ std::string time_section(const json& run) {
   return md.str() + "\n";
 }
 
+// This peer's view of the swarm (empty for the other strategies).
+std::string swarm_section(const json& run) {
+  const auto& w = run["swarm"];
+  if (w.empty()) return "";
+  std::ostringstream md;
+  md << "### Swarm (this peer)\n\n| | |\n|---|---|\n| rounds | " << w.value("rounds", json(0)) << " ("
+     << w.value("failed_rounds", json(0)) << " failed) |\n| mean group size | "
+     << fixed(num(w, "mean_group_size", 0), 2) << " |\n| peers seen | " << w.value("peers_seen", json(0))
+     << " |\n| bytes sent / received | " << mib(num(w, "bytes_sent", 0)) << " / " << mib(num(w, "bytes_received", 0))
+     << " |\n| frames refused | " << w.value("frames_refused", json(0)) << " |\n\n";
+  return md.str();
+}
+
 std::string markdown(const json& report) {
   std::ostringstream md;
   md << "# cohort run logbook\n\nGenerated " << report["generated"].get<std::string>() << " by `cohort report`"
@@ -231,7 +250,9 @@ std::string markdown(const json& report) {
        << "### Results\n\n| | |\n|---|---|\n| best test top-1 | " << pct(num(r, "best_test_accuracy"))
        << " |\n| final test top-1 | " << pct(num(r, "test_accuracy")) << " |\n| training time | "
        << fixed(num(r, "train_seconds"), 1) << " s (" << r["steps"] << " steps, " << fixed(num(r, "epochs"), 2)
-       << " epochs) |\n| throughput | " << fixed(num(r, "images_per_second"), 0) << " images/s |\n\n"
+       << " epochs) |\n| throughput | " << fixed(num(r, "images_per_second"), 0) << " images/s |\n"
+       << (r.contains("stopped_by") ? "| stopped by | " + r["stopped_by"].get<std::string>() + " |\n" : "") << "\n"
+       << swarm_section(run)
        << "### Validation per epoch\n\n| epoch | step | test loss | top-1 | top-5 | epoch time (s) | training time "
           "so far (s) |\n|---|---|---|---|---|---|---|\n";
     for (const auto& e : run["epochs"])

@@ -155,6 +155,13 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
     }
     if (auto m = transport_.receive({MessageKind::kGroup, round, 0}, after(Clock::now(), 0.005)))
       if (auto group = group_from(*m)) return *group;
+    if (options_.while_waiting) options_.while_waiting();
+    // Leaving (Note [Leaving a swarm] in train/Trainer.cpp): a group that named this peer already came
+    // in above; it starts no new one and waits for none.
+    if (options_.leaving && options_.leaving()) {
+      problem = "leaving: no group for this step";
+      return {me};
+    }
     if (Clock::now() >= give_up_at) {
       problem = "no group formed within " + std::to_string(2 * options_.matchmaking_s + 1.0) + " s";
       return {me};

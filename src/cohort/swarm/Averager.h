@@ -14,6 +14,7 @@
 // the outcome says what happened so the log can.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,11 @@ struct AveragingOptions {
   double averaging_timeout_s = 30.0;  // how long a round may take once the group is formed
   int64_t min_group_size = 2;         // fewer ready peers than this: no round, a local step
   Codec codec = Codec::kNone;         // how contributions and results travel (swarm/Codec.h)
+  // True once this peer is leaving (Ctrl-C): it joins no new group; a round already formed still ends.
+  std::function<bool()> leaving = nullptr;
+  // Called while matchmaking waits (a peer answers state requests then too: Note [A peer that fell out
+  // of a round resynchronizes] in parallel/swarm/SwarmPeer.cpp).
+  std::function<void()> while_waiting = nullptr;
   // Fault injection (train/FaultInjection.h lists every fault): in round `fault_round` this peer sends
   // its contributions, then raises `fault_signal` on itself (SIGKILL: dies mid-round; SIGSTOP: freezes).
   int64_t fault_round = -1;

@@ -3,6 +3,7 @@
 #include <opendht/dhtrunner.h>
 #include <chrono>
 #include <ctime>
+#include <optional>
 
 #include "cohort/swarm/Wire.h"
 #include "cohort/util/Error.h"
@@ -19,6 +20,9 @@ namespace {
 // republishing it.
 constexpr dht::ValueType::Id kRecordType = 0x4348;
 
+using std::chrono::duration;
+using std::chrono::steady_clock;
+
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::vector<uint8_t> encode(const PeerRecord& r) {
@@ -26,18 +30,38 @@ std::vector<uint8_t> encode(const PeerRecord& r) {
   w.u8(1);  // the record's version: fields are only ever appended
   w.raw(r.key.data(), r.key.size()).str(r.address).i64(r.step).i64(r.samples).f64(r.samples_per_s);
   w.u8(r.ready ? 1 : 0).u8(r.leaving ? 1 : 0).f64(r.written_unix);
+  w.i64(r.group_size);  // appended after version 1's fields: an older reader ignores it
   return w.take();
+}
+
+std::optional<PeerRecord> decode(const std::vector<uint8_t>& payload, const PeerKey& signer) {
+  Reader r(payload);
+  PeerRecord rec;
+  const auto version = r.u8();
+  r.raw(rec.key.data(), rec.key.size());
+  rec.address = r.str();
+  rec.step = r.i64();
+  rec.samples = r.i64();
+  rec.samples_per_s = r.f64();
+  rec.ready = r.u8() != 0;
+  rec.leaving = r.u8() != 0;
+  rec.written_unix = r.f64();
+  if (r.left() >= 8) rec.group_size = r.i64();
+  // A record speaks for the peer that signed it only.
+  if (!r.ok() || version < 1 || rec.key != signer) return std::nullopt;
+  return rec;
 }
 
 }  // namespace
 
 Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string& listen,
                      const std::vector<std::string>& initial_peers, DirectoryOptions options,
-                     std::function<void(const std::string&)> log)
+                     std::function<void(const std::string&)> log, Transport* transport)
     : me_(std::move(me)),
       run_public_key_(run_public_key),
       options_(options),
       log_(std::move(log)),
+      transport_(transport),
       dht_(std::make_unique<dht::DhtRunner>()),
       key_("cohort-swarm/" + hex(run_public_key.data(), run_public_key.size())) {
   const auto [host, port] = split_host_port(listen, "swarm.listen");
@@ -63,10 +87,13 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
     const auto [peer_host, peer_port] = split_host_port(peer, "swarm.initial_peers");
     dht_->bootstrap(peer_host, std::to_string(peer_port));
   }
+  if (transport_)
+    transport_->on_arrival(MessageKind::kRecord, [this](const Message& m) { take_in(m.body.data(), m.body.size()); });
   thread_ = std::thread([this] { run(); });
 }
 
 Directory::~Directory() {
+  if (transport_) transport_->on_arrival(MessageKind::kRecord, nullptr);
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -79,6 +106,7 @@ Directory::~Directory() {
 void Directory::announce(PeerRecord mine) {
   std::lock_guard lock(mutex_);
   mine.key = me_.token.peer_public_key;
+  if (mine.step != mine_.step || mine.ready != mine_.ready || mine.leaving != mine_.leaving) mine_urgent_ = true;
   mine_ = std::move(mine);
   mine_dirty_ = true;
   changed_.notify_all();
@@ -97,8 +125,8 @@ std::vector<PeerRecord> Directory::peers() const {
 std::vector<PeerRecord> Directory::fresh_peers(double timeout_s) {
   {
     std::unique_lock lock(mutex_);
-    const uint64_t after = reads_ + 1;  // a read that started after this call
-    changed_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return reads_ > after || stopping_; });
+    const uint64_t after = reads_started_;  // a read that starts after this call
+    changed_.wait_for(lock, duration<double>(timeout_s), [&] { return reads_ > after || stopping_; });
   }
   return peers();
 }
@@ -108,90 +136,124 @@ int64_t Directory::peers_seen() const {
   return static_cast<int64_t>(seen_.size());
 }
 
-// Publishes this peer's record when it changed (at most every refresh_s) or every announce_s, and reads
-// every record of the run every refresh_s.
+// Note [No DHT request before the first contact]: a search started while this node knows no other (the
+// first peer, before anyone bootstraps through it) backs off, and its first answer then takes seconds. So
+// the DHT is neither read nor written before a first contact.
+bool Directory::has_contact() const {
+  const auto nodes = dht_->getNodesStats(AF_INET);
+  return nodes.good_nodes + nodes.dubious_nodes + nodes.incoming_nodes > 0;
+}
+
+// Sends this peer's record to the peers it knows (Note [Records go to the peers directly]), puts it into
+// the DHT every dht_put_s and when it leaves, and reads the DHT every dht_read_s.
 void Directory::run() {
-  using namespace std::chrono;
-  auto last_publish = steady_clock::now() - hours(1);
+  auto last_direct = steady_clock::now() - std::chrono::hours(1);
+  auto last_put = last_direct, last_read = last_direct;
+  const auto since = [](steady_clock::time_point t) { return duration<double>(steady_clock::now() - t).count(); };
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    // Note [No DHT request before the first contact]: a search started while this node knows no other
-    // (the first peer, before anyone bootstraps through it) backs off, and its first answer then takes
-    // seconds. So the first peer waits for a contact before it reads or writes.
-    const auto nodes = dht_->getNodesStats(AF_INET);
-    if (nodes.good_nodes + nodes.dubious_nodes + nodes.incoming_nodes == 0) {
-      changed_.wait_for(lock, duration<double>(options_.refresh_s), [&] { return stopping_; });
-      continue;
-    }
-    const bool due = duration<double>(steady_clock::now() - last_publish).count() >= options_.announce_s;
-    if ((mine_dirty_ || due) && !mine_.address.empty()) {
+    std::vector<std::string> contacts;
+    contacts.swap(to_contact_);
+    const bool publishing = transport_ && !mine_.address.empty();
+    const bool direct_due = publishing && (mine_urgent_ || since(last_direct) >= options_.announce_s ||
+                                           (mine_dirty_ && since(last_direct) >= kMinDirectGapS));
+    const bool leaving_now = mine_urgent_ && mine_.leaving;
+    std::vector<uint8_t> sealed;
+    if (direct_due) {
       PeerRecord record = mine_;
-      mine_dirty_ = false;
-      lock.unlock();
       record.written_unix = unix_now();
-      publish(record);
-      last_publish = steady_clock::now();
-      lock.lock();
+      mine_dirty_ = mine_urgent_ = false;
+      sealed = seal(me_, PeerKey{}, next_counter(), encode(record));
     }
     lock.unlock();
-    read();
+    // Note [Every peer is a DHT contact]: a peer that bootstrapped through one peer may know only that one
+    // in the DHT (its searches are answered there); when that peer dies, it finds nobody and trains alone
+    // (measured: three peers alone for the rest of the run after their bootstrap peer was killed). Every
+    // peer seen in a record is made a direct contact, so the swarm outlives any one peer.
+    for (const auto& address : contacts) {
+      try {
+        const auto [host, port] = split_host_port(address, "a peer's record");
+        dht_->bootstrap(host, std::to_string(port));
+      } catch (const std::exception&) {
+        // A signed record with an address that does not parse: that peer stays reachable through others.
+      }
+    }
+    if (!sealed.empty()) {
+      send_direct(sealed);
+      last_direct = steady_clock::now();
+    }
+    const bool contact = has_contact();
+    if (contact && !sealed.empty() && (leaving_now || since(last_put) >= options_.dht_put_s)) {
+      put(sealed);
+      last_put = steady_clock::now();
+    }
+    if (contact && since(last_read) >= options_.dht_read_s) {
+      start_read();
+      last_read = steady_clock::now();
+    }
     lock.lock();
-    changed_.wait_for(lock, duration<double>(options_.refresh_s), [&] { return stopping_; });
+    changed_.wait_for(lock, duration<double>(kMinDirectGapS), [&] { return stopping_ || mine_urgent_; });
   }
 }
 
-void Directory::publish(const PeerRecord& record) {
-  auto sealed = seal(me_, PeerKey{}, next_counter(), encode(record));
+void Directory::send_direct(const std::vector<uint8_t>& sealed) {
+  std::vector<std::pair<PeerKey, std::string>> to;
+  for (const auto& p : peers()) to.emplace_back(p.key, p.address);
+  for (const auto& [key, address] : to) transport_->send(key, address, {MessageKind::kRecord, 0, 0}, sealed);
+}
+
+void Directory::put(const std::vector<uint8_t>& sealed) {
   auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
   // One value id per peer, so a peer's newer record replaces its older one on the nodes that store it.
   uint64_t id = 0;
-  for (int i = 0; i < 8; ++i) id = (id << 8) | record.key[static_cast<size_t>(i)];
+  for (int i = 0; i < 8; ++i) id = (id << 8) | me_.token.peer_public_key[static_cast<size_t>(i)];
   value->id = id;
   value->type = kRecordType;
   dht_->put(dht::InfoHash::get(key_), value, [](bool) {});
 }
 
-void Directory::read() {
-  auto future = dht_->get(dht::InfoHash::get(key_));
-  if (future.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return;
-  std::vector<std::pair<uint64_t, PeerRecord>> fresh;
-  for (const auto& value : future.get()) {
-    if (!value) continue;
-    const auto& data = value->data;
-    auto opened = open(data.data(), data.size(), run_public_key_, static_cast<int64_t>(std::time(nullptr)));
-    if (auto* why = std::get_if<std::string>(&opened)) {
-      std::lock_guard lock(mutex_);
-      const std::string line =
-          "swarm: refused a DHT record from peer " + claimed_sender(data.data(), data.size()) + ": " + *why;
-      if (refused_logged_.insert(line).second) log_(line);
-      continue;
-    }
-    auto& o = std::get<Opened>(opened);
-    Reader r(o.payload);
-    PeerRecord rec;
-    const auto version = r.u8();
-    r.raw(rec.key.data(), rec.key.size());
-    rec.address = r.str();
-    rec.step = r.i64();
-    rec.samples = r.i64();
-    rec.samples_per_s = r.f64();
-    rec.ready = r.u8() != 0;
-    rec.leaving = r.u8() != 0;
-    rec.written_unix = r.f64();
-    // A record speaks for the peer that signed it only.
-    if (!r.ok() || version < 1 || rec.key != o.token.peer_public_key) continue;
-    fresh.emplace_back(o.counter, std::move(rec));
+// Reads every record of the run from the DHT without waiting: the answers arrive on OpenDHT's thread.
+void Directory::start_read() {
+  {
+    std::lock_guard lock(mutex_);
+    if (read_in_flight_) return;
+    read_in_flight_ = true;
+    ++reads_started_;
   }
+  dht_->get(
+      dht::InfoHash::get(key_),
+      [this](const std::vector<std::shared_ptr<dht::Value>>& values) {
+        for (const auto& value : values)
+          if (value) take_in(value->data.data(), value->data.size());
+        return true;
+      },
+      [this](bool) {
+        std::lock_guard lock(mutex_);
+        read_in_flight_ = false;
+        ++reads_;
+        changed_.notify_all();
+      });
+}
+
+void Directory::take_in(const uint8_t* data, size_t size) {
+  auto opened = open(data, size, run_public_key_, static_cast<int64_t>(std::time(nullptr)));
+  if (auto* why = std::get_if<std::string>(&opened)) {
+    const std::string line = "swarm: refused a record from peer " + claimed_sender(data, size) + ": " + *why;
+    std::unique_lock lock(mutex_);
+    if (!refused_logged_.insert(line).second) return;
+    lock.unlock();
+    log_(line);
+    return;
+  }
+  auto& o = std::get<Opened>(opened);
+  auto rec = decode(o.payload, o.token.peer_public_key);
+  if (!rec) return;
   std::lock_guard lock(mutex_);
-  for (auto& [counter, rec] : fresh) {
-    auto& slot = records_[rec.key];
-    if (counter > slot.first) {
-      if (rec.key != me_.token.peer_public_key && !rec.leaving) seen_.insert(rec.key);
-      slot = {counter, std::move(rec)};
-    }
-  }
-  ++reads_;
-  changed_.notify_all();
+  auto& slot = records_[rec->key];
+  if (o.counter <= slot.first) return;
+  if (rec->key != me_.token.peer_public_key && !rec->leaving && seen_.insert(rec->key).second)
+    to_contact_.push_back(rec->address);
+  slot = {o.counter, std::move(*rec)};
 }
 
 }  // namespace cohort::swarm

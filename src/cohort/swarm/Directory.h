@@ -1,15 +1,27 @@
 // Who is in the swarm: each peer's record (address, global step, samples accumulated toward the next
-// step, samples/s) in OpenDHT, the Kademlia DHT that Hivemind's peers use too. There is no master: a
-// peer bootstraps from any live peer in swarm.initial_peers, and the records of the run live in the DHT
-// (under a key made from the run's public key), so the first peer may leave and the rest go on.
+// step, samples/s). Peers find each other in OpenDHT, the Kademlia DHT that Hivemind's peers use too, and
+// then send their records straight to the peers they know (Note [Records go to the peers directly]).
+// There is no master: a peer bootstraps from any live peer in swarm.initial_peers, and the records of the
+// run live in the DHT (under a key made from the run's public key), so the first peer may leave and the
+// rest go on.
 //
-//   swarm::Directory directory(identity, run_key, "10.0.0.2:7000", {"10.0.0.3:7000"}, options, log);
+//   swarm::Directory directory(identity, run_key, "10.0.0.2:7000", {"10.0.0.3:7000"}, options, log, &transport);
 //   directory.announce({.address = transport.address(), .step = 12, .samples = 384});
 //   for (const auto& peer : directory.peers()) ...   // live peers other than this one, newest record each
 //
 // Every record is sealed with its peer's token (swarm/Auth.h): a record from a peer without a valid,
 // unexpired token of this run is refused and named in the log. A record expires `record_ttl_s` after it
-// was written; a peer republishes its own every `announce_s`, so a dead peer drops out within the TTL.
+// was written; a peer resends its own every `announce_s`, so a dead peer drops out within the TTL.
+//
+// Note [Records go to the peers directly]
+// Progress records change at every local step. Published into the DHT that often (they were, up to ten
+// times a second), OpenDHT's refreshes of an edited value grew to 3,000-5,000 UDP packets (about 1 MB) a
+// second per peer in a swarm of four (measured), more than the averaging itself on a 100 Mbit/s link, and
+// records still lagged their peers by a second. So the DHT is for finding peers (a record put every
+// `dht_put_s`, read every `dht_read_s`), and each change of a record goes to the known peers as one
+// frame over the swarm's transport (at once when the step, readiness or leaving changes; other changes
+// at most every 50 ms; a heartbeat every announce_s). A peer first seen in the DHT learns of this one
+// from the first direct record, so every peer knows every other within a read of the DHT.
 #pragma once
 
 #include <atomic>
@@ -41,52 +53,68 @@ struct PeerRecord {
   bool ready = false;        // it wants to average for `step` now
   bool leaving = false;      // it is leaving (Ctrl-C): leave it out of groups
   double written_unix = 0;   // when the record was written (its expiry counts from here)
+  int64_t group_size = 0;    // the size of its last round's group (0: none yet)
 };
 
 struct DirectoryOptions {
-  double announce_s = 1.0;    // a peer republishes its record this often
-  double refresh_s = 0.1;     // and reads the others' this often
+  double announce_s = 1.0;    // a peer sends its record to the peers it knows at least this often
+  double dht_put_s = 2.0;     // and puts it into the DHT this often (and when it leaves)
+  double dht_read_s = 1.0;    // and reads the run's records from the DHT this often
   double record_ttl_s = 4.0;  // a record older than this is a dead peer's
 };
 
 class Directory {
  public:
+  // `transport` carries the records between known peers and must outlive the directory; without one
+  // (cohort swarm status, an observer) only the DHT is read and nothing is published.
   Directory(PeerIdentity me, PeerKey run_public_key, const std::string& listen,
             const std::vector<std::string>& initial_peers, DirectoryOptions options,
-            std::function<void(const std::string&)> log);
+            std::function<void(const std::string&)> log, Transport* transport = nullptr);
   ~Directory();
   Directory(const Directory&) = delete;
   Directory& operator=(const Directory&) = delete;
 
-  // This peer's record, published now (at most every refresh_s) and again every announce_s.
+  // This peer's record: sent to the known peers now (a change of step, readiness or leaving) or within
+  // 50 ms (other changes), and again every announce_s (Note [Records go to the peers directly]).
   void announce(PeerRecord mine);
   // The live peers other than this one, as of the last read; newest record of each.
   std::vector<PeerRecord> peers() const;
-  // Waits until the next read of the DHT completes (or `timeout_s`); returns the live peers then.
+  // Waits until a read of the DHT that starts after this call completes (or `timeout_s`); returns the
+  // live peers then.
   std::vector<PeerRecord> fresh_peers(double timeout_s);
   // Distinct peers ever seen alive (for the run's summary).
   int64_t peers_seen() const;
 
  private:
   void run();
-  void publish(const PeerRecord& record);
-  void read();
+  bool has_contact() const;
+  void send_direct(const std::vector<uint8_t>& sealed);
+  void put(const std::vector<uint8_t>& sealed);
+  void start_read();
+  // Takes in one sealed record, from the DHT or from its peer: kept when newer than the last of that peer.
+  void take_in(const uint8_t* data, size_t size);
+
+  static constexpr double kMinDirectGapS = 0.05;  // non-urgent record changes go out at most this often
 
   PeerIdentity me_;
   PeerKey run_public_key_;
   DirectoryOptions options_;
   std::function<void(const std::string&)> log_;
+  Transport* transport_;
   std::unique_ptr<dht::DhtRunner> dht_;
   std::string key_;  // the DHT key of this run's records
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   PeerRecord mine_;
-  bool mine_dirty_ = false;
+  bool mine_dirty_ = false;   // changed since it was last sent
+  bool mine_urgent_ = false;  // its step, readiness or leaving changed: send it now
+  bool read_in_flight_ = false;
+  std::vector<std::string> to_contact_;  // addresses of peers met, to make DHT contacts of
   std::map<PeerKey, std::pair<uint64_t, PeerRecord>> records_;  // newest (counter, record) per peer
   std::set<PeerKey> seen_;
   std::set<std::string> refused_logged_;  // each refusal logged once, not at every read
-  uint64_t reads_ = 0;
+  uint64_t reads_started_ = 0, reads_ = 0;  // DHT reads started and completed
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -3,6 +3,7 @@
 #include <sodium.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstring>
 
 #include "cohort/swarm/Wire.h"
@@ -40,6 +41,7 @@ void StateServer::serve(Transport& transport, int64_t step, const std::function<
     }
     // A snapshot this peer no longer holds: no answer, the asker goes to another donor.
     if (wanted >= 0 && wanted != step_) continue;
+    if (chunks_sent_ == fault_after_chunks) ::raise(SIGKILL);
     const auto begin = static_cast<size_t>(ask->topic.part) * kStateChunkBytes;
     if (begin >= state_.size()) continue;
     const size_t n = std::min(kStateChunkBytes, state_.size() - begin);
@@ -47,6 +49,7 @@ void StateServer::serve(Transport& transport, int64_t step, const std::function<
     w.u64(state_.size()).raw(digest_.data(), digest_.size()).raw(state_.data() + begin, n);
     transport.send(ask->sender, address, {MessageKind::kStateChunk, static_cast<uint64_t>(step_), ask->topic.part},
                    w.take());
+    ++chunks_sent_;
   }
 }
 
@@ -61,7 +64,8 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
     w.str(transport.address()).i64(wanted);
     return w.take();
   };
-  // Newcomers start at different donors (by their own key), so they do not all load the same one.
+  // Newcomers start at different donors (by their own key), so they do not all load the same one. Every
+  // chunk comes from the same donor: two donors' states differ (batch-norm statistics are each peer's own).
   size_t next = transport.key()[0] % donors.size();
   std::optional<std::array<uint8_t, 32>> digest;
   uint64_t total = 0;
@@ -98,6 +102,15 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
     if (!why.empty()) {
       log("swarm: state donor " + peer_name(donor.key) + " dropped for chunk " + std::to_string(chunk) + ": " + why);
       dead[next] = true;
+      // Another donor holds another snapshot (its own step, its own batch-norm statistics): the download
+      // starts over from it rather than mixing two states.
+      if (chunk > 0 && (!m || why == "a state with another digest")) {
+        digest.reset();
+        out.bytes.clear();
+        out.donors.clear();
+        chunk = 0;
+        chunks = 1;
+      }
       continue;
     }
     if (!digest) {
@@ -120,7 +133,6 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
     const auto name = peer_name(donor.key);
     if (out.donors.empty() || out.donors.back() != name) out.donors.push_back(name);
     ++chunk;
-    next = (next + 1) % donors.size();  // spread the chunks over the donors
   }
   if (state_digest(out.bytes) != *digest) {
     log("swarm: the downloaded state of step " + std::to_string(out.step) + " does not match its digest");

@@ -31,7 +31,12 @@ class StateServer {
   // or for a download already under way, with the snapshot it started from while this peer holds it.
   void serve(Transport& transport, int64_t step, const std::function<std::string()>& make_state);
 
+  // Fault injection (train/FaultInjection.h lists every fault): asked for a chunk after sending this
+  // many, the peer kills itself (SIGKILL) instead of answering: a donor dying mid-transfer. -1: never.
+  int64_t fault_after_chunks = -1;
+
  private:
+  int64_t chunks_sent_ = 0;
   int64_t step_ = -1;
   std::string state_;
   std::array<uint8_t, 32> digest_{};

@@ -86,6 +86,7 @@ void Transport::send(const PeerKey& to, const std::string& address, Topic topic,
   w.u8(static_cast<uint8_t>(topic.kind)).u64(topic.round).i64(topic.part).raw(body.data(), body.size());
   auto frame = seal(me_, to, next_counter(), w.out());
   std::lock_guard lock(mutex_);
+  if (topic.kind == MessageKind::kRecord) stats_.record_bytes_sent += static_cast<int64_t>(frame.size());
   outbox_.push_back({address, std::move(frame)});
   sockets_->wake_out.send(zmq::message_t(), zmq::send_flags::dontwait);
 }
@@ -120,6 +121,14 @@ std::optional<Message> Transport::receive_any(MessageKind kind, Clock::time_poin
     return false;
   });
   return found;
+}
+
+void Transport::on_arrival(MessageKind kind, std::function<void(const Message&)> handler) {
+  std::lock_guard lock(handlers_mutex_);
+  if (handler)
+    handlers_[kind] = std::move(handler);
+  else
+    handlers_.erase(kind);
 }
 
 void Transport::forget_before(uint64_t round) {
@@ -221,16 +230,26 @@ void Transport::deliver(const uint8_t* data, size_t size) {
   {
     std::lock_guard lock(mutex_);
     stats_.bytes_received += static_cast<int64_t>(size);
-    if (!refused.empty()) {
-      ++stats_.frames_refused;
-    } else if (!stopping_) {
-      inbox_.emplace(m.topic, std::move(m));
+    if (!refused.empty()) ++stats_.frames_refused;
+  }
+  if (!refused.empty()) {
+    log_("swarm: refused a frame: " + refused);
+    return;
+  }
+  {
+    // Called under handlers_mutex_, so that on_arrival(kind, nullptr) returns only after the last call.
+    std::lock_guard lock(handlers_mutex_);
+    if (auto it = handlers_.find(m.topic.kind); it != handlers_.end()) {
+      it->second(m);
+      return;
     }
   }
-  if (!refused.empty())
-    log_("swarm: refused a frame: " + refused);
-  else
-    arrived_.notify_all();
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    inbox_.emplace(m.topic, std::move(m));
+  }
+  arrived_.notify_all();
 }
 
 }  // namespace cohort::swarm

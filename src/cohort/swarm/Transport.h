@@ -40,7 +40,8 @@ enum class MessageKind : uint8_t {
   kResult = 3,     // a reduced part, back from the member that reduced it
   kReady = 4,      // a peer is ready for a round (faster than its DHT record; its address in the body)
   kStateAsk = 5,   // a newcomer asks a live peer for a chunk of its state (swarm/StateTransfer.h)
-  kStateChunk = 6  // the answer; `round` is the step of the state
+  kStateChunk = 6,  // the answer; `round` is the step of the state
+  kRecord = 7       // a peer's sealed directory record, sent straight to the peers it knows (swarm/Directory.h)
 };
 
 // What a message is about: its kind, the round (the swarm's global step) and the part.
@@ -59,6 +60,7 @@ struct Message {
 
 struct TransportStats {
   int64_t bytes_sent = 0, bytes_received = 0;
+  int64_t record_bytes_sent = 0;  // of bytes_sent, the directory's records (kRecord), not averaging or state
   int64_t frames_dropped = 0;  // not sent: the peer's queue was full (dead, frozen or unreachable)
   int64_t frames_refused = 0;  // received and refused: a bad token, signature, replay or address
 };
@@ -86,6 +88,10 @@ class Transport {
   // The first message of `kind`, whatever its round and part (from `from`, when given), by `deadline`.
   std::optional<Message> receive_any(MessageKind kind, Clock::time_point deadline,
                                      const std::optional<PeerKey>& from = {});
+  // Messages of `kind` go to `handler`, called on the I/O thread as each arrives, instead of the inbox: for
+  // records, which the directory takes in at once and nobody waits for. Set it before they can arrive;
+  // `nullptr` removes it and returns after its last call ended (its owner may then go).
+  void on_arrival(MessageKind kind, std::function<void(const Message&)> handler);
   // Messages of averaging rounds before `round` are no longer wanted (late arrivals of finished rounds).
   void forget_before(uint64_t round);
   TransportStats stats() const;
@@ -111,6 +117,8 @@ class Transport {
   mutable std::mutex mutex_;
   std::condition_variable arrived_;
   std::multimap<Topic, Message> inbox_;
+  std::mutex handlers_mutex_;  // held while a handler runs
+  std::map<MessageKind, std::function<void(const Message&)>> handlers_;
   std::deque<Outgoing> outbox_;
   TransportStats stats_;
   bool stopping_ = false;

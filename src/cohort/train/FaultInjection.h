@@ -7,6 +7,10 @@
 //   COHORT_FAULT_SWARM_ROUND=N     a swarm peer sends its contributions to round N (the step N+1), then
 //   COHORT_FAULT_SWARM_SIGNAL      raises SIGKILL (KILL, the default) or SIGSTOP (STOP) on itself: a peer
 //                                  that dies or freezes mid-round (read by parallel/swarm/SwarmPeer.cpp)
+//   COHORT_FAULT_SWARM_DONOR_CHUNKS=N  a swarm peer asked for a chunk of its state after sending N kills
+//                                  itself: a donor dying mid-transfer (read by SwarmPeer.cpp too)
+//   COHORT_FAULT_SWARM_FIRST_DONOR=HOST:PORT  a newcomer asks this donor first (so a test knows which
+//                                  donor it starts with)
 //
 //   const auto faults = cohort::train::FaultPlan::from_env();
 //   faults.after_backward(*model, rank, step + 1);

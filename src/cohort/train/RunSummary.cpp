@@ -6,6 +6,7 @@
 
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Memory.h"
+#include "cohort/util/StopSignal.h"
 
 namespace cohort::train {
 
@@ -101,6 +102,7 @@ nlohmann::json summary_json(const RunFacts& f, const Gathered& g, const nlohmann
   s["auto"] = to_json(f.chosen);
   s["channels_last"] = f.channels_last;
   s["time_breakdown"] = time_breakdown;
+  s["stopped_by"] = f.stop_signal != 0 ? nlohmann::json(util::signal_name(f.stop_signal)) : nlohmann::json();
   for (const auto& [name, value] : f.strategy.figures()) s[name] = value;  // the swarm's own figures
   return s;
 }
@@ -119,8 +121,9 @@ void write_run_summary(const RunFacts& f, const PhaseClock& clock, log::Resource
               {"time", std::time(nullptr)}});
   const auto summary = summary_json(f, g, resources, time_breakdown, monitor);
   util::write_file_atomic(f.run_dir / "summary.json", summary.dump(2) + "\n");
-  std::cout << "cohort: done: " << f.steps << " steps in " << std::fixed << std::setprecision(1) << f.train_seconds
-            << " s, " << std::setprecision(0) << summary["images_per_second"].get<double>() << " img/s, test top1 "
+  std::cout << "cohort: " << (f.stop_signal != 0 ? "stopped by " + util::signal_name(f.stop_signal) : "done") << ": "
+            << f.steps << " steps in " << std::fixed << std::setprecision(1) << f.train_seconds << " s, "
+            << std::setprecision(0) << summary["images_per_second"].get<double>() << " img/s, test top1 "
             << percent(f.test_accuracy) << " (best " << percent(f.best) << "); time: " << clock.line() << "; "
             << (f.run_dir / "summary.json").string() << std::defaultfloat << std::endl;
   if (g.bad_files > 0)

@@ -40,6 +40,7 @@ struct RunFacts {
   double train_seconds = 0, test_accuracy = -1, best = -1;
   StateBytes state_bytes;
   int64_t bad_files = 0;  // this rank's skipped files, training and test
+  int stop_signal = 0;    // the run left early on this signal (Note [Leaving a swarm]); 0: it ran to its end
 };
 
 void write_run_summary(const RunFacts& facts, const PhaseClock& clock, log::ResourceMonitor& monitor, RunLog& log);

@@ -4,10 +4,8 @@
 
 #include <chrono>
 #include <fstream>
-#include <iomanip>
 #include <iostream>
 #include <sstream>
-#include <thread>
 
 #include <torch/torch.h>
 
@@ -41,6 +39,7 @@
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/Memory.h"
+#include "cohort/util/StopSignal.h"
 
 namespace cohort::train {
 namespace fs = std::filesystem;
@@ -53,6 +52,14 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 StateBytes max_bytes(StateBytes a, StateBytes b) {
   return StateBytes{std::max(a.params, b.params), std::max(a.grads, b.grads), std::max(a.optimizer, b.optimizer)};
 }
+
+// Note [Leaving a swarm]
+// A swarm peer (swarm, diloco) that gets Ctrl-C or SIGTERM leaves between steps: the round it is in
+// ends normally (the others do not wait for it), its record says it is leaving (swarm/Directory.h), and
+// it saves `last` and writes its summary at once, without the final evaluation. The launcher gives it
+// torchrun's 30 s before SIGKILL; a second Ctrl-C kills it at once. Other strategies keep the signals'
+// defaults: a worker of a fixed group cannot leave alone, and the launcher stops them all.
+bool leaves_on_signal(const TrainConfig& cfg) { return cfg.dist.strategy == "swarm" || cfg.dist.strategy == "diloco"; }
 
 // One worker's training after setup: the epoch and step loop, evaluation with the best checkpoint, and
 // the periodic saves. run_worker below reads as the whole job; this holds the state its steps share.
@@ -78,7 +85,8 @@ class TrainingRun {
         log_(cfg, run_dir, info.world_size, lead_, progress_.mode() == Progress::Mode::kPlain),
         checkpoints_(cfg, run_dir, world, {*job.model, *job.strategy, *job.precision, job.lookahead.get()},
                      config_json_.dump()),
-        faults_(FaultPlan::from_env()) {
+        faults_(FaultPlan::from_env()),
+        leaves_on_signal_(leaves_on_signal(cfg)) {
     if (resume.active()) {
       checkpoints_.restore(resume.checkpoint);
       step_ = resume.checkpoint.state.step;
@@ -95,7 +103,9 @@ class TrainingRun {
     log_.started(config_json_, first_line(resume.active()));
   }
 
-  bool more(int64_t epoch) const { return epoch < cfg_.train.epochs && step_ < plan_.stop_step; }
+  bool more(int64_t epoch) const { return epoch < cfg_.train.epochs && step_ < plan_.stop_step && !stopped(); }
+  // Ctrl-C or SIGTERM ended the run early (Note [Leaving a swarm]).
+  bool stopped() const { return stop_signal_ != 0; }
   int64_t first_epoch() const { return step_ / plan_.steps_per_epoch; }
   // The epoch ran to its end, not to train.max_steps.
   bool epoch_complete() const { return step_ % plan_.steps_per_epoch == 0; }
@@ -120,6 +130,7 @@ class TrainingRun {
   bool optimizer_step(double step_loss);
   void after_step(int64_t epoch, int64_t step_in_epoch, double step_loss);
   void save(const std::string& tag, int64_t epoch_of_next);
+  bool stop_requested();
 
   const TrainConfig& cfg_;
   const WorldInfo& info_;
@@ -141,6 +152,8 @@ class TrainingRun {
   RunLog log_;
   Checkpointer checkpoints_;
   FaultPlan faults_;
+  bool leaves_on_signal_;
+  int stop_signal_ = 0;
   PhaseClock clock_;  // where the time goes, phase by phase (train/PhaseClock.h)
   MetricWindow window_;
   bool save_due_ = false;
@@ -191,9 +204,35 @@ void TrainingRun::train_epoch(int64_t epoch) {
     pending_loss_ = 0;
     pending_batches_ = 0;
     ++s;
+    // eval.every_steps: within the epoch (its end and the run's end are evaluated by run_worker).
+    if (cfg_.eval.every_steps > 0 && step_ % cfg_.eval.every_steps == 0 && s < plan_.steps_per_epoch &&
+        step_ < plan_.stop_step)
+      evaluate(epoch);
+    if (stop_requested()) break;
+    // A swarm peer that fell behind the others (frozen, slow, or its rounds failed) takes their state.
+    if (const auto caught_up = job_.strategy->catch_up(step_)) {
+      s += *caught_up - step_;
+      step_ = *caught_up;
+    }
   }
   progress_.end_epoch();
   log_.epoch_ended(epoch, step_, seconds_since(epoch_start));
+}
+
+// Whether to leave now. The peer's first worker decides for all its workers, so they stop at the same step.
+bool TrainingRun::stop_requested() {
+  if (!leaves_on_signal_) return false;
+  int sig = util::stop_signal();
+  if (world_.comm->size() > 1) {
+    auto flag = at::full({1}, static_cast<double>(sig), at::kDouble);
+    world_.comm->broadcast(flag, 0, "a stop request")->wait();
+    sig = static_cast<int>(flag.item<double>());
+  }
+  stop_signal_ = sig;
+  if (sig != 0 && lead_)
+    std::cerr << "cohort: " << util::signal_name(sig) << ": leaving after step " << step_ << "; saving "
+              << (run_dir_ / "last").string() << " (Ctrl-C again to stop at once, unsaved)" << std::endl;
+  return sig != 0;
 }
 
 // Forward and backward of each micro-batch; the gradients synchronize on the last one. Returns the step's
@@ -356,7 +395,8 @@ TrainResult TrainingRun::finish() {
                        test_accuracy_,
                        best_,
                        state_bytes_,
-                       job_.data.train->bad_files() + job_.data.test->bad_files()};
+                       job_.data.train->bad_files() + job_.data.test->bad_files(),
+                       stop_signal_};
   write_run_summary(facts, clock_, monitor_, log_);
   TrainResult result;
   result.run_dir = run_dir_;
@@ -371,13 +411,6 @@ TrainResult TrainingRun::finish() {
 
 }  // namespace
 
-int worker_threads(const TrainConfig& cfg, const WorldInfo& info) {
-  if (cfg.train.threads > 0) return static_cast<int>(cfg.train.threads);
-  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && std::atoi(omp) > 0) return std::atoi(omp);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / std::max(1, info.local_world_size));
-}
-
 // The whole job of one worker, top to bottom: setup, resume, the epochs, evaluation, saves, the summary.
 TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   if (cfg.train.retain_memory) util::retain_freed_memory();
@@ -386,17 +419,19 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   check_same_config(config::to_json(cfg), world);
   const fs::path run_dir = agree_run_dir(cfg, world);
   Job job = set_up_job(cfg, info, world, resume);
+  if (leaves_on_signal(cfg)) util::catch_stop_signals();
   TrainingRun run(cfg, info, world, job, run_dir, resume);
 
   job.model->train();
   for (int64_t epoch = run.first_epoch(); run.more(epoch); ++epoch) {
     run.train_epoch(epoch);
-    if (!run.epoch_complete()) continue;
+    if (run.stopped() || !run.epoch_complete()) continue;
     run.evaluate(epoch);
     if (cfg.ckpt.every_steps == 0 || run.save_due()) run.save_last();
   }
-  // A run stopped by train.max_steps still reports a test accuracy and leaves a resumable checkpoint.
-  if (!run.evaluated_last_step()) run.evaluate(run.final_epoch());
+  // A run stopped by train.max_steps still reports a test accuracy and leaves a resumable checkpoint; one
+  // stopped by a signal saves at once (Note [Leaving a swarm]).
+  if (!run.evaluated_last_step() && !run.stopped()) run.evaluate(run.final_epoch());
   run.save_last();
   const TrainResult result = run.finish();
 
@@ -409,40 +444,6 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     util::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
   }
   return result;
-}
-
-EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const fs::path& checkpoint,
-                           const fs::path& out) {
-  World world = join_world(cfg, info);
-  const c10::Device device = training_device(cfg.train.device, info.local_rank);
-  TrainConfig resolved = cfg;  // evaluation computes in fp32; only the layout is chosen (Note [What auto picks])
-  resolve_auto(resolved, probe_hardware(device));
-  const EvalPlacement placement{device, channels_last(resolved), nullptr};
-  auto data = data::open_datasets(cfg, info.rank, info.local_world_size, /*need_train=*/false, placement.device);
-  auto model = models::build(cfg.model, data.test->channels(), data.test->image_size());
-  const auto weights = checkpoint::load_model_weights(checkpoint);
-  checkpoint::load_weights(*model, weights.tensors, weights.source);
-  data::DistributedSampler sampler(data.test->size(), info.world_size, info.rank, false, cfg.train.seed, false);
-  model->to(placement.device);
-  if (placement.channels_last) to_channels_last(*model);
-  const auto r = evaluate(*model, *data.test, sampler, cfg.eval.batch_size, prefetch_batches(cfg), cfg.eval.tta,
-                          *world.comm, placement);
-  EvalResult e{r.loss(), r.top1(), r.top5(), static_cast<int64_t>(r.count)};
-  if (info.rank == 0) {
-    const nlohmann::json j = {{"checkpoint", fs::absolute(checkpoint).string()},
-                              {"model", cfg.model.name},
-                              {"dataset", cfg.data.name},
-                              {"images", e.images},
-                              {"loss", e.loss},
-                              {"top1", e.top1},
-                              {"top5", e.top5},
-                              {"world_size", info.world_size}};
-    std::cout << "cohort: eval " << checkpoint.string() << " on " << e.images << " images: top1 " << percent(e.top1)
-              << " top5 " << percent(e.top5) << " loss " << std::setprecision(4) << e.loss << std::endl;
-    if (!out.empty()) util::write_file_atomic(out, j.dump(2) + "\n");
-  }
-  world.comm->barrier("end of evaluation")->wait();
-  return e;
 }
 
 }  // namespace cohort::train

@@ -129,7 +129,7 @@ struct Peer {
                   "127.0.0." + std::to_string(host) + ":" + std::to_string(base_port() + host), logs.sink()),
         directory(identity, run.public_key, transport.address(),
                   bootstrap.empty() ? std::vector<std::string>{} : std::vector<std::string>{bootstrap}, d,
-                  logs.sink()) {}
+                  logs.sink(), &transport) {}
   PeerIdentity identity;
   Transport transport;
   Directory directory;
@@ -185,9 +185,38 @@ TEST(SwarmDirectory, PeersFindEachOtherAndRecordsOfAnotherRunAreRefused) {
     EXPECT_EQ(p.step, 5);
     EXPECT_TRUE(p.key == a.transport.key() || p.key == b.transport.key());
   }
-  const std::string refusal = "refused a DHT record from peer " + peer_name(stranger.token.peer_public_key);
+  const std::string refusal = "refused a record from peer " + peer_name(stranger.token.peer_public_key);
   while (Clock::now() < deadline + 5s && !logs.contains(refusal)) std::this_thread::sleep_for(50ms);
   EXPECT_TRUE(logs.contains(refusal));
+}
+
+// Note [Records go to the peers directly]: once peers know each other, a change of a record reaches them
+// without the DHT. Here the DHT holds only the first records (the next put is 100 s away), so a peer
+// that sees the second step got it directly.
+TEST(SwarmDirectory, ARecordChangeGoesToTheKnownPeersDirectly) {
+  Logs logs;
+  const auto run = generate_run_key();
+  DirectoryOptions d;
+  d.dht_put_s = 100;
+  d.dht_read_s = 0.2;
+  Peer a(run, 15, "", logs, d), b(run, 16, a.transport.address(), logs, d);
+  for (auto* p : {&a, &b}) p->directory.announce({{}, p->transport.address(), 5, 10, 1.0, false, false, 0});
+  const auto deadline = Clock::now() + 10s;
+  const auto sees = [&](Peer& p, int64_t step) {
+    const auto peers = p.directory.peers();
+    return peers.size() == 1 && peers[0].step == step;
+  };
+  while (Clock::now() < deadline && !(sees(a, 5) && sees(b, 5))) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(sees(a, 5) && sees(b, 5));
+  a.directory.announce({{}, a.transport.address(), 6, 0, 1.0, true, false, 0});
+  while (Clock::now() < deadline && !sees(b, 6)) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(sees(b, 6));
+  EXPECT_TRUE(b.directory.peers()[0].ready);
+  EXPECT_GT(a.transport.stats().record_bytes_sent, 0);
+  // A peer that leaves is out of the others' view at once, not when its record expires.
+  a.directory.announce({{}, a.transport.address(), 6, 0, 1.0, false, true, 0});
+  while (Clock::now() < deadline && !b.directory.peers().empty()) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(b.directory.peers().empty());
 }
 
 // Every member contributes (rank + 1) everywhere with weight (rank + 1): the weighted mean of 1, 2, 3

@@ -1,6 +1,7 @@
 #include "cohort/parallel/swarm/DilocoStrategy.h"
 
 #include "cohort/parallel/Params.h"
+#include "cohort/parallel/swarm/PeerState.h"
 #include "cohort/parallel/swarm/SwarmPeer.h"
 #include "cohort/swarm/Codec.h"
 
@@ -16,6 +17,7 @@ class DilocoStrategy : public Strategy {
  public:
   DilocoStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm)
       : comm_(comm),
+        model_(model),
         trainable_(trainable_parameters(*model, "diloco")),
         inner_steps_(cfg.diloco.inner_steps),
         outer_lr_(cfg.diloco.outer_lr),
@@ -48,9 +50,32 @@ class DilocoStrategy : public Strategy {
   }
 
   StepResult step(double lr, const StepOptions& options) override {
+    // At an outer step's boundary the weights are the outer weights: what a newcomer needs.
+    if (peer_ && options.step % inner_steps_ == 0)
+      peer_->serve_state(options.step / inner_steps_, [this] { return serialize_state(); });
     auto r = inner_->step(lr, options);
     if ((options.step + 1) % inner_steps_ == 0) outer_step((options.step + 1) / inner_steps_ - 1);
     return r;
+  }
+
+  // A newcomer, or a peer two outer rounds behind, takes a live peer's weights, inner optimizer state and
+  // outer momentum at an outer step's boundary (Note [A newcomer catches up] in SwarmStrategy.cpp); the
+  // swarm's records count outer rounds. Its int8 residual starts from zero: it is this peer's own.
+  std::optional<int64_t> catch_up(int64_t step) override {
+    if (step % inner_steps_ != 0) return std::nullopt;
+    std::string bytes;
+    int64_t round = -1;
+    if (peer_)
+      if (auto got = peer_->catch_up(step / inner_steps_)) bytes = std::move(got->bytes), round = got->step;
+    swarm::share_with_local_workers(*comm_, bytes, round);
+    if (round < 0) return std::nullopt;
+    const auto state = swarm::unpack_peer_state(bytes);
+    swarm::load_model_state(*model_, state);
+    inner_->load_state(state.optimizer, {});
+    build_outer_from_weights();
+    for (const auto& [name, t] : state.extra)
+      if (name == kOuterMomentum) momentum_ = t.to(at::kFloat).clone();
+    return round * inner_steps_;
   }
 
   StrategyState save_state() override {
@@ -90,6 +115,10 @@ class DilocoStrategy : public Strategy {
     residual_ = at::zeros_like(outer_);
   }
 
+  std::string serialize_state() {
+    return swarm::pack_peer_state(*model_, inner_->save_state().optimizer, {{kOuterMomentum, momentum_}});
+  }
+
   at::Tensor flat_weights() const {
     std::vector<at::Tensor> flat;
     for (const auto& p : trainable_.params) flat.push_back(p.detach().reshape(-1).to(at::kFloat));
@@ -123,6 +152,7 @@ class DilocoStrategy : public Strategy {
   }
 
   CommunicatorPtr comm_;
+  std::shared_ptr<torch::nn::Module> model_;
   Trainable trainable_;
   int64_t inner_steps_;
   double outer_lr_, outer_momentum_;

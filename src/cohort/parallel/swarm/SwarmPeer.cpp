@@ -1,5 +1,6 @@
 #include "cohort/parallel/swarm/SwarmPeer.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
@@ -10,6 +11,7 @@
 #include "cohort/swarm/Directory.h"
 #include "cohort/swarm/Transport.h"
 #include "cohort/util/Error.h"
+#include "cohort/util/StopSignal.h"
 
 namespace cohort::swarm {
 
@@ -67,13 +69,19 @@ SwarmPeer::SwarmPeer(const TrainConfig& cfg) : cfg_(cfg.swarm), identity_(identi
   transport_ = std::make_unique<Transport>(identity_, run_key, cfg_.listen, say);
   DirectoryOptions d;
   d.announce_s = cfg_.announce_s;
+  d.dht_put_s = 2 * cfg_.announce_s;
   d.record_ttl_s = cfg_.peer_ttl_s;
   directory_ =
-      std::make_unique<Directory>(identity_, run_key, transport_->address(), split_peers(cfg_.initial_peers), d, say);
+      std::make_unique<Directory>(identity_, run_key, transport_->address(), split_peers(cfg_.initial_peers), d, say,
+                                          transport_.get());
   AveragingOptions a;
   a.matchmaking_s = cfg_.matchmaking_s;
   a.averaging_timeout_s = cfg_.averaging_timeout_s;
   a.min_group_size = cfg_.min_group_size;
+  a.leaving = [] { return util::stop_signal() != 0; };
+  a.while_waiting = [this] {
+    if (make_state_) state_server_.serve(*transport_, serving_step_, make_state_);
+  };
   if (cfg.dist.strategy == "diloco") a.codec = codec_from_name(cfg.diloco.compress, "diloco.compress");
   // See train/FaultInjection.h: COHORT_FAULT_SWARM_ROUND=N, COHORT_FAULT_SWARM_SIGNAL=KILL or STOP.
   if (const char* round = std::getenv("COHORT_FAULT_SWARM_ROUND")) {
@@ -82,6 +90,8 @@ SwarmPeer::SwarmPeer(const TrainConfig& cfg) : cfg_(cfg.swarm), identity_(identi
     a.fault_signal = sig && std::string(sig) == "STOP" ? SIGSTOP : SIGKILL;
   }
   averager_ = std::make_unique<Averager>(*transport_, *directory_, a);
+  if (const char* chunks = std::getenv("COHORT_FAULT_SWARM_DONOR_CHUNKS"))
+    state_server_.fault_after_chunks = std::atoll(chunks);
   log("swarm: peer " + peer_name(identity_.token.peer_public_key) + " listening on " + transport_->address() +
       (cfg_.initial_peers.empty() ? ", the first peer" : ", joining through " + cfg_.initial_peers) +
       (cfg_.insecure ? " (swarm.insecure: no authentication)" : ""));
@@ -91,11 +101,16 @@ SwarmPeer::SwarmPeer(const TrainConfig& cfg) : cfg_(cfg.swarm), identity_(identi
 
 void SwarmPeer::wait_for_peers(int64_t count, double timeout_s) {
   if (count <= 1) return;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(timeout_s);
   size_t seen = 0;
   while (std::chrono::steady_clock::now() < deadline) {
     seen = directory_->fresh_peers(0.5).size();
-    if (static_cast<int64_t>(seen) + 1 >= count) return;
+    if (static_cast<int64_t>(seen) + 1 >= count) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      log("swarm: " + std::to_string(seen + 1) + " peers in the swarm after " + std::to_string(s) + " s");
+      return;
+    }
   }
   throw CommError(
       "swarm: " + std::to_string(seen + 1) + " of the " + std::to_string(count) +
@@ -118,14 +133,14 @@ void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << 
 bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
   if (elapsed > 0) samples_per_s_ = samples / elapsed;
-  directory_->announce({{}, transport_->address(), step, samples, samples_per_s_, false, false, 0});
+  directory_->announce({{}, transport_->address(), step, samples, samples_per_s_, false, false, 0, last_group_size_});
   int64_t total = samples;
   for (const auto& p : directory_->peers()) {
     if (p.step == step) total += p.samples;
     if (p.step > step && behind_logged_ != step) {
       behind_logged_ = step;
       log("swarm: peer " + peer_name(p.key) + " is at step " + std::to_string(p.step) + ", this peer at " +
-          std::to_string(step) + ": it trains on with its own weights (state download from peers is not built yet)");
+          std::to_string(step) + (p.step > step + 1 ? ": downloading the state after this step" : ""));
     }
   }
   return total >= target;
@@ -136,36 +151,73 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   PeerRecord mine;
   mine.samples = samples;
   mine.samples_per_s = samples_per_s_;
+  mine.group_size = last_group_size_;
   auto out = averager_->average(static_cast<uint64_t>(step), flat, static_cast<double>(samples), mine);
   const auto after = transport_->stats();
-  wire_bytes = after.bytes_sent - before.bytes_sent;
+  // The averaging's bytes: the records sent meanwhile are the directory's (swarm_bytes_sent counts both).
+  wire_bytes = (after.bytes_sent - after.record_bytes_sent) - (before.bytes_sent - before.record_bytes_sent);
   ++rounds_;
   last_group_size_ = static_cast<int64_t>(out.group.size());
   group_size_sum_ += last_group_size_;
   last_round_s_ = out.matchmaking_s + out.averaging_s;
+  last_averaging_s_ = out.averaging_s;
   if (!out.problem.empty()) {
     ++failed_rounds_;
     log("swarm: step " + std::to_string(step + 1) + ": " + out.problem);
   }
+  // Note [A peer that fell out of a round resynchronizes]
+  // Records lag the peers by up to a second, so a leader can close a group while a peer on the same step
+  // is not yet seen as waiting; that peer then takes a local step and its weights leave the others' for
+  // good (averaging gradients never brings them back). Hivemind averages parameters now and then for
+  // this; a cohort peer that averaged alone while others live downloads, at its next step (catch_up),
+  // the state of a peer on its step or ahead whose last group was larger (its record says so: when every
+  // peer was alone, nobody copies anybody). Peers serve their state while they wait in matchmaking too,
+  // so that the peer that fell out finds a donor at once. Parts lost to a peer that died mid-round still
+  // leave the survivors slightly apart (Hivemind's average_state_every is not built).
+  out_of_step_ = out.group.size() <= 1 && !directory_->peers().empty();
   since_ = std::chrono::steady_clock::now();
-  directory_->announce({{}, transport_->address(), step + 1, 0, samples_per_s_, false, false, 0});
+  // A peer told to stop leaves after this step (Note [Leaving a swarm]): the others stop counting on it now.
+  const bool leaving = util::stop_signal() != 0;
+  directory_->announce({{}, transport_->address(), step + 1, 0, samples_per_s_, false, leaving, 0, last_group_size_});
+  if (leaving) log("swarm: leaving after step " + std::to_string(step + 1) + "; the others go on without this peer");
   return out.averaged;
 }
 
 void SwarmPeer::serve_state(int64_t step, const std::function<std::string()>& make_state) {
+  serving_step_ = step;
+  make_state_ = make_state;
   state_server_.serve(*transport_, step, make_state);
 }
 
 std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
-  const auto peers = directory_->fresh_peers(2 * cfg_.announce_s);
+  const bool starting = !started_;
+  started_ = true;
+  const auto peers = starting ? directory_->fresh_peers(2 * cfg_.announce_s) : directory_->peers();
   int64_t ahead = step;
   for (const auto& p : peers) ahead = std::max(ahead, p.step);
-  if (ahead <= step) return std::nullopt;
+  // At start: anyone ahead. Between steps: two steps ahead, or, after a round without this peer, a
+  // peer on this step or ahead (Note [A peer that fell out of a round resynchronizes]).
+  const bool resync = out_of_step_ && !peers.empty();
+  out_of_step_ = false;
+  if (!resync && ahead <= step + (starting ? 0 : 1)) return std::nullopt;
+  // Donors: the peers ahead (a step behind the leaders too, so a second donor is there when the first
+  // dies: a download that loses its donor starts over from the next one), the leaders first.
   std::vector<PeerRecord> donors;
   for (const auto& p : peers)
-    if (p.step == ahead) donors.push_back(p);
+    if (p.step >= std::max(ahead - 1, step + (resync ? 0 : 1)) && (!resync || p.group_size > last_group_size_))
+      donors.push_back(p);
+  std::stable_sort(donors.begin(), donors.end(),
+                   [](const PeerRecord& a, const PeerRecord& b) { return a.step > b.step; });
+  if (donors.empty()) return std::nullopt;
+  // See train/FaultInjection.h: COHORT_FAULT_SWARM_FIRST_DONOR=HOST:PORT is the donor asked first.
+  if (const char* first = std::getenv("COHORT_FAULT_SWARM_FIRST_DONOR")) {
+    const size_t at = transport_->key()[0] % donors.size();
+    for (auto& d : donors)
+      if (d.address == first) std::swap(d, donors[at]);
+  }
   log("swarm: the swarm is at step " + std::to_string(ahead) + ", this peer at " + std::to_string(step) +
-      ": downloading the state from " + std::to_string(donors.size()) + " peer(s)");
+      (resync ? " and out of step with it" : "") + ": downloading the state from " + std::to_string(donors.size()) +
+      " peer(s)");
   auto got = download_state(*transport_, donors, std::min(5.0, cfg_.averaging_timeout_s),
                             [this](const std::string& line) { log(line); });
   if (got) {
@@ -184,6 +236,7 @@ std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
           {"swarm_group_size", static_cast<double>(last_group_size_)},
           {"swarm_mean_group_size", rounds_ > 0 ? static_cast<double>(group_size_sum_) / rounds_ : 0.0},
           {"swarm_round_seconds", last_round_s_},
+          {"swarm_averaging_seconds", last_averaging_s_},
           {"swarm_bytes_sent", static_cast<double>(s.bytes_sent)},
           {"swarm_bytes_received", static_cast<double>(s.bytes_received)},
           {"swarm_frames_refused", static_cast<double>(s.frames_refused)},

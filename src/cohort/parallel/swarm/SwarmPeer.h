@@ -51,7 +51,9 @@ class SwarmPeer {
   // Answers the state requests that have arrived with this peer's state at `step` (between steps).
   void serve_state(int64_t step, const std::function<std::string()>& make_state);
   // When live peers are ahead of `step`: their state, downloaded and verified (nullopt: nobody is ahead,
-  // or no donor delivered; logged).
+  // or no donor delivered; logged). The first call (at start) reads the DHT afresh; later ones (between
+  // steps) use the last read and act only on peers two or more steps ahead (one ahead is a peer that
+  // finished the same round first).
   std::optional<DownloadedState> catch_up(int64_t step);
 
  private:
@@ -65,8 +67,12 @@ class SwarmPeer {
   std::unique_ptr<Directory> directory_;
   std::unique_ptr<Averager> averager_;
   int64_t rounds_ = 0, failed_rounds_ = 0, group_size_sum_ = 0, last_group_size_ = 1;
-  double last_round_s_ = 0, samples_per_s_ = 0;
+  double last_round_s_ = 0, last_averaging_s_ = 0, samples_per_s_ = 0;
   int64_t behind_logged_ = -1;
+  bool out_of_step_ = false;  // the last round went on without this peer (Note [A peer that fell out...])
+  int64_t serving_step_ = -1;
+  std::function<std::string()> make_state_;
+  bool started_ = false;  // catch_up was called once
   StateServer state_server_;
   std::chrono::steady_clock::time_point since_{std::chrono::steady_clock::now()};
 };

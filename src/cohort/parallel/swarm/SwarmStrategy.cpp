@@ -1,13 +1,10 @@
 #include "cohort/parallel/swarm/SwarmStrategy.h"
 
 #include <chrono>
-#include <cstring>
 #include <iostream>
-#include <map>
-
-#include "cohort/checkpoint/Safetensors.h"
 
 #include "cohort/parallel/Params.h"
+#include "cohort/parallel/swarm/PeerState.h"
 #include "cohort/parallel/swarm/SwarmPeer.h"
 #include "cohort/util/Error.h"
 
@@ -84,52 +81,17 @@ class SwarmStrategy : public Strategy {
     int64_t to_step = -1;
     if (peer_)
       if (auto got = peer_->catch_up(step)) bytes = std::move(got->bytes), to_step = got->step;
-    if (comm_->size() > 1) {
-      auto head = at::tensor({to_step, static_cast<int64_t>(bytes.size())}, at::kLong);
-      comm_->broadcast(head, 0, "swarm: caught-up state size")->wait();
-      to_step = head[0].item<int64_t>();
-      auto body = at::empty({head[1].item<int64_t>()}, at::kByte);
-      if (comm_->rank() == 0) std::memcpy(body.data_ptr(), bytes.data(), bytes.size());
-      comm_->broadcast(body, 0, "swarm: caught-up state")->wait();
-      bytes.assign(static_cast<const char*>(body.data_ptr()), static_cast<size_t>(body.numel()));
-    }
+    swarm::share_with_local_workers(*comm_, bytes, to_step);
     if (to_step < 0) return std::nullopt;
-    load_serialized(bytes);
+    const auto state = swarm::unpack_peer_state(bytes);
+    swarm::load_model_state(*model_, state);
+    inner_->load_state(state.optimizer, {});
     return to_step;
   }
 
  private:
-  // The state a newcomer needs: every parameter and buffer ("model.<name>") and the optimizer's state.
-  std::string serialize_state() {
-    checkpoint::NamedTensors tensors;
-    for (const auto& item : model_->named_parameters())
-      tensors.emplace_back("model." + item.key(), item.value().detach());
-    for (const auto& item : model_->named_buffers()) tensors.emplace_back("model." + item.key(), item.value().detach());
-    for (auto& [name, t] : inner_->save_state().optimizer) tensors.emplace_back("optim." + name, t);
-    return checkpoint::to_safetensors_bytes(tensors, {{"format", "cohort-swarm-state"}});
-  }
-
-  void load_serialized(const std::string& bytes) {
-    at::NoGradGuard no_grad;
-    const auto file = checkpoint::from_safetensors_bytes(bytes, "the swarm's state");
-    std::map<std::string, at::Tensor> model;
-    optim::NamedState optimizer;
-    for (const auto& [name, t] : file.tensors) {
-      if (name.rfind("model.", 0) == 0) model[name.substr(6)] = t;
-      if (name.rfind("optim.", 0) == 0) optimizer.emplace_back(name.substr(6), t);
-    }
-    const auto copy = [&](const std::string& name, at::Tensor target) {
-      const auto it = model.find(name);
-      if (it == model.end() || it->second.sizes() != target.sizes())
-        throw CommError("swarm: the downloaded state has no tensor " + name + " of shape " +
-                            std::to_string(target.numel()) + " elements: the donor trains another model",
-                        "give every peer the same model.* config");
-      target.copy_(it->second);
-    };
-    for (const auto& item : model_->named_parameters()) copy(item.key(), item.value().detach());
-    for (const auto& item : model_->named_buffers()) copy(item.key(), item.value());
-    inner_->load_state(optimizer, {});
-  }
+  // The state a newcomer needs: every parameter and buffer and the optimizer's state.
+  std::string serialize_state() { return swarm::pack_peer_state(*model_, inner_->save_state().optimizer, {}); }
 
   void accumulate() {
     at::NoGradGuard no_grad;

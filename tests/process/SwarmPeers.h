@@ -1,0 +1,65 @@
+// What the swarm's process tests share: each peer a `cohort train` on its own loopback address, and
+// the comparisons of their trained weights.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "cohort/checkpoint/Safetensors.h"
+#include "process/Harness.h"
+
+namespace cohort::testing {
+
+// Each test's peers on 127.0.0.<first + i>, on a port of this process, so runs never collide.
+inline std::string address(int host) {
+  const int port = 24000 + (::getpid() % 1000) * 8;
+  return "127.0.0." + std::to_string(host) + ":" + std::to_string(port);
+}
+
+inline std::vector<std::string> peer_args(const std::filesystem::path& dir, int host, int bootstrap_host,
+                                          std::vector<std::string> extra) {
+  std::vector<std::string> a = {"--nproc-per-node", "1", "dist.strategy=swarm", "swarm.insecure=true",
+                                "swarm.listen=" + address(host)};
+  if (bootstrap_host > 0) a.push_back("swarm.initial_peers=" + address(bootstrap_host));
+  a.insert(a.end(), extra.begin(), extra.end());
+  return quick_args(dir, a);
+}
+
+// The trained parameters, without batch norm's running statistics: each peer keeps its own (in train
+// mode they do not enter the loss; ddp's ranks take rank 0's instead).
+inline checkpoint::NamedTensors final_weights(const std::filesystem::path& dir) {
+  const auto out = dir / "final.safetensors";
+  const auto r = run_cohort({"export", dir.string(), "--out", out.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  checkpoint::NamedTensors params;
+  for (auto& [name, t] : checkpoint::load_safetensors(out).tensors)
+    if (name.find("running_") == std::string::npos && name.find("num_batches_tracked") == std::string::npos)
+      params.emplace_back(name, t);
+  return params;
+}
+
+inline double max_difference(const checkpoint::NamedTensors& a, const checkpoint::NamedTensors& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    worst = std::max(worst, (a[i].second.to(at::kDouble) - b[i].second.to(at::kDouble)).abs().max().item<double>());
+  }
+  return worst;
+}
+
+// Where cohort is built without the swarm (no OpenDHT: Debian 13) each test says so and skips.
+#if COHORT_HAVE_SWARM
+#define SKIP_WITHOUT_SWARM()
+#else
+#define SKIP_WITHOUT_SWARM() GTEST_SKIP() << "dist.strategy=swarm is not built here: OpenDHT was not found"
+#endif
+
+}  // namespace cohort::testing
