@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,13 @@
 #include "process/Harness.h"
 
 namespace cohort::testing {
+
+// Peers whose steps take at least 100 ms (train/FaultInjection.h), as on a slower machine: a run of these
+// tests' tiny model otherwise ends within seconds, before a newcomer or a restarted peer is up.
+inline std::map<std::string, std::string> slow_steps(std::map<std::string, std::string> env = {}) {
+  env["COHORT_FAULT_STEP_DELAY_MS"] = "100";
+  return env;
+}
 
 // Each test's peers on 127.0.0.<first + i>, on a port of this process, so runs never collide.
 inline std::string address(int host) {

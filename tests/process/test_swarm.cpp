@@ -171,7 +171,7 @@ TEST(Swarm, ANewcomerCatchesUpWithVerifiedStateAndTrainsWithTheOthers) {
              peers[0]->output_so_far().find("step 10/") == std::string::npos)
         std::this_thread::sleep_for(50ms);
     }
-    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 60 + i, i ? 60 : 0, extra))));
+    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 60 + i, i ? 60 : 0, extra)), slow_steps()));
   }
   std::vector<ProcResult> results;
   for (auto& p : peers) results.push_back(p->wait(300));
@@ -197,7 +197,7 @@ TEST(Swarm, StatusListsTheLivePeers) {
     peers.push_back(std::make_unique<Proc>(
         cohort_argv(peer_args(fresh_dir("swarm-status" + std::to_string(i)), 56 + i, i ? 56 : 0,
                               {"swarm.min_peers_to_start=2", "swarm.matchmaking_s=5", "train.max_steps=100000",
-                               "train.threads=1", "log.progress=plain", "log.every_steps=5"}))));
+                               "train.epochs=100000", "train.threads=1", "log.progress=plain", "log.every_steps=5"}))));
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   while (std::chrono::steady_clock::now() < deadline &&
          (peers[0]->output_so_far().find("step 5/") == std::string::npos ||

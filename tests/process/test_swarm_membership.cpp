@@ -64,7 +64,7 @@ TEST(SwarmUnstable, CtrlCLeavesCleanlyAndTheRestartedPeerCatchesUp) {
     dirs.push_back(fresh_dir("swarm-leave" + std::to_string(i)));
     auto extra = common;
     extra.push_back("swarm.min_peers_to_start=3");
-    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 70 + i, i ? 70 : 0, extra))));
+    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 70 + i, i ? 70 : 0, extra)), slow_steps()));
   }
   ASSERT_TRUE(wait_for_output(*peers[2], "step 10/")) << peers[2]->output_so_far();
   ::kill(peers[2]->pid(), SIGINT);
@@ -87,7 +87,7 @@ TEST(SwarmUnstable, CtrlCLeavesCleanlyAndTheRestartedPeerCatchesUp) {
   auto again = common;
   again.push_back("--resume");
   again.push_back(dirs[2].string());
-  auto back = std::make_unique<Proc>(cohort_argv(peer_args(dirs[2], 72, 70, again)));
+  auto back = std::make_unique<Proc>(cohort_argv(peer_args(dirs[2], 72, 70, again)), slow_steps());
   const auto rejoined = back->wait(300);
   ASSERT_EQ(rejoined.exit_code, 0) << rejoined.output;
   EXPECT_NE(rejoined.output.find("resuming at step"), std::string::npos) << rejoined.output;
@@ -126,7 +126,8 @@ TEST(SwarmLong, ADonorKilledMidTransferIsReplacedByAnother) {
     if (i == 2) {
       ASSERT_TRUE(wait_for_output(*peers[0], "step 8/")) << peers[0]->output_so_far();
     }
-    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 74 + i, i ? 74 : 0, extra)), env));
+    peers.push_back(
+        std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 74 + i, i ? 74 : 0, extra)), slow_steps(env)));
   }
   const auto newcomer = peers[2]->wait(300);
   ASSERT_EQ(newcomer.exit_code, 0) << newcomer.output;
@@ -159,7 +160,7 @@ TEST(SwarmUnstable, FourPeersFormOneSwarmQuicklyAndOutliveTheirBootstrap) {
     dirs.push_back(fresh_dir("swarm-four" + std::to_string(i)));
     auto extra = common;
     extra.push_back("swarm.min_peers_to_start=4");
-    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 80 + i, i ? 80 : 0, extra))));
+    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 80 + i, i ? 80 : 0, extra)), slow_steps()));
   }
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(wait_for_output(*peers[i], "4 peers in the swarm after ")) << peers[i]->output_so_far();
@@ -171,7 +172,7 @@ TEST(SwarmUnstable, FourPeersFormOneSwarmQuicklyAndOutliveTheirBootstrap) {
   peers[0]->wait(30);
   ASSERT_TRUE(wait_for_output(*peers[1], "step 16/")) << peers[1]->output_so_far();
   dirs.push_back(fresh_dir("swarm-four4"));
-  Proc newcomer(cohort_argv(peer_args(dirs[4], 84, 82, common)));
+  Proc newcomer(cohort_argv(peer_args(dirs[4], 84, 82, common)), slow_steps());
   const auto joined = newcomer.wait(300);
   ASSERT_EQ(joined.exit_code, 0) << joined.output;
   EXPECT_NE(joined.output.find("swarm: caught up to step "), std::string::npos) << joined.output;

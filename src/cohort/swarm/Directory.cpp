@@ -74,7 +74,11 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
   config.bind4 = addresses.front();
   try {
     dht_->run(config, {});
-    const auto keep = std::chrono::seconds(static_cast<int64_t>(std::max(10.0, 2 * options_.record_ttl_s)));
+    // Note [A DHT value outlives OpenDHT's reannounce margin]: OpenDHT puts a value again REANNOUNCE_MARGIN
+    // (10 s) before it expires. A type that expires within 10 s is put again at once, without end: the
+    // records' first type (10 s) made every node send about 900 puts a second (measured, 1 MB/s a peer).
+    // The stored copy lives a minute; readers judge liveness by the record's own time (record_ttl_s).
+    const auto keep = std::chrono::seconds(static_cast<int64_t>(std::max(60.0, 4 * options_.record_ttl_s)));
     dht_->registerType(
         dht::ValueType(kRecordType, "cohort-swarm-peer", keep, dht::ValueType::DEFAULT_STORE_POLICY,
                        [](dht::InfoHash, const std::shared_ptr<dht::Value>&, std::shared_ptr<dht::Value>&,
@@ -88,7 +92,13 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
     dht_->bootstrap(peer_host, std::to_string(peer_port));
   }
   if (transport_)
-    transport_->on_arrival(MessageKind::kRecord, [this](const Message& m) { take_in(m.body.data(), m.body.size()); });
+    transport_->on_arrival(MessageKind::kRecord, [this](const Message& m) {
+      Reader r(m.body);
+      for (uint64_t n = r.u64(), i = 0; i < n && r.ok(); ++i) {
+        const uint64_t size = r.u64();
+        if (const uint8_t* sealed = r.take(size)) take_in(sealed, size);
+      }
+    });
   thread_ = std::thread([this] { run(); });
 }
 
@@ -117,8 +127,8 @@ std::vector<PeerRecord> Directory::peers() const {
   const double oldest = unix_now() - options_.record_ttl_s;
   std::vector<PeerRecord> live;
   for (const auto& [key, entry] : records_)
-    if (key != me_.token.peer_public_key && entry.second.written_unix >= oldest && !entry.second.leaving)
-      live.push_back(entry.second);
+    if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest && !entry.record.leaving)
+      live.push_back(entry.record);
   return live;
 }
 
@@ -155,8 +165,9 @@ void Directory::run() {
     std::vector<std::string> contacts;
     contacts.swap(to_contact_);
     const bool publishing = transport_ && !mine_.address.empty();
-    const bool direct_due = publishing && (mine_urgent_ || since(last_direct) >= options_.announce_s ||
-                                           (mine_dirty_ && since(last_direct) >= kMinDirectGapS));
+    const bool heartbeat = since(last_direct) >= options_.announce_s;
+    const bool direct_due =
+        publishing && (mine_urgent_ || heartbeat || (mine_dirty_ && since(last_direct) >= kMinDirectGapS));
     const bool leaving_now = mine_urgent_ && mine_.leaving;
     std::vector<uint8_t> sealed;
     if (direct_due) {
@@ -179,7 +190,7 @@ void Directory::run() {
       }
     }
     if (!sealed.empty()) {
-      send_direct(sealed);
+      send_direct(sealed, heartbeat);
       last_direct = steady_clock::now();
     }
     const bool contact = has_contact();
@@ -196,10 +207,26 @@ void Directory::run() {
   }
 }
 
-void Directory::send_direct(const std::vector<uint8_t>& sealed) {
-  std::vector<std::pair<PeerKey, std::string>> to;
-  for (const auto& p : peers()) to.emplace_back(p.key, p.address);
-  for (const auto& [key, address] : to) transport_->send(key, address, {MessageKind::kRecord, 0, 0}, sealed);
+// A kRecord frame's body: the number of records, then each sealed record with its length.
+void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) {
+  std::vector<PeerRecord> to = peers();
+  std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
+  if (with_others) {
+    std::lock_guard lock(mutex_);
+    const double oldest = unix_now() - options_.record_ttl_s;
+    for (const auto& [key, entry] : records_)
+      if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest)
+        others.emplace_back(key, entry.sealed);
+  }
+  for (const auto& peer : to) {
+    Writer w;
+    uint64_t count = 1;
+    for (const auto& other : others) count += other.first != peer.key;
+    w.u64(count).u64(mine.size()).raw(mine.data(), mine.size());
+    for (const auto& [key, sealed] : others)
+      if (key != peer.key) w.u64(sealed.size()).raw(sealed.data(), sealed.size());
+    transport_->send(peer.key, peer.address, {MessageKind::kRecord, 0, 0}, w.out());
+  }
 }
 
 void Directory::put(const std::vector<uint8_t>& sealed) {
@@ -250,10 +277,10 @@ void Directory::take_in(const uint8_t* data, size_t size) {
   if (!rec) return;
   std::lock_guard lock(mutex_);
   auto& slot = records_[rec->key];
-  if (o.counter <= slot.first) return;
+  if (o.counter <= slot.counter) return;
   if (rec->key != me_.token.peer_public_key && !rec->leaving && seen_.insert(rec->key).second)
     to_contact_.push_back(rec->address);
-  slot = {o.counter, std::move(*rec)};
+  slot = {o.counter, std::move(*rec), std::vector<uint8_t>(data, data + size)};
 }
 
 }  // namespace cohort::swarm

@@ -20,8 +20,9 @@
 // records still lagged their peers by a second. So the DHT is for finding peers (a record put every
 // `dht_put_s`, read every `dht_read_s`), and each change of a record goes to the known peers as one
 // frame over the swarm's transport (at once when the step, readiness or leaving changes; other changes
-// at most every 50 ms; a heartbeat every announce_s). A peer first seen in the DHT learns of this one
-// from the first direct record, so every peer knows every other within a read of the DHT.
+// at most every 50 ms). The heartbeat, every announce_s, also carries the live records of the other
+// peers this one knows (each still sealed by its own peer), so that two peers who found each other in
+// the DHT learn everyone the other knows within announce_s, whatever their own view of the DHT.
 #pragma once
 
 #include <atomic>
@@ -88,7 +89,8 @@ class Directory {
  private:
   void run();
   bool has_contact() const;
-  void send_direct(const std::vector<uint8_t>& sealed);
+  // Sends `mine` (sealed) to every live peer, with the others' records when `with_others` (the heartbeat).
+  void send_direct(const std::vector<uint8_t>& mine, bool with_others);
   void put(const std::vector<uint8_t>& sealed);
   void start_read();
   // Takes in one sealed record, from the DHT or from its peer: kept when newer than the last of that peer.
@@ -111,9 +113,14 @@ class Directory {
   bool mine_urgent_ = false;  // its step, readiness or leaving changed: send it now
   bool read_in_flight_ = false;
   std::vector<std::string> to_contact_;  // addresses of peers met, to make DHT contacts of
-  std::map<PeerKey, std::pair<uint64_t, PeerRecord>> records_;  // newest (counter, record) per peer
+  struct Entry {
+    uint64_t counter = 0;  // its seal's counter: a record replaces only an older one
+    PeerRecord record;
+    std::vector<uint8_t> sealed;  // as its peer sealed it, to pass on
+  };
+  std::map<PeerKey, Entry> records_;  // the newest record of each peer
   std::set<PeerKey> seen_;
-  std::set<std::string> refused_logged_;  // each refusal logged once, not at every read
+  std::set<std::string> refused_logged_;    // each refusal logged once, not at every read
   uint64_t reads_started_ = 0, reads_ = 0;  // DHT reads started and completed
   bool stopping_ = false;
   std::thread thread_;

@@ -35,11 +35,11 @@ using PeerKey = std::array<uint8_t, 32>;
 using Clock = std::chrono::steady_clock;
 
 enum class MessageKind : uint8_t {
-  kGroup = 1,      // a leader's group for a round: its members and their addresses
-  kPart = 2,       // a member's contribution to the part another member reduces
-  kResult = 3,     // a reduced part, back from the member that reduced it
-  kReady = 4,      // a peer is ready for a round (faster than its DHT record; its address in the body)
-  kStateAsk = 5,   // a newcomer asks a live peer for a chunk of its state (swarm/StateTransfer.h)
+  kGroup = 1,       // a leader's group for a round: its members and their addresses
+  kPart = 2,        // a member's contribution to the part another member reduces
+  kResult = 3,      // a reduced part, back from the member that reduced it
+  kReady = 4,       // a peer is ready for a round (with its address: a peer that has no record of it yet)
+  kStateAsk = 5,    // a newcomer asks a live peer for a chunk of its state (swarm/StateTransfer.h)
   kStateChunk = 6,  // the answer; `round` is the step of the state
   kRecord = 7       // a peer's sealed directory record, sent straight to the peers it knows (swarm/Directory.h)
 };
@@ -61,8 +61,8 @@ struct Message {
 struct TransportStats {
   int64_t bytes_sent = 0, bytes_received = 0;
   int64_t record_bytes_sent = 0;  // of bytes_sent, the directory's records (kRecord), not averaging or state
-  int64_t frames_dropped = 0;  // not sent: the peer's queue was full (dead, frozen or unreachable)
-  int64_t frames_refused = 0;  // received and refused: a bad token, signature, replay or address
+  int64_t frames_dropped = 0;     // not sent: the peer's queue was full (dead, frozen or unreachable)
+  int64_t frames_refused = 0;     // received and refused: a bad token, signature, replay or address
 };
 
 // "HOST:PORT" split; throws ConfigError naming `key` when it is not that.
@@ -114,6 +114,7 @@ class Transport {
   struct Sockets;  // ZeroMQ's context and sockets, owned by the I/O thread (zmq.hpp stays in the .cpp)
   std::unique_ptr<Sockets> sockets_;
 
+  std::mutex send_mutex_;  // Note [Frames leave in the order of their counters]
   mutable std::mutex mutex_;
   std::condition_variable arrived_;
   std::multimap<Topic, Message> inbox_;

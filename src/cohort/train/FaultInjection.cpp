@@ -1,11 +1,13 @@
 #include "cohort/train/FaultInjection.h"
 
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace cohort::train {
 
@@ -14,6 +16,7 @@ FaultPlan FaultPlan::from_env() {
   if (const char* step = std::getenv("COHORT_FAULT_STEP")) plan.kill_after_step = std::atoll(step);
   if (const char* rank = std::getenv("COHORT_FAULT_RANK")) plan.rank = std::atoi(rank);
   plan.nonfinite_steps = fault_steps_from_env("COHORT_FAULT_NONFINITE_STEPS");
+  if (const char* delay = std::getenv("COHORT_FAULT_STEP_DELAY_MS")) plan.step_delay_ms = std::atoll(delay);
   return plan;
 }
 
@@ -23,6 +26,7 @@ void FaultPlan::after_backward(torch::nn::Module& model, int this_rank, int64_t 
 
 void FaultPlan::after_step(int this_rank, int64_t step, int restart_count) const {
   if (kill_after_step > 0 && restart_count == 0 && step == kill_after_step && this_rank == rank) ::raise(SIGKILL);
+  if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
 }
 
 std::set<int64_t> fault_steps_from_env(const char* name) {

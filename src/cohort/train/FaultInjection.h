@@ -4,6 +4,8 @@
 //                                  after step N, in the first attempt only (the restart tests)
 //   COHORT_FAULT_NONFINITE_STEPS   "3,8": after backward of those steps, rank COHORT_FAULT_RANK's gradient
 //                                  gets an inf (odd steps) or a NaN (even steps), as an fp16 overflow would
+//   COHORT_FAULT_STEP_DELAY_MS=N   every rank sleeps N ms after each step: a slower machine (the swarm tests
+//                                  whose peers must still be training when a newcomer arrives)
 //   COHORT_FAULT_SWARM_ROUND=N     a swarm peer sends its contributions to round N (the step N+1), then
 //   COHORT_FAULT_SWARM_SIGNAL      raises SIGKILL (KILL, the default) or SIGSTOP (STOP) on itself: a peer
 //                                  that dies or freezes mid-round (read by parallel/swarm/SwarmPeer.cpp)
@@ -27,6 +29,7 @@ namespace cohort::train {
 struct FaultPlan {
   int64_t kill_after_step = 0;  // 0: none
   int rank = 1;
+  int64_t step_delay_ms = 0;
   std::set<int64_t> nonfinite_steps;
 
   static FaultPlan from_env();

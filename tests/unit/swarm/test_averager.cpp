@@ -128,8 +128,8 @@ struct Peer {
         transport(identity, run.public_key,
                   "127.0.0." + std::to_string(host) + ":" + std::to_string(base_port() + host), logs.sink()),
         directory(identity, run.public_key, transport.address(),
-                  bootstrap.empty() ? std::vector<std::string>{} : std::vector<std::string>{bootstrap}, d,
-                  logs.sink(), &transport) {}
+                  bootstrap.empty() ? std::vector<std::string>{} : std::vector<std::string>{bootstrap}, d, logs.sink(),
+                  &transport) {}
   PeerIdentity identity;
   Transport transport;
   Directory directory;

@@ -71,9 +71,8 @@ SwarmPeer::SwarmPeer(const TrainConfig& cfg) : cfg_(cfg.swarm), identity_(identi
   d.announce_s = cfg_.announce_s;
   d.dht_put_s = 2 * cfg_.announce_s;
   d.record_ttl_s = cfg_.peer_ttl_s;
-  directory_ =
-      std::make_unique<Directory>(identity_, run_key, transport_->address(), split_peers(cfg_.initial_peers), d, say,
-                                          transport_.get());
+  directory_ = std::make_unique<Directory>(identity_, run_key, transport_->address(), split_peers(cfg_.initial_peers),
+                                           d, say, transport_.get());
   AveragingOptions a;
   a.matchmaking_s = cfg_.matchmaking_s;
   a.averaging_timeout_s = cfg_.averaging_timeout_s;
