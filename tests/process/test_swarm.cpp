@@ -152,6 +152,45 @@ TEST(Swarm, DilocoPeersAgreeAfterEachOuterStepAndSendAFractionOfDdpsBytes) {
   EXPECT_LT(losses[9] + losses[10] + losses[11], losses[0] + losses[1] + losses[2]);
 }
 
+// A DiLoCo newcomer joins at an outer step's boundary: it takes a live peer's outer weights, inner
+// optimizer state and outer momentum (digest verified), then takes part in the outer averages, so all
+// three end on the same outer weights.
+TEST(Swarm, ADilocoNewcomerJoinsAtAnOuterStepAndEndsWithTheOthersWeights) {
+  SKIP_WITHOUT_SWARM();
+  const std::vector<std::string> common = {"dist.strategy=diloco",   "diloco.inner_steps=4", "swarm.min_group_size=2",
+                                           "swarm.matchmaking_s=10", "train.max_steps=48",   "train.epochs=100",
+                                           "train.threads=1",        "log.progress=plain",   "log.every_steps=1"};
+  std::vector<fs::path> dirs;
+  std::vector<std::unique_ptr<Proc>> peers;
+  for (int i = 0; i < 3; ++i) {
+    dirs.push_back(fresh_dir("diloco-join" + std::to_string(i)));
+    auto extra = common;
+    if (i < 2) extra.push_back("swarm.min_peers_to_start=2");
+    if (i == 2) {  // the newcomer, once the others are in their third outer round
+      const auto deadline = std::chrono::steady_clock::now() + 120s;
+      while (std::chrono::steady_clock::now() < deadline &&
+             peers[0]->output_so_far().find("step 9/") == std::string::npos)
+        std::this_thread::sleep_for(50ms);
+    }
+    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 64 + i, i ? 64 : 0, extra)), slow_steps()));
+  }
+  std::vector<ProcResult> results;
+  for (auto& p : peers) results.push_back(p->wait(300));
+  for (auto& r : results) ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto& joined = results[2].output;
+  const auto at = joined.find("swarm: caught up to step ");
+  ASSERT_NE(at, std::string::npos) << joined;
+  EXPECT_NE(joined.find("digest verified", at), std::string::npos) << joined;
+  // It joined at a boundary of the others' outer steps, not at step 0.
+  const auto losses = step_losses(dirs[2], 0);
+  EXPECT_LT(losses.size(), 44u);
+  EXPECT_EQ(losses.size() % 4, 0u);
+  const auto a = final_weights(dirs[0]);
+  EXPECT_EQ(max_difference(a, final_weights(dirs[1])), 0.0);
+  EXPECT_EQ(max_difference(a, final_weights(dirs[2])), 0.0);
+  EXPECT_GT(read_json(dirs[0] / "summary.json")["swarm_mean_group_size"].get<double>(), 2.0);
+}
+
 // A newcomer started while two peers train: it downloads their state (verified by digest), continues
 // from their step, and from then on averages with them: all three end with the same weights.
 TEST(Swarm, ANewcomerCatchesUpWithVerifiedStateAndTrainsWithTheOthers) {

@@ -51,7 +51,7 @@ double longest_round(const fs::path& dir, int64_t first, int64_t last) {
 // Ctrl-C on a peer's launcher: the peer finishes its round, says it leaves, saves `last` and its summary;
 // the others do not wait a matchmaking period for it. Restarted with --resume, it loads its checkpoint,
 // downloads the swarm's newer state and ends with the others' weights.
-TEST(SwarmUnstable, CtrlCLeavesCleanlyAndTheRestartedPeerCatchesUp) {
+TEST(SwarmLong, CtrlCLeavesCleanlyAndTheRestartedPeerCatchesUp) {
   SKIP_WITHOUT_SWARM();
   const double matchmaking = 8;
   const std::vector<std::string> common = {
@@ -111,7 +111,7 @@ TEST(SwarmUnstable, CtrlCLeavesCleanlyAndTheRestartedPeerCatchesUp) {
 TEST(SwarmLong, ADonorKilledMidTransferIsReplacedByAnother) {
   SKIP_WITHOUT_SWARM();
   const std::vector<std::string> common = {"model.width=32",     "swarm.target_batch_size=64", "swarm.matchmaking_s=3",
-                                           "swarm.peer_ttl_s=3", "train.max_steps=40",         "train.threads=1",
+                                           "swarm.peer_ttl_s=3", "train.max_steps=80",         "train.threads=1",
                                            "log.progress=plain"};
   std::vector<fs::path> dirs;
   std::vector<std::unique_ptr<Proc>> peers;
@@ -144,7 +144,7 @@ TEST(SwarmLong, ADonorKilledMidTransferIsReplacedByAnother) {
 // Four peers started at the same moment, three through the first, find each other quickly (one swarm,
 // not two: Hivemind's #624). Then the first, their bootstrap, is killed: the other three train on, and a
 // newcomer joins through one of them.
-TEST(SwarmUnstable, FourPeersFormOneSwarmQuicklyAndOutliveTheirBootstrap) {
+TEST(SwarmLong, FourPeersFormOneSwarmQuicklyAndOutliveTheirBootstrap) {
   SKIP_WITHOUT_SWARM();
   const std::vector<std::string> common = {"swarm.target_batch_size=96",
                                            "swarm.matchmaking_s=3",
