@@ -247,6 +247,7 @@ def main():
     ap.add_argument("--stop-at-target", action="store_true", help="end a run once the target accuracy is reached")
     ap.add_argument("--grid", default="2:10,5:30", help="matchmaking:timeout settings both swarms run")
     ap.add_argument("--kill", type=float, default=0, help="also a run of each swarm with a peer killed at this second")
+    ap.add_argument("--kill-only", action="store_true", help="with --kill: the swarms' killed runs alone")
     ap.add_argument("--hivemind-python", default="", help="a Python with hivemind 1.1.12 and torch")
     ap.add_argument("--no-hivemind-defaults", action="store_true",
                     help="run Hivemind on --grid only, not also at its own and Lightning's defaults")
@@ -280,10 +281,11 @@ def main():
                 if system == "hivemind":
                     settings = hivemind_settings
                 for s in settings:
-                    port += 1
-                    r = run(a, system, rate, s, port)
-                    print(json.dumps(r), file=sys.stderr)
-                    res["runs"].append(r)
+                    if not (a.kill_only and a.kill and system in ("swarm", "hivemind")):
+                        port += 1
+                        r = run(a, system, rate, s, port)
+                        print(json.dumps(r), file=sys.stderr)
+                        res["runs"].append(r)
                     if a.kill and system in ("swarm", "hivemind"):
                         port += 1
                         r = run(a, system, rate, s, port, kill_at=a.kill)

@@ -198,7 +198,8 @@ void Directory::run() {
       put(sealed);
       last_put = steady_clock::now();
     }
-    if (contact && since(last_read) >= options_.dht_read_s) {
+    const bool knows_peers = publishing && !peers().empty();
+    if (contact && since(last_read) >= (knows_peers ? options_.dht_read_known_s : options_.dht_read_s)) {
       start_read();
       last_read = steady_clock::now();
     }

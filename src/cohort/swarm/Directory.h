@@ -14,15 +14,18 @@
 // was written; a peer resends its own every `announce_s`, so a dead peer drops out within the TTL.
 //
 // Note [Records go to the peers directly]
-// Progress records change at every local step. Published into the DHT that often (they were, up to ten
-// times a second), OpenDHT's refreshes of an edited value grew to 3,000-5,000 UDP packets (about 1 MB) a
-// second per peer in a swarm of four (measured), more than the averaging itself on a 100 Mbit/s link, and
-// records still lagged their peers by a second. So the DHT is for finding peers (a record put every
-// `dht_put_s`, read every `dht_read_s`), and each change of a record goes to the known peers as one
-// frame over the swarm's transport (at once when the step, readiness or leaving changes; other changes
+// Progress records change at every local step. Read back from the DHT, a record lagged its peer by up to a
+// second (a put, then the others' next read): a leader closed groups without peers it did not yet see as
+// ready, which then stepped alone and drifted (Note [A peer that fell out of a round resynchronizes]), and
+// a swarm's steps waited on the lag. So the DHT is for finding peers (a record put every `dht_put_s`, read
+// every `dht_read_s`), and each change of a record goes to the known peers as one frame over the swarm's
+// transport (at once when the step, readiness or leaving changes; other changes
 // at most every 50 ms). The heartbeat, every announce_s, also carries the live records of the other
 // peers this one knows (each still sealed by its own peer), so that two peers who found each other in
-// the DHT learn everyone the other knows within announce_s, whatever their own view of the DHT.
+// the DHT learn everyone the other knows within announce_s, whatever their own view of the DHT. A peer
+// that knows others reads the DHT only every dht_read_known_s: a newcomer finds the live peers there and
+// tells them of itself directly (the reads are most of what the DHT costs: with DiLoCo, more than the
+// averaging).
 #pragma once
 
 #include <atomic>
@@ -58,10 +61,11 @@ struct PeerRecord {
 };
 
 struct DirectoryOptions {
-  double announce_s = 1.0;    // a peer sends its record to the peers it knows at least this often
-  double dht_put_s = 2.0;     // and puts it into the DHT this often (and when it leaves)
-  double dht_read_s = 1.0;    // and reads the run's records from the DHT this often
-  double record_ttl_s = 4.0;  // a record older than this is a dead peer's
+  double announce_s = 1.0;        // a peer sends its record to the peers it knows at least this often
+  double dht_put_s = 2.0;         // and puts it into the DHT this often (and when it leaves)
+  double dht_read_s = 1.0;        // and reads the run's records from the DHT this often while it knows no peer
+  double dht_read_known_s = 5.0;  // and this often once it does (newcomers announce themselves directly)
+  double record_ttl_s = 4.0;      // a record older than this is a dead peer's
 };
 
 class Directory {

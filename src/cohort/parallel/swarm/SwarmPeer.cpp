@@ -165,8 +165,9 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
     log("swarm: step " + std::to_string(step + 1) + ": " + out.problem);
   }
   // Note [A peer that fell out of a round resynchronizes]
-  // Records lag the peers by up to a second, so a leader can close a group while a peer on the same step
-  // is not yet seen as waiting; that peer then takes a local step and its weights leave the others' for
+  // A record reaches the others late (by up to a second through the DHT; by milliseconds since records go
+  // to the peers directly), so a leader can close a group while a peer on the same step is not yet seen
+  // as waiting; that peer then takes a local step and its weights leave the others' for
   // good (averaging gradients never brings them back). Hivemind averages parameters now and then for
   // this; a cohort peer that averaged alone while others live downloads, at its next step (catch_up),
   // the state of a peer on its step or ahead whose last group was larger (its record says so: when every
