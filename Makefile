@@ -2,7 +2,10 @@
 # Each installs what is missing from Debian's packages first (quietly, and only when something is).
 BUILD ?= build
 # ON turns compiler warnings into errors (CI's Debian 12 build); a developer's build keeps them warnings.
-COHORT_WERROR ?= OFF
+# Unset, a configured tree keeps its setting: `make test COHORT_WERROR=ON` then `make test-swarm` must not
+# rebuild every file with other flags (it did: CI's later steps each rebuilt the tree without -Werror).
+COHORT_WERROR ?=
+werror = $(if $(COHORT_WERROR),-DCOHORT_WERROR=$(COHORT_WERROR),)
 # scripts/install-deps owns the package list, under the names of the running Debian release.
 
 .PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference bench-pytorch test-slow test-swarm test-asan test-tsan
@@ -13,12 +16,12 @@ deps:
 	@bash scripts/install-deps
 
 build: deps
-	@cmake --preset default -DCOHORT_WERROR=$(COHORT_WERROR) > /dev/null
+	@cmake --preset default $(werror) > /dev/null
 	@cmake --build --preset default
 
 # The default job needs the cohort binary alone: the tests, benchmarks and examples are built by `make test`.
 run: deps
-	@cmake --preset default -DCOHORT_WERROR=$(COHORT_WERROR) > /dev/null
+	@cmake --preset default $(werror) > /dev/null
 	@cmake --build --preset default --target cohort
 	./$(BUILD)/cohort train
 
