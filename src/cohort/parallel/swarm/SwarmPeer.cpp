@@ -192,7 +192,12 @@ void SwarmPeer::serve_state(int64_t step, const std::function<std::string()>& ma
 std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   const bool starting = !started_;
   started_ = true;
-  const auto peers = starting ? directory_->fresh_peers(2 * cfg_.announce_s) : directory_->peers();
+  auto peers = starting ? directory_->fresh_peers(2 * cfg_.announce_s) : directory_->peers();
+  // A peer that joins through live peers finds them before it trains alone: its DHT node may need a few
+  // reads before the first answer (seen: a newcomer that found nobody at start trained alone 50 steps).
+  const auto patience = std::chrono::steady_clock::now() + std::chrono::duration<double>(5 * cfg_.announce_s);
+  while (starting && peers.empty() && !cfg_.initial_peers.empty() && std::chrono::steady_clock::now() < patience)
+    peers = directory_->fresh_peers(cfg_.announce_s);
   int64_t ahead = step;
   for (const auto& p : peers) ahead = std::max(ahead, p.step);
   // At start: anyone ahead. Between steps: two steps ahead, or, after a round without this peer, a
@@ -218,8 +223,21 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   log("swarm: the swarm is at step " + std::to_string(ahead) + ", this peer at " + std::to_string(step) +
       (resync ? " and out of step with it" : "") + ": downloading the state from " + std::to_string(donors.size()) +
       " peer(s)");
-  auto got = download_state(*transport_, donors, std::min(5.0, cfg_.averaging_timeout_s),
-                            [this](const std::string& line) { log(line); });
+  const auto say = [this](const std::string& line) { log(line); };
+  auto got = download_state(*transport_, donors, std::min(5.0, cfg_.averaging_timeout_s), say);
+  // Note [A download lands on the leaders' step]: the swarm's steps can be shorter than a download, so the
+  // state may arrive a step behind the leaders, whose group has then closed; a peer left there waits out
+  // a matchmaking period alone and falls out of step. While the leaders are ahead of what arrived, the
+  // newer state is fetched again (a few times at most: each is a step's worth of bytes).
+  for (int again = 0; got && again < 3; ++again) {
+    std::vector<PeerRecord> leaders;
+    for (const auto& p : directory_->peers())
+      if (p.step > got->step) leaders.push_back(p);
+    if (leaders.empty()) break;
+    auto newer = download_state(*transport_, leaders, std::min(5.0, cfg_.averaging_timeout_s), say);
+    if (!newer || newer->step <= got->step) break;
+    got = std::move(newer);
+  }
   if (got) {
     std::string names;
     for (const auto& d : got->donors) names += (names.empty() ? "" : ", ") + d;
