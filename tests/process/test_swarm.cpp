@@ -122,6 +122,30 @@ TEST(SwarmLong, APeerFrozenMidRoundIsLeftOutAndTheOthersTrainOn) {
   a_peer_fails_mid_round("STOP", "swarm-stop");
 }
 
+// Two peers on 127.0.0.<first_host> and the next, started together; a third, the newcomer, once the first
+// has printed `join_after`. All with slow_steps(). Returns the three results, the newcomer last.
+std::vector<ProcResult> two_peers_then_a_newcomer(const std::string& name, int first_host,
+                                                  const std::vector<std::string>& common, const std::string& join_after,
+                                                  std::vector<fs::path>& dirs) {
+  std::vector<std::unique_ptr<Proc>> peers;
+  for (int i = 0; i < 3; ++i) {
+    dirs.push_back(fresh_dir(name + std::to_string(i)));
+    auto extra = common;
+    if (i < 2) extra.push_back("swarm.min_peers_to_start=2");
+    if (i == 2) {
+      const auto deadline = std::chrono::steady_clock::now() + 120s;
+      while (std::chrono::steady_clock::now() < deadline &&
+             peers[0]->output_so_far().find(join_after) == std::string::npos)
+        std::this_thread::sleep_for(50ms);
+    }
+    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], first_host + i, i ? first_host : 0, extra)),
+                                           slow_steps()));
+  }
+  std::vector<ProcResult> results;
+  for (auto& p : peers) results.push_back(p->wait(300));
+  return results;
+}
+
 // Two DiLoCo peers, 4 inner steps, int8 on the wire: three outer rounds in 12 steps; both peers leave
 // each outer step with the same weights, and send a small fraction of what ddp's all-reduce would.
 TEST(Swarm, DilocoPeersAgreeAfterEachOuterStepAndSendAFractionOfDdpsBytes) {
@@ -162,21 +186,8 @@ TEST(SwarmUnstable, ADilocoNewcomerJoinsAtAnOuterStepAndEndsWithTheOthersWeights
                                            "swarm.matchmaking_s=10", "train.max_steps=96",   "train.epochs=100",
                                            "train.threads=1",        "log.progress=plain",   "log.every_steps=1"};
   std::vector<fs::path> dirs;
-  std::vector<std::unique_ptr<Proc>> peers;
-  for (int i = 0; i < 3; ++i) {
-    dirs.push_back(fresh_dir("diloco-join" + std::to_string(i)));
-    auto extra = common;
-    if (i < 2) extra.push_back("swarm.min_peers_to_start=2");
-    if (i == 2) {  // the newcomer, once the others are in their third outer round
-      const auto deadline = std::chrono::steady_clock::now() + 120s;
-      while (std::chrono::steady_clock::now() < deadline &&
-             peers[0]->output_so_far().find("step 9/") == std::string::npos)
-        std::this_thread::sleep_for(50ms);
-    }
-    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 64 + i, i ? 64 : 0, extra)), slow_steps()));
-  }
-  std::vector<ProcResult> results;
-  for (auto& p : peers) results.push_back(p->wait(300));
+  // The newcomer once the others are in their third outer round.
+  const auto results = two_peers_then_a_newcomer("diloco-join", 64, common, "step 9/", dirs);
   for (auto& r : results) ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto& joined = results[2].output;
   const auto at = joined.find("swarm: caught up to step ");
@@ -200,21 +211,7 @@ TEST(Swarm, ANewcomerCatchesUpWithVerifiedStateAndTrainsWithTheOthers) {
                                            "train.epochs=100",           "train.threads=1",       "log.progress=plain",
                                            "log.every_steps=1"};
   std::vector<fs::path> dirs;
-  std::vector<std::unique_ptr<Proc>> peers;
-  for (int i = 0; i < 3; ++i) {
-    dirs.push_back(fresh_dir("swarm-join" + std::to_string(i)));
-    auto extra = common;
-    if (i < 2) extra.push_back("swarm.min_peers_to_start=2");
-    if (i == 2) {  // the newcomer, once the others are past step 10
-      const auto deadline = std::chrono::steady_clock::now() + 120s;
-      while (std::chrono::steady_clock::now() < deadline &&
-             peers[0]->output_so_far().find("step 10/") == std::string::npos)
-        std::this_thread::sleep_for(50ms);
-    }
-    peers.push_back(std::make_unique<Proc>(cohort_argv(peer_args(dirs[i], 60 + i, i ? 60 : 0, extra)), slow_steps()));
-  }
-  std::vector<ProcResult> results;
-  for (auto& p : peers) results.push_back(p->wait(300));
+  const auto results = two_peers_then_a_newcomer("swarm-join", 60, common, "step 10/", dirs);
   for (auto& r : results) ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto& joined = results[2].output;
   const auto at = joined.find("swarm: caught up to step ");
