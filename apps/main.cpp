@@ -68,6 +68,10 @@ struct ReportArgs {
   std::string out;
 };
 
+struct ExportArgs {
+  std::string from, tag = cohort::checkpoint::names::kLast, out;
+};
+
 // The resolved config: a resumed run's saved config (or the defaults), then the file, then key=value
 // overrides, then the --run-dir/--resume flags.
 cohort::TrainConfig resolve_config(const TrainArgs& a) {
@@ -220,14 +224,9 @@ int run_find_batch_size(const FindArgs& a) {
   return 0;
 }
 
-}  // namespace
+// Each subcommand's options, declared into the arguments it fills; main() parses and runs the one given.
 
-int main(int argc, char** argv) {
-  CLI::App app{"cohort: data-parallel training of image classifiers across processes and machines"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("cohort 0.1.0 (LibTorch ") + TORCH_VERSION + ")");
-
-  TrainArgs args;
+CLI::App* add_train_command(CLI::App& app, TrainArgs& args) {
   auto* train = app.add_subcommand("train",
                                    "train a model; with no arguments, the default job (2 local workers, "
                                    "ResNet-8 on Fashion-MNIST)");
@@ -261,66 +260,68 @@ int main(int argc, char** argv) {
   train->add_option("--s3-endpoint", args.s3_endpoint,
                     "S3-compatible endpoint for ckpt.upload; same as ckpt.s3_endpoint=");
   train->footer(cohort::config::help_text());
+  return train;
+}
 
-  TrainArgs eval_args;
-  eval_args.nproc_per_node = 1;
+CLI::App* add_eval_command(CLI::App& app, TrainArgs& args) {
+  args.nproc_per_node = 1;  // one worker unless asked: the defaults shown by --help are set here
   auto* evaluator = app.add_subcommand("eval", "top-1 and top-5 of a checkpoint on the validation set, across ranks");
   evaluator
-      ->add_option("--checkpoint", eval_args.checkpoint,
+      ->add_option("--checkpoint", args.checkpoint,
                    "model weights (.safetensors, e.g. RUN/checkpoints/best.safetensors), or a run directory "
                    "(its best checkpoint, else last; sharded ones are reassembled)")
       ->required()
       ->check(CLI::ExistingPath);
-  evaluator->add_option("--config", eval_args.config_file, "TOML config file (the model and data of the checkpoint)")
+  evaluator->add_option("--config", args.config_file, "TOML config file (the model and data of the checkpoint)")
       ->check(CLI::ExistingFile);
-  evaluator->add_option("--nproc-per-node", eval_args.nproc_per_node, "worker processes on this machine")
+  evaluator->add_option("--nproc-per-node", args.nproc_per_node, "worker processes on this machine")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  evaluator->add_option("--nnodes", eval_args.nnodes_spec, "machines")->capture_default_str();
-  evaluator->add_option("--node-rank", eval_args.node_rank, "this machine's index")->capture_default_str();
-  evaluator->add_option("--master-addr", eval_args.master_addr, "address of node 0")->capture_default_str();
-  evaluator->add_option("--master-port", eval_args.master_port, "rendezvous port (0: a free one)")
-      ->capture_default_str();
-  evaluator->add_option("--token-file", eval_args.token_file, "file holding the job's shared secret, as for train")
+  evaluator->add_option("--nnodes", args.nnodes_spec, "machines")->capture_default_str();
+  evaluator->add_option("--node-rank", args.node_rank, "this machine's index")->capture_default_str();
+  evaluator->add_option("--master-addr", args.master_addr, "address of node 0")->capture_default_str();
+  evaluator->add_option("--master-port", args.master_port, "rendezvous port (0: a free one)")->capture_default_str();
+  evaluator->add_option("--token-file", args.token_file, "file holding the job's shared secret, as for train")
       ->check(CLI::ExistingFile);
-  evaluator->add_option("--out", eval_args.out, "also write the result as JSON to this file");
-  evaluator->add_option("overrides", eval_args.overrides, "config overrides, key=value, as for train");
+  evaluator->add_option("--out", args.out, "also write the result as JSON to this file");
+  evaluator->add_option("overrides", args.overrides, "config overrides, key=value, as for train");
+  return evaluator;
+}
 
-  TrainArgs predict_args;
-  predict_args.nproc_per_node = 1;
+CLI::App* add_predict_command(CLI::App& app, TrainArgs& args) {
+  args.nproc_per_node = 1;
   auto* predictor = app.add_subcommand(
       "predict",
       "top-k classes of a trained model for JPEG images (JSON lines), or its logits for a safetensors "
       "file of preprocessed images");
   predictor
-      ->add_option("--checkpoint", predict_args.checkpoint,
+      ->add_option("--checkpoint", args.checkpoint,
                    "model weights (.safetensors), or a run directory (its best checkpoint, else last)")
       ->required()
       ->check(CLI::ExistingPath);
-  predictor->add_option("inputs", predict_args.images,
+  predictor->add_option("inputs", args.images,
                         "JPEG files or folders of them, and config overrides key=value as for train (the model "
                         "and data of the checkpoint)");
   predictor
-      ->add_option("--input", predict_args.input,
+      ->add_option("--input", args.input,
                    "instead of images: a safetensors file of one float tensor [N, C, H, W], already "
                    "preprocessed; the logits go to --out (default <input>.logits.safetensors)")
       ->check(CLI::ExistingFile);
-  predictor->add_option("--out", predict_args.out, "write here instead of standard output");
-  predictor->add_option("--top-k", predict_args.top_k, "classes per image")
+  predictor->add_option("--out", args.out, "write here instead of standard output");
+  predictor->add_option("--top-k", args.top_k, "classes per image")->capture_default_str()->check(CLI::PositiveNumber);
+  predictor->add_option("--batch-size", args.batch_size, "images per forward pass")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  predictor->add_option("--batch-size", predict_args.batch_size, "images per forward pass")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  predictor->add_option("--config", predict_args.config_file, "TOML config file (the model and data of the checkpoint)")
+  predictor->add_option("--config", args.config_file, "TOML config file (the model and data of the checkpoint)")
       ->check(CLI::ExistingFile);
-  predictor->add_option("--nproc-per-node", predict_args.nproc_per_node, "worker processes on this machine")
+  predictor->add_option("--nproc-per-node", args.nproc_per_node, "worker processes on this machine")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  predictor->add_option("--master-port", predict_args.master_port, "rendezvous port (0: a free one)")
-      ->capture_default_str();
+  predictor->add_option("--master-port", args.master_port, "rendezvous port (0: a free one)")->capture_default_str();
+  return predictor;
+}
 
-  FindArgs find;
+CLI::App* add_find_batch_size_command(CLI::App& app, FindArgs& find) {
   auto* finder = app.add_subcommand("find-batch-size",
                                     "find the largest per-worker batch that trains within a memory budget "
                                     "(doubling, then binary search); writes batch_size.json into the run dir");
@@ -342,8 +343,10 @@ int main(int argc, char** argv) {
   finder->add_option("--run-dir", find.run_dir,
                      "where batch_size.json goes (default: run.dir, else runs/find-batch-size)");
   finder->add_option("overrides", find.overrides, "config overrides, key=value, as for train");
+  return finder;
+}
 
-  ReportArgs report;
+CLI::App* add_report_command(CLI::App& app, ReportArgs& report) {
   auto* reporter = app.add_subcommand("report",
                                       "write the run logbook (report.md, report.json, SVG plots) of one "
                                       "run, or a comparison of several with speedups");
@@ -351,18 +354,69 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingDirectory);
   reporter->add_option("--out", report.out, "output folder (default: the run dir for one run, ./report for several)");
+  return reporter;
+}
 
-  std::string export_from, export_tag = cohort::checkpoint::names::kLast, export_out;
+CLI::App* add_export_command(CLI::App& app, ExportArgs& e) {
   auto* exporter = app.add_subcommand("export",
                                       "write one full safetensors file of a checkpoint's weights (from a "
                                       "sharded zero1/zero2/fsdp save, or an ordinary one)");
-  exporter->add_option("checkpoint", export_from, "run directory or its checkpoints/ directory")
+  exporter->add_option("checkpoint", e.from, "run directory or its checkpoints/ directory")
       ->required()
       ->check(CLI::ExistingDirectory);
-  exporter->add_option("--tag", export_tag, "which checkpoint: last or best")->capture_default_str();
-  exporter->add_option("--out", export_out, "output file (default: <checkpoints>/<tag>.full.safetensors)");
+  exporter->add_option("--tag", e.tag, "which checkpoint: last or best")->capture_default_str();
+  exporter->add_option("--out", e.out, "output file (default: <checkpoints>/<tag>.full.safetensors)");
+  return exporter;
+}
 
+// `cohort predict`: its positional words are key=value overrides, unless a file or folder of that name exists.
+int run_predict_command(TrainArgs args) {
+  std::vector<std::string> images;
+  for (auto& w : args.images)
+    (w.find('=') != std::string::npos && !std::filesystem::exists(w) ? args.overrides : images).push_back(w);
+  args.images = images;
+  if (args.images.empty() == args.input.empty())
+    throw cohort::ConfigError("cohort predict needs image files or folders, or --input, and not both",
+                              "for example: cohort predict --checkpoint runs/x photos/");
+  return run_job(args, Job::predict);
+}
+
+int run_export(const ExportArgs& e) {
+  namespace ck = cohort::checkpoint;
+  const auto dir = ck::resolve_resume_dir(e.from);
+  const auto c = e.tag == ck::names::kLast ? ck::load_latest(dir).checkpoint : ck::load_any(dir, e.tag);
+  const std::filesystem::path out = e.out.empty() ? dir / ck::names::export_file(e.tag) : std::filesystem::path(e.out);
+  ck::export_weights(c, out);
+  std::cout << "cohort: exported " << c.model.size() << " tensors of step " << c.state.step << " (saved by "
+            << c.state.world_size << " worker(s)) to " << out.string() << std::endl;
+  return 0;
+}
+
+int run_report(const ReportArgs& report) {
+  const auto out = cohort::log::write_report(
+      std::vector<std::filesystem::path>(report.run_dirs.begin(), report.run_dirs.end()),
+      report.out.empty() ? (report.run_dirs.size() == 1 ? report.run_dirs[0] : std::string("report")) : report.out);
+  std::cout << "cohort: report written: " << out.string() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cohort: data-parallel training of image classifiers across processes and machines"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("cohort 0.1.0 (LibTorch ") + TORCH_VERSION + ")");
+  TrainArgs train_args, eval_args, predict_args;
+  FindArgs find;
+  ReportArgs report;
+  ExportArgs exported;
   SwarmCommands swarm_commands;
+  auto* train = add_train_command(app, train_args);
+  auto* evaluator = add_eval_command(app, eval_args);
+  auto* predictor = add_predict_command(app, predict_args);
+  auto* finder = add_find_batch_size_command(app, find);
+  auto* reporter = add_report_command(app, report);
+  auto* exporter = add_export_command(app, exported);
   add_swarm_commands(app, swarm_commands);
 
   try {
@@ -371,40 +425,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (*train) return run_job(args);
+    if (*train) return run_job(train_args);
     if (*evaluator) return run_job(eval_args, Job::eval);
-    if (*predictor) {
-      // Positional words: key=value overrides, unless a file or folder of that name exists.
-      std::vector<std::string> images;
-      for (auto& w : predict_args.images)
-        (w.find('=') != std::string::npos && !std::filesystem::exists(w) ? predict_args.overrides : images)
-            .push_back(w);
-      predict_args.images = images;
-      if (predict_args.images.empty() == predict_args.input.empty())
-        throw cohort::ConfigError("cohort predict needs image files or folders, or --input, and not both",
-                                  "for example: cohort predict --checkpoint runs/x photos/");
-      return run_job(predict_args, Job::predict);
-    }
+    if (*predictor) return run_predict_command(predict_args);
     if (*finder) return run_find_batch_size(find);
     if (const int rc = run_swarm_commands(swarm_commands); rc >= 0) return rc;
-    if (*exporter) {
-      namespace ck = cohort::checkpoint;
-      const auto dir = ck::resolve_resume_dir(export_from);
-      const auto c = export_tag == ck::names::kLast ? ck::load_latest(dir).checkpoint : ck::load_any(dir, export_tag);
-      const std::filesystem::path out =
-          export_out.empty() ? dir / ck::names::export_file(export_tag) : std::filesystem::path(export_out);
-      ck::export_weights(c, out);
-      std::cout << "cohort: exported " << c.model.size() << " tensors of step " << c.state.step << " (saved by "
-                << c.state.world_size << " worker(s)) to " << out.string() << std::endl;
-      return 0;
-    }
-    if (*reporter) {
-      const auto out = cohort::log::write_report(
-          std::vector<std::filesystem::path>(report.run_dirs.begin(), report.run_dirs.end()),
-          report.out.empty() ? (report.run_dirs.size() == 1 ? report.run_dirs[0] : std::string("report")) : report.out);
-      std::cout << "cohort: report written: " << out.string() << std::endl;
-      return 0;
-    }
+    if (*exporter) return run_export(exported);
+    if (*reporter) return run_report(report);
   } catch (const std::exception& e) {
     std::cerr << "cohort: error: " << message_of(e) << std::endl;
     return 2;
