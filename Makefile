@@ -30,8 +30,8 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE 'reference|slow|swarm|swarm-unstable'
 	bash scripts/fuzz --smoke
 
-# The long variants (tests named Slow*, ctest label slow: the 20 kill trials, the 12000-step soak): CI runs them after its
-# other checks when they leave room.
+# The long variants (tests named Slow*, ctest label slow: the 20 kill trials, the 12000-step soak): CI
+# runs them after its other checks when they leave room.
 test-slow: build
 	cd $(BUILD) && ctest --output-on-failure -j1 -L slow
 
