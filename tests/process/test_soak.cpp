@@ -48,11 +48,10 @@ void soak(int steps, int warmup_step, const std::string& name) {
   constexpr int kFdTransient = 4;
   const auto dir = fresh_dir(name);
   // Enough epochs for `steps`: Fashion-MNIST's 60000 images in batches of 8 on 4 workers, 1875 steps each.
-  Proc launcher(cohort_argv(
-      quick_args(dir, {"--nproc-per-node", "4", "model.name=mlp", "model.width=16", "data.batch_size=8",
-                       "data.train_limit=0", "train.epochs=" + std::to_string(steps / 1875 + 1),
-                       "train.max_steps=" + std::to_string(steps),
-                       "eval.enabled=false", "log.every_steps=100", "log.progress=plain", "train.threads=1"})));
+  Proc launcher(cohort_argv(quick_args(
+      dir, {"--nproc-per-node", "4", "model.name=mlp", "model.width=16", "data.batch_size=8", "data.train_limit=0",
+            "train.epochs=" + std::to_string(steps / 1875 + 1), "train.max_steps=" + std::to_string(steps),
+            "eval.enabled=false", "log.every_steps=100", "log.progress=plain", "train.threads=1"})));
   std::map<pid_t, std::vector<std::pair<int64_t, int>>> samples;  // after warm-up: (rss KiB, fds)
   std::vector<std::pair<double, int64_t>> total_rss;              // (seconds, all workers' RSS)
   const auto start = std::chrono::steady_clock::now();
