@@ -8,11 +8,22 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "cohort/comm/GlooCommunicator.h"
+
+// A build without gloo's headers (pip's LibTorch without -DGLOO_INCLUDE_DIR: CMakeLists.txt) has no Gloo
+// backend; a test that runs ranks over it starts with this and skips there, saying why.
+#ifdef COHORT_HAVE_GLOO
+#define SKIP_WITHOUT_GLOO() static_cast<void>(0)
+#else
+#define SKIP_WITHOUT_GLOO()                                                                      \
+  GTEST_SKIP() << "this build has no Gloo backend (no gloo headers were found): configure with " \
+                  "-DGLOO_INCLUDE_DIR=$(scripts/gloo-headers)"
+#endif
 
 namespace cohort::testing {
 

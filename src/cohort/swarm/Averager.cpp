@@ -102,6 +102,19 @@ std::optional<std::vector<Member>> Averager::group_from(const Message& m) const 
 // leader that dies before sending leaves its followers with no group by twice the matchmaking time: they
 // take a local step, and the next round forms without it.
 std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string& problem) {
+  // Note [Leaving a swarm] (train/Trainer.cpp): a peer told to stop before it said it was ready withdraws:
+  // its record says it is leaving, so nobody counts on it. Once it has said it is ready it stays for the
+  // round: a leader may already have sent a group naming it, and a member that vanished then would cost
+  // the others the averaging timeout and leave them apart (each keeps its own values for its part).
+  if (options_.leaving && options_.leaving()) {
+    mine.step = static_cast<int64_t>(round);
+    mine.ready = false;
+    mine.leaving = true;
+    mine.address = transport_.address();
+    directory_.announce(mine);
+    problem = "leaving: no group for this step";
+    return {{transport_.key(), transport_.address()}};
+  }
   const auto start = Clock::now();
   const auto decide_at = after(start, options_.matchmaking_s);
   const auto give_up_at = after(start, 2 * options_.matchmaking_s + 1.0);
@@ -156,12 +169,6 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
     if (auto m = transport_.receive({MessageKind::kGroup, round, 0}, after(Clock::now(), 0.005)))
       if (auto group = group_from(*m)) return *group;
     if (options_.while_waiting) options_.while_waiting();
-    // Leaving (Note [Leaving a swarm] in train/Trainer.cpp): a group that named this peer already came
-    // in above; it starts no new one and waits for none.
-    if (options_.leaving && options_.leaving()) {
-      problem = "leaving: no group for this step";
-      return {me};
-    }
     if (Clock::now() >= give_up_at) {
       problem = "no group formed within " + std::to_string(2 * options_.matchmaking_s + 1.0) + " s";
       return {me};

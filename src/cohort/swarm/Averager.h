@@ -45,7 +45,8 @@ struct AveragingOptions {
   double averaging_timeout_s = 30.0;  // how long a round may take once the group is formed
   int64_t min_group_size = 2;         // fewer ready peers than this: no round, a local step
   Codec codec = Codec::kNone;         // how contributions and results travel (swarm/Codec.h)
-  // True once this peer is leaving (Ctrl-C): it joins no new group; a round already formed still ends.
+  // True once this peer is leaving (Ctrl-C): it withdraws from a round it has not yet said it is ready
+  // for; a round it said it was ready for still ends (Note [Leaving a swarm] in train/Trainer.cpp).
   std::function<bool()> leaving = nullptr;
   // Called while matchmaking waits (a peer answers state requests then too: Note [A peer that fell out
   // of a round resynchronizes] in parallel/swarm/SwarmPeer.cpp).

@@ -88,6 +88,7 @@ TEST(GradScaler, UnscaleDividesAndFindsInfAndNan) {
 // backward (so after the all-reduce: only that rank sees it). Every rank must skip exactly those steps,
 // back off twice, and end with finite parameters identical across ranks.
 TEST(GradScaler, EveryRankSkipsTheStepOneRankOverflowedWithDdpAndZero2) {
+  SKIP_WITHOUT_GLOO();
   constexpr int kWorld = 3, kSteps = 6;
   const auto data = random_batches(kSteps, 12, 900);
   for (const std::string strategy_name : {"ddp", "zero2"}) {
@@ -230,6 +231,7 @@ TEST(MasterWeights, BatchNormStaysFp32AndEverythingElseBecomesFp16) {
 // the sum crosses a spacing. Run through the ddp strategy (two ranks), with fp16 parameters and fp16
 // gradients from a real backward.
 TEST(MasterWeights, DdpUpdatesFp32MastersThatSmallStepsAccumulateIn) {
+  SKIP_WITHOUT_GLOO();
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
     auto net = std::make_shared<torch::nn::Module>();
     auto w = net->register_parameter("w", at::ones({4}, at::kHalf));

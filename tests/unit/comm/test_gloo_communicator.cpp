@@ -11,6 +11,7 @@ using cohort::testing::run_ranks;
 
 // Closed-form expectations: rank i contributes i.
 TEST(GlooCommunicator, CollectivesGiveClosedFormResults) {
+  SKIP_WITHOUT_GLOO();
   for (int world : {2, 3}) {
     run_ranks(world, [world](int rank, CommunicatorPtr comm) {
       EXPECT_EQ(comm->rank(), rank);
@@ -46,6 +47,7 @@ TEST(GlooCommunicator, CollectivesGiveClosedFormResults) {
 }
 
 TEST(GlooCommunicator, TimeoutNamesCollectiveAndRanks) {
+  SKIP_WITHOUT_GLOO();
   const auto start = std::chrono::steady_clock::now();
   std::string message;
   run_ranks(
@@ -75,6 +77,7 @@ TEST(GlooCommunicator, TimeoutNamesCollectiveAndRanks) {
 // dist.debug=detail: a rank that calls another collective, or the same one with another size, is named
 // by every rank instead of hanging or mixing unrelated data.
 TEST(GlooCommunicator, DebugModeNamesAMismatchedCollective) {
+  SKIP_WITHOUT_GLOO();
   for (int variant = 0; variant < 2; ++variant) {
     std::vector<std::string> errors(2);
     cohort::testing::run_ranks(2, [&](int rank, cohort::CommunicatorPtr comm) {

@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -298,7 +299,10 @@ TEST_F(IdxTest, LoadErrors) {
 // --- the real dataset ---
 
 TEST(FashionMnistReal, LoadsBothSplits) {
-  const fs::path root = cohort::data::kDefaultFashionMnistRoot;
+  // COHORT_TEST_FASHION_MNIST_ROOT: the files elsewhere (scripts/gpu-check carries them to a machine
+  // without Debian's package).
+  const char* elsewhere = std::getenv("COHORT_TEST_FASHION_MNIST_ROOT");
+  const fs::path root = elsewhere ? fs::path(elsewhere) : fs::path(cohort::data::kDefaultFashionMnistRoot);
   if (!fs::exists(root)) {
     // Not a skip: without the dataset the trainer cannot run either, and a silent pass would hide that.
     FAIL() << root << " is missing: install it with `apt-get install dataset-fashion-mnist`";

@@ -82,6 +82,7 @@ TEST(PowerSgdPlan, CompressesOnlyWhereItPays) {
 }
 
 TEST(PowerSgd, EqualsPlainAllReduceWhenRankCoversTheMatrix) {
+  SKIP_WITHOUT_GLOO();
   for (int world : {2, 3}) {
     run_ranks(world, [&](int rank, CommunicatorPtr comm) {
       PowerSgdOptions o;
@@ -104,6 +105,7 @@ TEST(PowerSgd, EqualsPlainAllReduceWhenRankCoversTheMatrix) {
 }
 
 TEST(PowerSgd, ErrorFeedbackKeepsWhatCompressionDropped) {
+  SKIP_WITHOUT_GLOO();
   run_ranks(3, [&](int rank, CommunicatorPtr comm) {
     PowerSgdOptions o;
     o.rank = 1;
@@ -132,6 +134,7 @@ TEST(PowerSgd, ErrorFeedbackKeepsWhatCompressionDropped) {
 }
 
 TEST(PowerSgd, PlainAllReduceBeforeStartIterThenFewerBytes) {
+  SKIP_WITHOUT_GLOO();
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
     PowerSgdOptions o;
     o.rank = 1;
@@ -153,6 +156,7 @@ TEST(PowerSgd, PlainAllReduceBeforeStartIterThenFewerBytes) {
 }
 
 TEST(PowerSgd, StateDictResumesBitForBit) {
+  SKIP_WITHOUT_GLOO();
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
     PowerSgdOptions o;
     o.rank = 2;
@@ -177,6 +181,7 @@ TEST(PowerSgd, StateDictResumesBitForBit) {
 }
 
 TEST(LowPrecisionHook, AveragesInSixteenBitsAndSendsHalfTheBytes) {
+  SKIP_WITHOUT_GLOO();
   for (auto dtype : {at::kHalf, at::kBFloat16}) {
     run_ranks(3, [&](int rank, CommunicatorPtr comm) {
       LowPrecisionHook hook(dtype);
@@ -193,6 +198,7 @@ TEST(LowPrecisionHook, AveragesInSixteenBitsAndSendsHalfTheBytes) {
 }
 
 TEST(PowerSgd, DdpRanksEndEveryStepWithIdenticalParameters) {
+  SKIP_WITHOUT_GLOO();
   std::vector<torch::nn::Sequential> nets;
   for (int r = 0; r < 2; ++r) {
     torch::manual_seed(r);

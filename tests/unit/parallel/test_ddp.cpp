@@ -132,6 +132,7 @@ DdpOptions small_buckets() {
 }  // namespace
 
 TEST(Ddp, MatchesSingleProcessReferenceWithTwoAndThreeRanks) {
+  SKIP_WITHOUT_GLOO();
   const auto ref = reference_run();
   expect_parity(ref, ddp_run(2, small_buckets()));
   expect_parity(ref, ddp_run(3, small_buckets()));
@@ -139,10 +140,12 @@ TEST(Ddp, MatchesSingleProcessReferenceWithTwoAndThreeRanks) {
 }
 
 TEST(Ddp, NoSyncAccumulationMatchesReference) {
+  SKIP_WITHOUT_GLOO();
   expect_parity(reference_run(), ddp_run(2, small_buckets(), /*accum=*/2));
 }
 
 TEST(Ddp, AllReduceStartsBeforeBackwardEnds) {
+  SKIP_WITHOUT_GLOO();
   make_data(0);
   auto nets = make_nets(2, 256);
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
@@ -160,6 +163,7 @@ TEST(Ddp, AllReduceStartsBeforeBackwardEnds) {
 }
 
 TEST(Ddp, WithoutOverlapEveryBucketLaunchesAfterBackward) {
+  SKIP_WITHOUT_GLOO();
   make_data(0);
   auto nets = make_nets(2, 64);
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
@@ -174,6 +178,7 @@ TEST(Ddp, WithoutOverlapEveryBucketLaunchesAfterBackward) {
 }
 
 TEST(Ddp, UnusedParameterIsNamedOrReducedAsZero) {
+  SKIP_WITHOUT_GLOO();
   make_data(0);
   auto nets = make_nets(2, 16, /*with_unused=*/true);
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
@@ -203,6 +208,7 @@ TEST(Ddp, UnusedParameterIsNamedOrReducedAsZero) {
 }
 
 TEST(Ddp, ReplicaMismatchNamesRankAndParameter) {
+  SKIP_WITHOUT_GLOO();
   std::vector<std::string> messages(2);
   std::vector<Net> nets{Net(16), Net(32)};
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
@@ -221,6 +227,7 @@ TEST(Ddp, ReplicaMismatchNamesRankAndParameter) {
 }
 
 TEST(Ddp, BuffersFollowRankZero) {
+  SKIP_WITHOUT_GLOO();
   std::vector<torch::nn::Sequential> nets;
   std::vector<at::Tensor> inputs;
   for (int r = 0; r < 2; ++r) {

@@ -165,6 +165,7 @@ void expect_ranks_identical(const RunResult& r, const std::string& what) {
 }
 
 TEST(ShardedParity, Zero1Zero2FsdpMatchDdpOn2To4RanksWithSgdAndAdamW) {
+  SKIP_WITHOUT_GLOO();
   for (int world : {2, 3, 4}) {
     for (const std::string opt : {"sgd", "adamw"}) {
       RunSpec base;
@@ -187,6 +188,7 @@ TEST(ShardedParity, Zero1Zero2FsdpMatchDdpOn2To4RanksWithSgdAndAdamW) {
 }
 
 TEST(ShardedParity, FsdpWithStageUnitsMatchesDdp) {
+  SKIP_WITHOUT_GLOO();
   RunSpec base;
   base.world = 2;
   base.steps = 8;
@@ -200,6 +202,7 @@ TEST(ShardedParity, FsdpWithStageUnitsMatchesDdp) {
 }
 
 TEST(ShardedParity, AirbenchNormLrScaleAndWhiteningFreezeMatchDdp) {
+  SKIP_WITHOUT_GLOO();
   // airbench's optimizer: BatchNorm biases at 64x lr with weight decay / 64, and the whitening bias
   // frozen part way; sharded strategies group the slices of those parameters the same way.
   cohort::TrainConfig cfg;
@@ -270,6 +273,7 @@ TEST(ShardedParity, PlansPadUnitsThatDoNotDivideByTheWorldSize) {
 }
 
 TEST(ShardedParity, FsdpMatchesASingleProcessOnTheWholeBatch) {
+  SKIP_WITHOUT_GLOO();
   // Without batch norm the global batch's loss and gradients do not depend on how it is split.
   RunSpec spec;
   spec.model = "mlp";
@@ -298,6 +302,7 @@ TEST(ShardedParity, FsdpMatchesASingleProcessOnTheWholeBatch) {
 }
 
 TEST(ShardedParity, ClippingUsesTheGlobalNormAcrossShards) {
+  SKIP_WITHOUT_GLOO();
   RunSpec base;
   base.world = 3;
   base.clip = 0.2;  // below the gradients' norm, so every step clips
@@ -317,6 +322,7 @@ TEST(ShardedParity, ClippingUsesTheGlobalNormAcrossShards) {
 }
 
 TEST(ShardedParity, GradientAccumulationMatchesDdp) {
+  SKIP_WITHOUT_GLOO();
   RunSpec base;
   base.world = 2;
   base.accum = 3;  // 12 images per rank: micro-batches of 4, two of them without sync
@@ -333,6 +339,7 @@ TEST(ShardedParity, GradientAccumulationMatchesDdp) {
 }
 
 TEST(ShardedParity, AnInfInOneRanksSliceSkipsTheStepOnEveryRank) {
+  SKIP_WITHOUT_GLOO();
   // One element of one parameter's gradient becomes inf on rank 1 only, before reduce-scatter: after it
   // only that element's owner holds an inf, and every rank must still skip (and say so).
   for (const std::string strategy : {"ddp", "zero1", "zero2", "fsdp"}) {
@@ -406,6 +413,7 @@ std::vector<std::shared_ptr<cohort::models::Classifier>> same_models(const Train
 }
 
 TEST(Fsdp, FreesEachUnitsFullParametersAfterItsForwardAndBackward) {
+  SKIP_WITHOUT_GLOO();
   const auto cfg = fsdp_config();
   const auto models = same_models(cfg, 2, 5);
   const auto& data = all_data();
@@ -452,6 +460,7 @@ TEST(Fsdp, FreesEachUnitsFullParametersAfterItsForwardAndBackward) {
 }
 
 TEST(Fsdp, PrefetchesTheNextUnitsGatherInForwardAndInBackward) {
+  SKIP_WITHOUT_GLOO();
   const auto cfg = fsdp_config();
   const auto models = same_models(cfg, 2, 5);
   std::vector<std::vector<std::string>> traces(2);
@@ -505,6 +514,7 @@ struct TempDir {
 };
 
 TEST(ShardedCheckpoint, SavedAt4ResumesAt2And3WithTheUninterruptedLosses) {
+  SKIP_WITHOUT_GLOO();
   TempDir tmp;
   RunSpec full;
   full.model = "mlp";  // no batch norm: the split of the batch does not change the loss
@@ -541,6 +551,7 @@ TEST(ShardedCheckpoint, SavedAt4ResumesAt2And3WithTheUninterruptedLosses) {
 }
 
 TEST(ShardedCheckpoint, AMissingShardOrCommitMarkerIsNamed) {
+  SKIP_WITHOUT_GLOO();
   TempDir tmp;
   RunSpec spec;
   spec.strategy = "zero2";

@@ -198,6 +198,7 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
 }
 
 TEST(ShardedFp16Master, Zero1Zero2FsdpMatchDdpWithFp16WeightsAndFloat32Masters) {
+  SKIP_WITHOUT_GLOO();
   for (int world : {2, 3}) {
     for (const std::string opt : {"sgd", "adamw"}) {
       Spec ref;
@@ -242,6 +243,7 @@ TEST(ShardedFp16Master, Zero1Zero2FsdpMatchDdpWithFp16WeightsAndFloat32Masters) 
 // ZeRO's layout: each rank's float32 masters cover only its slice (Ψ/N elements, with padding), and the
 // 16-bit weights every rank holds are exactly those masters rounded.
 TEST(ShardedFp16Master, MastersAreFloat32SlicesAndTheWeightsAreTheirRoundedValues) {
+  SKIP_WITHOUT_GLOO();
   for (const std::string strategy : {"zero2", "fsdp"}) {
     Spec spec;
     spec.strategy = strategy;
@@ -288,6 +290,7 @@ TEST(ShardedFp16Master, MastersAreFloat32SlicesAndTheWeightsAreTheirRoundedValue
 // Saved by zero2 at 2 ranks, resumed by fsdp at 3: the masters come back from the checkpoint's float32
 // weights (not from the fp16 weights rounded from them), so the run continues as if uninterrupted.
 TEST(ShardedFp16Master, SavedAt2ResumesAt3WithTheMastersNotTheRoundedWeights) {
+  SKIP_WITHOUT_GLOO();
   const std::string dir = (fs::temp_directory_path() / ("cohort_fp16m_resume_" + std::to_string(::getpid()))).string();
   fs::remove_all(dir);
   Spec whole;
