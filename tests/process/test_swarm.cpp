@@ -222,8 +222,8 @@ TEST(Swarm, ANewcomerCatchesUpWithVerifiedStateAndTrainsWithTheOthers) {
   // It did not start from step 0: fewer steps of its own than the run's 120.
   EXPECT_LT(step_losses(dirs[2], 0).size(), 115u);
   const auto a = final_weights(dirs[0]);
-  EXPECT_EQ(max_difference(a, final_weights(dirs[1])), 0.0);
-  EXPECT_EQ(max_difference(a, final_weights(dirs[2])), 0.0);
+  EXPECT_EQ(max_difference(a, final_weights(dirs[1])), 0.0) << results[0].output << "\n\n" << results[1].output;
+  EXPECT_EQ(max_difference(a, final_weights(dirs[2])), 0.0) << results[0].output << "\n\n" << joined;
 }
 
 // `cohort swarm status` lists the live peers of a running swarm, reached through any one of them.

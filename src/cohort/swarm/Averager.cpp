@@ -151,6 +151,21 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
         anyone_waiting = true;
     }
     std::sort(ready.begin(), ready.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
+    // Note [A straggler does not wait for a group]: every other live peer is past this step (they closed
+    // its round without this peer, which came late: a newcomer whose download landed a step behind, a slow
+    // or frozen peer). Nobody can join it any more, so it takes this step alone at once, and its next
+    // catch_up downloads their state (Note [A peer that fell out of a round resynchronizes] in
+    // parallel/swarm/SwarmPeer.cpp), instead of waiting out swarm.matchmaking_s while they move on.
+    int64_t ahead_at = -1;
+    bool anyone_here = ready.size() > 1 || anyone_waiting;
+    for (const auto& p : peers) {
+      if (p.step > static_cast<int64_t>(round)) ahead_at = std::max(ahead_at, p.step);
+      if (p.step == static_cast<int64_t>(round)) anyone_here = true;
+    }
+    if (!anyone_here && ahead_at >= 0) {
+      problem = "the other peers are past this step (at step " + std::to_string(ahead_at) + "): this step alone";
+      return {me};
+    }
     // Nobody else alive and no group required: a group of one at once (a lone peer trains as plain
     // training does). With swarm.min_group_size above 1 a lone peer waits for company as Hivemind's does.
     if (peers.empty() && options_.min_group_size <= 1) return {me};

@@ -31,6 +31,7 @@ std::vector<uint8_t> encode(const PeerRecord& r) {
   w.raw(r.key.data(), r.key.size()).str(r.address).i64(r.step).i64(r.samples).f64(r.samples_per_s);
   w.u8(r.ready ? 1 : 0).u8(r.leaving ? 1 : 0).f64(r.written_unix);
   w.i64(r.group_size);  // appended after version 1's fields: an older reader ignores it
+  w.i64(r.digest_step).u64(r.digest);
   return w.take();
 }
 
@@ -47,6 +48,7 @@ std::optional<PeerRecord> decode(const std::vector<uint8_t>& payload, const Peer
   rec.leaving = r.u8() != 0;
   rec.written_unix = r.f64();
   if (r.left() >= 8) rec.group_size = r.i64();
+  if (r.left() >= 16) rec.digest_step = r.i64(), rec.digest = r.u64();
   // A record speaks for the peer that signed it only.
   if (!r.ok() || version < 1 || rec.key != signer) return std::nullopt;
   return rec;
@@ -91,6 +93,8 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
     const auto [peer_host, peer_port] = split_host_port(peer, "swarm.initial_peers");
     dht_->bootstrap(peer_host, std::to_string(peer_port));
   }
+  initial_peers_ = initial_peers;
+  mine_address_ = listen;
   if (transport_)
     transport_->on_arrival(MessageKind::kRecord, [this](const Message& m) {
       Reader r(m.body);
@@ -117,7 +121,17 @@ void Directory::announce(PeerRecord mine) {
   std::lock_guard lock(mutex_);
   mine.key = me_.token.peer_public_key;
   if (mine.step != mine_.step || mine.ready != mine_.ready || mine.leaving != mine_.leaving) mine_urgent_ = true;
+  mine.digest_step = mine_.digest_step;
+  mine.digest = mine_.digest;
   mine_ = std::move(mine);
+  mine_dirty_ = true;
+  changed_.notify_all();
+}
+
+void Directory::announce_digest(int64_t step, uint64_t digest) {
+  std::lock_guard lock(mutex_);
+  mine_.digest_step = step;
+  mine_.digest = digest;
   mine_dirty_ = true;
   changed_.notify_all();
 }
@@ -191,6 +205,7 @@ void Directory::run() {
     }
     if (!sealed.empty()) {
       send_direct(sealed, heartbeat);
+      if (heartbeat && peers().empty()) knock(sealed);
       last_direct = steady_clock::now();
     }
     const bool contact = has_contact();
@@ -228,6 +243,27 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) 
       if (key != peer.key) w.u64(sealed.size()).raw(sealed.data(), sealed.size());
     transport_->send(peer.key, peer.address, {MessageKind::kRecord, 0, 0}, w.out());
   }
+}
+
+// Note [A peer that knows nobody knocks]: a peer that knows no live peer sends its record, every
+// announce_s, to the addresses in swarm.initial_peers and to those of the peers it has seen (addressed to
+// whoever is there: a newcomer does not know their keys yet). A live peer there takes it in like any record
+// and, from its next heartbeat on, sends this peer its own record and every other it knows. Without it a
+// peer found others only through the DHT, which in 1 of 3 runs of the four-peer test gave a newcomer
+// nobody for a minute, and once left a peer that had lost its records for a few seconds alone to the end.
+void Directory::knock(const std::vector<uint8_t>& mine) {
+  std::set<std::string> addresses(initial_peers_.begin(), initial_peers_.end());
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, entry] : records_)
+      if (key != me_.token.peer_public_key && !entry.record.leaving && addresses.size() < kMaxKnocks)
+        addresses.insert(entry.record.address);
+  }
+  addresses.erase(mine_address_);
+  Writer w;
+  w.u64(1).u64(mine.size()).raw(mine.data(), mine.size());
+  const auto body = w.take();
+  for (const auto& address : addresses) transport_->send(PeerKey{}, address, {MessageKind::kRecord, 0, 0}, body);
 }
 
 void Directory::put(const std::vector<uint8_t>& sealed) {

@@ -58,6 +58,10 @@ struct PeerRecord {
   bool leaving = false;      // it is leaving (Ctrl-C): leave it out of groups
   double written_unix = 0;   // when the record was written (its expiry counts from here)
   int64_t group_size = 0;    // the size of its last round's group (0: none yet)
+  // A digest of its weights after step `digest_step` (-1: none yet): Note [Peers that drifted apart
+  // resynchronize] in parallel/swarm/SwarmPeer.cpp. Set by announce_digest, kept by announce.
+  int64_t digest_step = -1;
+  uint64_t digest = 0;
 };
 
 struct DirectoryOptions {
@@ -82,6 +86,8 @@ class Directory {
   // This peer's record: sent to the known peers now (a change of step, readiness or leaving) or within
   // 50 ms (other changes), and again every announce_s (Note [Records go to the peers directly]).
   void announce(PeerRecord mine);
+  // Adds to this peer's record the digest of its weights after `step` (sent with its next record).
+  void announce_digest(int64_t step, uint64_t digest);
   // The live peers other than this one, as of the last read; newest record of each.
   std::vector<PeerRecord> peers() const;
   // Waits until a read of the DHT that starts after this call completes (or `timeout_s`); returns the
@@ -95,6 +101,8 @@ class Directory {
   bool has_contact() const;
   // Sends `mine` (sealed) to every live peer, with the others' records when `with_others` (the heartbeat).
   void send_direct(const std::vector<uint8_t>& mine, bool with_others);
+  // Sends `mine` to swarm.initial_peers and the peers seen (Note [A peer that knows nobody knocks]).
+  void knock(const std::vector<uint8_t>& mine);
   void put(const std::vector<uint8_t>& sealed);
   void start_read();
   // Takes in one sealed record, from the DHT or from its peer: kept when newer than the last of that peer.
@@ -109,6 +117,9 @@ class Directory {
   Transport* transport_;
   std::unique_ptr<dht::DhtRunner> dht_;
   std::string key_;  // the DHT key of this run's records
+  std::vector<std::string> initial_peers_;
+  std::string mine_address_;                // swarm.listen
+  static constexpr size_t kMaxKnocks = 64;  // addresses knocked on at most, each announce_s
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

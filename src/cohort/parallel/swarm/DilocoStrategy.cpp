@@ -75,6 +75,7 @@ class DilocoStrategy : public Strategy {
     build_outer_from_weights();
     for (const auto& [name, t] : state.extra)
       if (name == kOuterMomentum) momentum_ = t.to(at::kFloat).clone();
+    if (peer_) peer_->settled(round, swarm::weights_digest(*model_));
     return round * inner_steps_;
   }
 
@@ -146,6 +147,9 @@ class DilocoStrategy : public Strategy {
       p.detach().copy_(outer_.slice(0, offset, offset + n).view(p.sizes()));
       offset += n;
     }
+    // After an outer step the group's peers hold the same weights (Note [Peers that drifted apart
+    // resynchronize] in SwarmPeer.cpp); between outer steps each peer's are its own.
+    if (peer_) peer_->settled(round + 1, swarm::weights_digest(*model_));
     // Per step, amortized over the inner steps, against the all-reduce of every step's gradients that ddp
     // would send (so summary.json's compression_ratio is DiLoCo's saving).
     last_sync_ = {wire / inner_steps_, outer_.numel() * 4};

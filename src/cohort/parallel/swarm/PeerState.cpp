@@ -1,5 +1,7 @@
 #include "cohort/parallel/swarm/PeerState.h"
 
+#include <sodium.h>
+
 #include <cstring>
 
 #include "cohort/util/Error.h"
@@ -27,6 +29,20 @@ std::string pack_peer_state(const torch::nn::Module& model, const optim::NamedSt
   for (const auto& [name, t] : optimizer) tensors.emplace_back(kOptimizer + name, t);
   for (const auto& [name, t] : extra) tensors.emplace_back(kExtra + name, t);
   return checkpoint::to_safetensors_bytes(tensors, {{"format", "cohort-swarm-state"}});
+}
+
+uint64_t weights_digest(const torch::nn::Module& model) {
+  COHORT_ASSERT(sodium_init() >= 0, "libsodium could not be initialized");
+  crypto_generichash_state state;
+  crypto_generichash_init(&state, nullptr, 0, sizeof(uint64_t));
+  const auto add = [&](const at::Tensor& t) {
+    const auto bytes = t.detach().to(at::kCPU).contiguous();
+    crypto_generichash_update(&state, static_cast<const unsigned char*>(bytes.data_ptr()), bytes.nbytes());
+  };
+  for (const auto& item : model.named_parameters()) add(item.value());
+  uint64_t out = 0;
+  crypto_generichash_final(&state, reinterpret_cast<unsigned char*>(&out), sizeof(out));
+  return out;
 }
 
 PeerState unpack_peer_state(const std::string& bytes) {

@@ -31,6 +31,11 @@ PeerState unpack_peer_state(const std::string& bytes);
 // Copies the parameters and buffers into `model`; a missing tensor or another shape is an error naming it.
 void load_model_state(torch::nn::Module& model, const PeerState& state);
 
+// A digest of the model's parameters (their bytes, in order): equal on two peers exactly when their
+// weights are bitwise equal (Note [Peers that drifted apart resynchronize] in SwarmPeer.cpp). Buffers are
+// left out: batch norm's running statistics are each peer's own.
+uint64_t weights_digest(const torch::nn::Module& model);
+
 // The peer's first worker's `bytes` and `step` to its other workers (a no-op for a peer of one worker).
 void share_with_local_workers(Communicator& comm, std::string& bytes, int64_t& step);
 

@@ -201,15 +201,20 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   int64_t ahead = step;
   for (const auto& p : peers) ahead = std::max(ahead, p.step);
   // At start: anyone ahead. Between steps: two steps ahead, or, after a round without this peer, a
-  // peer on this step or ahead (Note [A peer that fell out of a round resynchronizes]).
+  // peer on this step or ahead (Note [A peer that fell out of a round resynchronizes]), or the peers
+  // whose weights most peers share when this peer's differ (Note [Peers that drifted apart resynchronize]).
   const bool resync = out_of_step_ && !peers.empty();
   out_of_step_ = false;
-  if (!resync && ahead <= step + (starting ? 0 : 1)) return std::nullopt;
+  const auto majority = starting ? std::vector<PeerRecord>{} : drifted_from(digests_, transport_->key(), peers);
+  const bool drifted = !majority.empty() && ahead <= step + 1;
+  if (!resync && !drifted && ahead <= step + (starting ? 0 : 1)) return std::nullopt;
   // Donors: the peers ahead (a step behind the leaders too, so a second donor is there when the first
   // dies: a download that loses its donor starts over from the next one), the leaders first.
   std::vector<PeerRecord> donors;
+  if (drifted) donors = majority;
   for (const auto& p : peers)
-    if (p.step >= std::max(ahead - 1, step + (resync ? 0 : 1)) && (!resync || p.group_size > last_group_size_))
+    if (!drifted && p.step >= std::max(ahead - 1, step + (resync ? 0 : 1)) &&
+        (!resync || p.group_size > last_group_size_))
       donors.push_back(p);
   std::stable_sort(donors.begin(), donors.end(),
                    [](const PeerRecord& a, const PeerRecord& b) { return a.step > b.step; });
@@ -221,8 +226,10 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
       if (d.address == first) std::swap(d, donors[at]);
   }
   log("swarm: the swarm is at step " + std::to_string(ahead) + ", this peer at " + std::to_string(step) +
-      (resync ? " and out of step with it" : "") + ": downloading the state from " + std::to_string(donors.size()) +
-      " peer(s)");
+      (drifted  ? " with other weights than most peers"
+       : resync ? " and out of step with it"
+                : "") +
+      ": downloading the state from " + std::to_string(donors.size()) + " peer(s)");
   const auto say = [this](const std::string& line) { log(line); };
   auto got = download_state(*transport_, donors, std::min(5.0, cfg_.averaging_timeout_s), say);
   // Note [A download lands on the leaders' step]: the swarm's steps can be shorter than a download, so the
@@ -239,12 +246,60 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
     got = std::move(newer);
   }
   if (got) {
+    digests_.clear();  // the steps' weights this peer had are no longer its own
     std::string names;
     for (const auto& d : got->donors) names += (names.empty() ? "" : ", ") + d;
     log("swarm: caught up to step " + std::to_string(got->step) + " in " + std::to_string(got->seconds) + " s from " +
         names + " (" + std::to_string(got->bytes.size()) + " bytes, digest verified)");
   }
   return got;
+}
+
+void SwarmPeer::settled(int64_t step, uint64_t digest) {
+  digests_[step] = digest;
+  while (digests_.size() > 8) digests_.erase(digests_.begin());
+  directory_->announce_digest(step, digest);
+}
+
+// Note [Peers that drifted apart resynchronize]
+// Averaging gradients keeps peers' weights equal only while every round includes them all: a peer that
+// averaged in a smaller group (it joined a round late, a part from a dead member was lost, two groups
+// formed at once) goes on with other weights, for good. Hivemind averages the parameters now and then
+// (average_state_every) and accepts the drift in between; a cohort peer announces a digest of its
+// weights after each step (weights_digest: their bytes, so equal digests mean equal bits) and compares
+// it with the digests the others announced for the latest step both know. When the largest set of peers
+// agreeing on one digest (ties: the set holding the smallest peer key, so two peers never both give way)
+// is not this peer's, it downloads their state between steps, as a newcomer does. One download, not a
+// round of averaging: the swarm's weights stay those its majority trained.
+std::vector<PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests, const PeerKey& me,
+                                     const std::vector<PeerRecord>& peers) {
+  int64_t step = -1;
+  for (const auto& p : peers)
+    if (p.digest_step >= 0 && digests.count(p.digest_step)) step = std::max(step, p.digest_step);
+  if (step < 0) return {};
+  const uint64_t mine = digests.at(step);
+  struct Holders {
+    std::vector<PeerRecord> peers;
+    size_t count = 0;
+    PeerKey smallest{};
+  };
+  std::map<uint64_t, Holders> by_digest;
+  const auto hold = [&](uint64_t digest, const PeerKey& key) {
+    auto& h = by_digest[digest];
+    if (h.count == 0 || key < h.smallest) h.smallest = key;
+    ++h.count;
+  };
+  hold(mine, me);
+  for (const auto& p : peers)
+    if (p.digest_step == step) {
+      hold(p.digest, p.key);
+      by_digest[p.digest].peers.push_back(p);
+    }
+  const auto best = std::max_element(by_digest.begin(), by_digest.end(), [](const auto& a, const auto& b) {
+    return a.second.count != b.second.count ? a.second.count < b.second.count : b.second.smallest < a.second.smallest;
+  });
+  if (best->first == mine) return {};
+  return best->second.peers;
 }
 
 std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {

@@ -7,6 +7,7 @@
 //     gradient = peer.average(step, gradient, samples, wire_bytes);
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,6 +35,12 @@ PeerIdentity identity_from_config(const SwarmConfig& cfg);
 // it announces nothing.
 std::vector<PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers, double wait_s);
 
+// Note [Peers that drifted apart resynchronize] (SwarmPeer.cpp): given this peer's weight digests by step
+// (`digests`), its key and the others' records, the records of the peers holding the weights most peers
+// agree on for the latest step both sides know, when this peer's differ; else empty. Pure.
+std::vector<PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests, const PeerKey& me,
+                                     const std::vector<PeerRecord>& peers);
+
 class SwarmPeer {
  public:
   explicit SwarmPeer(const TrainConfig& cfg);
@@ -55,6 +62,9 @@ class SwarmPeer {
   // steps) use the last read and act only on peers two or more steps ahead (one ahead is a peer that
   // finished the same round first).
   std::optional<DownloadedState> catch_up(int64_t step);
+  // This peer's weights after `step` have digest `digest` (PeerState.h's weights_digest): announced, and
+  // compared with the others' at its next catch_up (Note [Peers that drifted apart resynchronize]).
+  void settled(int64_t step, uint64_t digest);
 
  private:
   void log(const std::string& line) const;
@@ -72,7 +82,8 @@ class SwarmPeer {
   bool out_of_step_ = false;  // the last round went on without this peer (Note [A peer that fell out...])
   int64_t serving_step_ = -1;
   std::function<std::string()> make_state_;
-  bool started_ = false;  // catch_up was called once
+  bool started_ = false;                 // catch_up was called once
+  std::map<int64_t, uint64_t> digests_;  // this peer's weights' digests after its last few steps
   StateServer state_server_;
   std::chrono::steady_clock::time_point since_{std::chrono::steady_clock::now()};
 };

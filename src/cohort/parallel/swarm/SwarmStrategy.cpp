@@ -70,7 +70,9 @@ class SwarmStrategy : public Strategy {
     last_sync_ = {wire_bytes_, contribution.numel() * 4};
     accumulated_ = at::Tensor();
     batches_ = samples_ = 0;
-    return inner_->step(lr, options);
+    auto result = inner_->step(lr, options);
+    if (peer_) peer_->settled(options.step + 1, swarm::weights_digest(*model_));
+    return result;
   }
 
   // Note [A newcomer catches up]: the peer's first worker downloads a live peer's model (parameters and
@@ -86,6 +88,7 @@ class SwarmStrategy : public Strategy {
     const auto state = swarm::unpack_peer_state(bytes);
     swarm::load_model_state(*model_, state);
     inner_->load_state(state.optimizer, {});
+    if (peer_) peer_->settled(to_step, swarm::weights_digest(*model_));
     return to_step;
   }
 
