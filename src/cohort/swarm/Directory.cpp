@@ -172,14 +172,18 @@ bool Directory::has_contact() const {
 // the DHT every dht_put_s and when it leaves, and reads the DHT every dht_read_s.
 void Directory::run() {
   auto last_direct = steady_clock::now() - std::chrono::hours(1);
-  auto last_put = last_direct, last_read = last_direct;
+  auto last_put = last_direct, last_read = last_direct, last_heartbeat = last_direct;
   const auto since = [](steady_clock::time_point t) { return duration<double>(steady_clock::now() - t).count(); };
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     std::vector<std::string> contacts;
     contacts.swap(to_contact_);
     const bool publishing = transport_ && !mine_.address.empty();
-    const bool heartbeat = since(last_direct) >= options_.announce_s;
+    // Note [The heartbeat is its own clock]: it is due announce_s after the last heartbeat, not after the
+    // last record sent. A peer sends a record at every step, and with steps shorter than announce_s a
+    // heartbeat counted from those never came: the others' records were never passed on, and a newcomer
+    // knocking on one peer met that one alone (seen: 2 of 4 live peers, for a minute).
+    const bool heartbeat = since(last_heartbeat) >= options_.announce_s;
     const bool direct_due =
         publishing && (mine_urgent_ || heartbeat || (mine_dirty_ && since(last_direct) >= kMinDirectGapS));
     const bool leaving_now = mine_urgent_ && mine_.leaving;
@@ -207,6 +211,7 @@ void Directory::run() {
       send_direct(sealed, heartbeat);
       if (heartbeat && peers().empty()) knock(sealed);
       last_direct = steady_clock::now();
+      if (heartbeat) last_heartbeat = last_direct;
     }
     const bool contact = has_contact();
     if (contact && !sealed.empty() && (leaving_now || since(last_put) >= options_.dht_put_s)) {

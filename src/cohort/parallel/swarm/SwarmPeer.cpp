@@ -103,8 +103,18 @@ void SwarmPeer::wait_for_peers(int64_t count, double timeout_s) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(timeout_s);
   size_t seen = 0;
+  auto next_report = start + std::chrono::seconds(5);
   while (std::chrono::steady_clock::now() < deadline) {
-    seen = directory_->fresh_peers(0.5).size();
+    const auto peers = directory_->fresh_peers(0.5);
+    seen = peers.size();
+    // Where it stands every 5 s, so that a wait for peers that never come does not look like a hang.
+    if (std::chrono::steady_clock::now() >= next_report && static_cast<int64_t>(seen) + 1 < count) {
+      std::string names;
+      for (const auto& p : peers) names += (names.empty() ? "" : ", ") + peer_name(p.key) + " at " + p.address;
+      log("swarm: waiting for swarm.min_peers_to_start = " + std::to_string(count) + " peers; " +
+          std::to_string(seen + 1) + " so far" + (names.empty() ? "" : " (this one and " + names + ")"));
+      next_report += std::chrono::seconds(5);
+    }
     if (static_cast<int64_t>(seen) + 1 >= count) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       log("swarm: " + std::to_string(seen + 1) + " peers in the swarm after " + std::to_string(s) + " s");
