@@ -219,6 +219,38 @@ TEST(SwarmDirectory, ARecordChangeGoesToTheKnownPeersDirectly) {
   EXPECT_TRUE(b.directory.peers().empty());
 }
 
+// Note [A peer that knows nobody knocks] and Note [The heartbeat is its own clock]: three peers whose
+// records change every 50 ms (faster than announce_s, as a swarm's steps do), a DHT that is put once and
+// read again only after 100 s, and a newcomer that comes when the DHT's copies are older than the TTL: it
+// knocks on its initial peer and, through that peer's heartbeat, meets all three.
+TEST(SwarmDirectory, ANewcomerKnockingOnOnePeerMeetsEveryPeerThroughItsHeartbeat) {
+  Logs logs;
+  const auto run = generate_run_key();
+  DirectoryOptions d;
+  d.dht_put_s = 100;
+  d.dht_read_s = d.dht_read_known_s = 100;
+  d.record_ttl_s = 2;
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 61 + i, i ? peers[size_t(i) - 1]->transport.address() : "", logs, d));
+  std::atomic<bool> stop{false};
+  std::thread steps([&] {
+    for (int64_t step = 1; !stop; ++step) {
+      for (auto& p : peers) p->directory.announce({{}, p->transport.address(), step, 0, 1.0, false, false, 0});
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  std::this_thread::sleep_for(3s);  // the DHT's copies are now past the TTL
+  Peer newcomer(run, 64, peers[2]->transport.address(), logs, d);
+  newcomer.directory.announce({{}, newcomer.transport.address(), 0, 0, 1.0, false, false, 0});
+  const auto deadline = Clock::now() + 5s;
+  while (Clock::now() < deadline && newcomer.directory.peers().size() < 3) std::this_thread::sleep_for(20ms);
+  const auto seen = newcomer.directory.peers().size();
+  stop = true;
+  steps.join();
+  EXPECT_EQ(seen, 3u);
+}
+
 // Every member contributes (rank + 1) everywhere with weight (rank + 1): the weighted mean of 1, 2, 3
 // with weights 1, 2, 3 is 14 / 6.
 TEST(SwarmAverager, AGroupAveragesByWeightAndEveryMemberGetsTheSameBits) {
