@@ -198,8 +198,8 @@ TEST(SwarmUnstable, ADilocoNewcomerJoinsAtAnOuterStepAndEndsWithTheOthersWeights
   EXPECT_LT(losses.size(), 92u);
   EXPECT_EQ(losses.size() % 4, 0u);
   const auto a = final_weights(dirs[0]);
-  EXPECT_EQ(max_difference(a, final_weights(dirs[1])), 0.0);
-  EXPECT_EQ(max_difference(a, final_weights(dirs[2])), 0.0);
+  EXPECT_EQ(max_difference(a, final_weights(dirs[1])), 0.0) << results[0].output << "\n\n" << results[1].output;
+  EXPECT_EQ(max_difference(a, final_weights(dirs[2])), 0.0) << results[0].output << "\n\n" << joined;
   EXPECT_GT(read_json(dirs[0] / "summary.json")["swarm_mean_group_size"].get<double>(), 2.0);
 }
 
