@@ -220,12 +220,14 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   if (!resync && !drifted && ahead <= step + (starting ? 0 : 1)) return std::nullopt;
   // Donors: the peers ahead (a step behind the leaders too, so a second donor is there when the first
   // dies: a download that loses its donor starts over from the next one), the leaders first.
-  std::vector<PeerRecord> donors;
-  if (drifted) donors = majority;
-  for (const auto& p : peers)
-    if (!drifted && p.step >= std::max(ahead - 1, step + (resync ? 0 : 1)) &&
-        (!resync || p.group_size > last_group_size_))
-      donors.push_back(p);
+  // A peer that drifted takes the majority's state instead.
+  std::vector<PeerRecord> donors = majority;
+  if (!drifted) {
+    donors.clear();
+    for (const auto& p : peers)
+      if (p.step >= std::max(ahead - 1, step + (resync ? 0 : 1)) && (!resync || p.group_size > last_group_size_))
+        donors.push_back(p);
+  }
   std::stable_sort(donors.begin(), donors.end(),
                    [](const PeerRecord& a, const PeerRecord& b) { return a.step > b.step; });
   if (donors.empty()) return std::nullopt;
