@@ -10,7 +10,8 @@ For each system and link rate it records:
   - wall time to 90% test accuracy (peer 0 evaluates every --eval-every global steps),
   - bytes sent per training sample, from the interfaces' counters (every peer's veth, all traffic),
   - with --kill: one peer killed with SIGKILL mid-run: the others' longest step after it, and whether
-    they finished.
+    they finished; with --join too, a newcomer with no files starts in the killed peer's namespace that
+    many seconds later (through peer 0), catches up from the others and trains to the end with them.
 Hivemind (bench/peers/hivemind_fmnist.py, hivemind.Optimizer with the same model, data and recipe in
 PyTorch) runs at its own defaults (matchmaking 15 s, averaging timeout 60 s), at Lightning's
 HivemindStrategy defaults (5 s, 30 s) and over the grid cohort's swarm is run on (--grid), so neither side
@@ -71,7 +72,7 @@ def tx_bytes():
     return out
 
 
-def cohort_args(a, system, settings, run_dir, i, port):
+def cohort_args(a, system, settings, run_dir, i, port, min_group=PEERS):
     """`cohort train` for peer i of `system` (ddp, swarm, diloco-none, diloco-int8)."""
     args = [a.cohort, "train", "--run-dir", run_dir, "--nproc-per-node", "1", f"data.batch_size={LOCAL_BATCH}",
             f"train.epochs={a.epochs}", "train.threads=1", f"amp.precision={a.precision}",
@@ -98,7 +99,7 @@ def cohort_args(a, system, settings, run_dir, i, port):
     args = [x for x in args if not x.startswith("optim.lr")]
     return args + ["dist.strategy=diloco", f"diloco.compress={system.split('-')[1]}",
                    f"diloco.inner_steps={a.inner_steps}", "swarm.sampler=partition", f"swarm.partitions={PEERS}",
-                   f"swarm.partition={i}", f"swarm.min_group_size={PEERS}",
+                   f"swarm.partition={i}", f"swarm.min_group_size={min_group}",
                    f"optim.lr={a.lr * LOCAL_BATCH / GLOBAL_BATCH}"]
 
 
@@ -145,12 +146,14 @@ def run(a, system, rate, settings, port, kill_at=None):
     for d in dirs:
         os.makedirs(d)
     env = dict(os.environ, COHORT_TOKEN=secrets.token_hex(32), OMP_NUM_THREADS="1")
+    # DiLoCo's outer rounds wait for every peer; with one killed, for the three left.
+    min_group = PEERS - 1 if kill_at is not None else PEERS
     before = tx_bytes()
     start = time.time()
     procs = []
     for i in range(PEERS):
         argv = hivemind_args(a, settings, dirs[i], i, port) if system == "hivemind" else cohort_args(
-            a, system, settings, dirs[i], i, port)
+            a, system, settings, dirs[i], i, port, min_group)
         log = open(os.path.join(dirs[i], "out.log"), "w")
         procs.append(subprocess.Popen(["ip", "netns", "exec", NS[i]] + argv, stdout=log, stderr=subprocess.STDOUT,
                                       env=env, start_new_session=True))
@@ -158,13 +161,26 @@ def run(a, system, rate, settings, port, kill_at=None):
             while not os.path.exists(os.path.join(base, "maddr.txt")) and procs[0].poll() is None:
                 time.sleep(0.2)
     watch = Watch(system, dirs[0], start)
-    killed = None
+    killed = joined = None
     deadline = start + a.run_timeout
     while any(p.poll() is None for p in procs) and time.time() < deadline:
         watch.poll()
         if kill_at is not None and killed is None and time.time() - start >= kill_at:
             killed = (PEERS - 1, round(time.time() - start, 1))
             os.killpg(procs[-1].pid, signal.SIGKILL)
+            procs[-1].wait()
+            killed_proc = procs[-1]
+        if killed and a.join and joined is None and time.time() - start >= kill_at + a.join:
+            # The newcomer takes the killed peer's place (its namespace, address and DiLoCo shard) with an
+            # empty run directory: everything it has comes from the live peers.
+            joined = round(time.time() - start, 1)
+            dirs.append(os.path.join(base, f"peer{PEERS - 1}-newcomer"))
+            os.makedirs(dirs[-1])
+            argv = hivemind_args(a, settings, dirs[-1], PEERS - 1, port) if system == "hivemind" else cohort_args(
+                a, system, settings, dirs[-1], PEERS - 1, port, min_group)
+            log = open(os.path.join(dirs[-1], "out.log"), "w")
+            procs[-1] = subprocess.Popen(["ip", "netns", "exec", NS[-1]] + argv, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
         if a.stop_at_target and any(acc >= a.target for _, acc in watch.points):
             for p in procs:
                 if p.poll() is None:
@@ -189,9 +205,14 @@ def run(a, system, rate, settings, port, kill_at=None):
     out["bytes_sent"] = sent
     out["bytes_per_sample"] = round(sent / samples, 1) if samples else None
     if killed:
-        out["killed"] = {"peer": killed[0], "at_s": killed[1]}
+        out["killed"] = {"peer": killed[0], "at_s": killed[1], "exit_code": killed_proc.returncode}
         out["survivors_finished"] = all(p.returncode == 0 for p in procs[:-1])
-        out["longest_stall_s"] = longest_stall(system, dirs[:-1], start, kill_at)
+        survivors = dirs[:PEERS - 1]
+        out["longest_stall_s"] = longest_stall(system, survivors, start, kill_at)
+    if joined:
+        newcomer_log = open(os.path.join(dirs[-1], "out.log")).read()
+        out["joined"] = {"at_s": joined, "exit_code": procs[-1].returncode,
+                         "caught_up": "caught up to step" in newcomer_log if system != "hivemind" else None}
     if not a.keep:
         shutil.rmtree(base, ignore_errors=True)
     else:
@@ -248,6 +269,8 @@ def main():
     ap.add_argument("--grid", default="2:10,5:30", help="matchmaking:timeout settings both swarms run")
     ap.add_argument("--kill", type=float, default=0, help="also a run of each swarm with a peer killed at this second")
     ap.add_argument("--kill-only", action="store_true", help="with --kill: the swarms' killed runs alone")
+    ap.add_argument("--join", type=float, default=0,
+                    help="with --kill: a newcomer with no files starts this many seconds after the kill")
     ap.add_argument("--hivemind-python", default="", help="a Python with hivemind 1.1.12 and torch")
     ap.add_argument("--no-hivemind-defaults", action="store_true",
                     help="run Hivemind on --grid only, not also at its own and Lightning's defaults")
@@ -281,12 +304,12 @@ def main():
                 if system == "hivemind":
                     settings = hivemind_settings
                 for s in settings:
-                    if not (a.kill_only and a.kill and system in ("swarm", "hivemind")):
+                    if not (a.kill_only and a.kill and system != "ddp"):
                         port += 1
                         r = run(a, system, rate, s, port)
                         print(json.dumps(r), file=sys.stderr)
                         res["runs"].append(r)
-                    if a.kill and system in ("swarm", "hivemind"):
+                    if a.kill and system in ("swarm", "hivemind", "diloco-none", "diloco-int8"):
                         port += 1
                         r = run(a, system, rate, s, port, kill_at=a.kill)
                         print(json.dumps(r), file=sys.stderr)
@@ -296,7 +319,8 @@ def main():
     if a.merge and a.out and os.path.exists(a.out):
         # Runs of this invocation replace the same runs of an earlier one; the others stay.
         def key(r):
-            return (r["system"], r["rate"], json.dumps(r.get("settings")), "killed" in r, r.get("stop_at_target"))
+            return (r["system"], r["rate"], json.dumps(r.get("settings")), "killed" in r, "joined" in r,
+                    r.get("stop_at_target"))
         mine = {key(r) for r in res["runs"]}
         res["runs"] = [r for r in json.load(open(a.out))["runs"] if key(r) not in mine] + res["runs"]
     emit(res, a.out)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "cohort/swarm/Wire.h"
@@ -138,8 +139,15 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
       if (r.ok()) said_ready[m->sender] = address;
     }
     const auto peers = directory_.peers();
+    // A peer that said it was ready but whose record is now past this step has closed the round in another
+    // group: it is no longer here (counted, it kept a late peer waiting for a group that never came).
+    std::map<PeerKey, int64_t> step_of;
+    for (const auto& p : peers) step_of[p.key] = p.step;
     std::vector<Member> ready = {me};
-    for (const auto& [key, address] : said_ready) ready.push_back({key, address});
+    for (const auto& [key, address] : said_ready) {
+      const auto at = step_of.find(key);
+      if (at == step_of.end() || at->second <= static_cast<int64_t>(round)) ready.push_back({key, address});
+    }
     bool anyone_waiting = false;
     for (const auto& p : peers) {
       // A peer one step behind is finishing the last round and about to be ready for this one.

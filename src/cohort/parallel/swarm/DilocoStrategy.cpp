@@ -1,5 +1,8 @@
 #include "cohort/parallel/swarm/DilocoStrategy.h"
 
+#include <algorithm>
+#include <iostream>
+
 #include "cohort/parallel/Params.h"
 #include "cohort/parallel/swarm/PeerState.h"
 #include "cohort/parallel/swarm/SwarmPeer.h"
@@ -50,25 +53,53 @@ class DilocoStrategy : public Strategy {
   }
 
   StepResult step(double lr, const StepOptions& options) override {
-    // At an outer step's boundary the weights are the outer weights: what a newcomer needs.
-    if (peer_ && options.step % inner_steps_ == 0)
-      peer_->serve_state(options.step / inner_steps_, [this] { return serialize_state(); });
+    // Note [A DiLoCo peer serves its last boundary]: at an outer step's boundary the weights are the
+    // outer weights, what a newcomer needs; the state is taken then and served at every inner step until
+    // the next boundary. Served at boundaries only, a request waited up to an outer round (18 s at
+    // H = 50 in bench/swarm.py) for its answer, past the download's patience: a DiLoCo newcomer found
+    // no donor and trained alone. It still lands on a round the others are partway through; a leader
+    // waits up to swarm.matchmaking_s for it (it announces that round), and a newcomer that missed the
+    // outer step anyway steps alone and downloads the next boundary, each time closer behind.
+    if (peer_ && options.step % inner_steps_ == 0) {
+      snapshot_ = serialize_state();
+      snapshot_round_ = options.step / inner_steps_;
+    }
+    if (peer_ && snapshot_round_ >= 0) peer_->serve_state(snapshot_round_, [this] { return snapshot_; });
     auto r = inner_->step(lr, options);
-    if ((options.step + 1) % inner_steps_ == 0) outer_step((options.step + 1) / inner_steps_ - 1);
+    const int64_t round = options.step / inner_steps_;
+    // Where this peer is within the round: a newcomer starts where the others are (catch_up).
+    if (peer_) peer_->progress(round, (options.step + 1 - round * inner_steps_) * samples_per_step_);
+    // The samples this round's pseudo-gradient holds: a whole round's, or a newcomer's rest of one.
+    if ((options.step + 1) % inner_steps_ == 0)
+      outer_step(round, (options.step + 1 - std::max(round_start_, round * inner_steps_)) * samples_per_step_);
     return r;
   }
 
   // A newcomer, or a peer two outer rounds behind, takes a live peer's weights, inner optimizer state and
   // outer momentum at an outer step's boundary (Note [A newcomer catches up] in SwarmStrategy.cpp); the
   // swarm's records count outer rounds. Its int8 residual starts from zero: it is this peer's own.
+  // Note [A DiLoCo newcomer starts where the others are]: the others are partway through that round
+  // (Note [A DiLoCo peer serves its last boundary]); started at the boundary, the newcomer would reach the
+  // outer step after they closed it, step alone, download again and land as far behind, round after
+  // round (seen: a newcomer that never averaged with the others in bench/swarm.py at H = 50). It starts
+  // at the step the furthest of them announced, takes the rest of the round's inner steps from the outer
+  // weights, and its pseudo-gradient counts for the samples it trained (the average is weighted by them).
   std::optional<int64_t> catch_up(int64_t step) override {
     if (step % inner_steps_ != 0) return std::nullopt;
     std::string bytes;
-    int64_t round = -1;
+    int64_t round = -1, into = 0;
     if (peer_)
-      if (auto got = peer_->catch_up(step / inner_steps_)) bytes = std::move(got->bytes), round = got->step;
+      if (auto got = peer_->catch_up(step / inner_steps_)) {
+        bytes = std::move(got->bytes), round = got->step;
+        into = std::min(inner_steps_ - 1, peer_->others_progress(round) / samples_per_step_);
+      }
     swarm::share_with_local_workers(*comm_, bytes, round);
     if (round < 0) return std::nullopt;
+    if (comm_->size() > 1) {
+      auto t = at::tensor({into}, at::kLong);
+      comm_->broadcast(t, 0, "diloco: the newcomer's step within the round")->wait();
+      into = t.item<int64_t>();
+    }
     const auto state = swarm::unpack_peer_state(bytes);
     swarm::load_model_state(*model_, state);
     inner_->load_state(state.optimizer, {});
@@ -76,7 +107,11 @@ class DilocoStrategy : public Strategy {
     for (const auto& [name, t] : state.extra)
       if (name == kOuterMomentum) momentum_ = t.to(at::kFloat).clone();
     if (peer_) peer_->settled(round, swarm::weights_digest(*model_));
-    return round * inner_steps_;
+    if (peer_ && into > 0)
+      std::cerr << "cohort: diloco: the others are " << into << " of " << inner_steps_ << " inner steps into round "
+                << round << ": this peer starts there\n";
+    round_start_ = round * inner_steps_ + into;
+    return round_start_;
   }
 
   StrategyState save_state() override {
@@ -130,13 +165,13 @@ class DilocoStrategy : public Strategy {
   // averaged across the group; the outer optimizer is torch.optim.SGD with Nesterov momentum on it:
   // buf = mu * buf + g; outer -= lr * (g + mu * buf). Every peer of the group applies the same update
   // to the same outer weights, so they leave the outer step identical.
-  void outer_step(int64_t round) {
+  void outer_step(int64_t round, int64_t samples) {
     at::NoGradGuard no_grad;
     auto pseudo = outer_ - flat_weights();
     if (codec_ != swarm::Codec::kNone) pseudo.add_(residual_);
     int64_t wire = 0;
     auto averaged = pseudo;
-    if (peer_) averaged = peer_->average(round, pseudo, samples_per_step_ * inner_steps_, wire);
+    if (peer_) averaged = peer_->average(round, pseudo, samples, wire);
     if (comm_->size() > 1) comm_->broadcast(averaged, 0, "diloco: the averaged pseudo-gradient")->wait();
     if (codec_ != swarm::Codec::kNone) residual_ = pseudo - swarm::roundtrip(pseudo, codec_);
     momentum_.mul_(outer_momentum_).add_(averaged);
@@ -164,6 +199,9 @@ class DilocoStrategy : public Strategy {
   int64_t samples_per_step_;
   std::unique_ptr<Strategy> inner_;
   std::unique_ptr<swarm::SwarmPeer> peer_;
+  std::string snapshot_;  // the state at the last outer boundary (rank 0), what serve_state answers with
+  int64_t snapshot_round_ = -1;
+  int64_t round_start_ = 0;  // where a newcomer started, partway into a round (catch_up)
   at::Tensor outer_, momentum_, residual_;
   SyncBytes last_sync_;
 };

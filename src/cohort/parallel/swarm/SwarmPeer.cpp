@@ -259,12 +259,29 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   }
   if (got) {
     digests_.clear();  // the steps' weights this peer had are no longer its own
+    // Note [A peer that caught up says where it is]: its record still names the step it was on before
+    // (a DiLoCo peer announces only after its outer rounds), so a leader on the step it landed on would
+    // not count it as coming and close the round without it; it would then step alone as a straggler,
+    // download again, land late again, and never average with the others (seen: a DiLoCo newcomer one
+    // round behind for good, ending 0.098 apart). Announced on that step, it is waited for.
+    directory_->announce({{}, transport_->address(), got->step, 0, samples_per_s_, false, false, 0, last_group_size_});
     std::string names;
     for (const auto& d : got->donors) names += (names.empty() ? "" : ", ") + d;
     log("swarm: caught up to step " + std::to_string(got->step) + " in " + std::to_string(got->seconds) + " s from " +
         names + " (" + std::to_string(got->bytes.size()) + " bytes, digest verified)");
   }
   return got;
+}
+
+void SwarmPeer::progress(int64_t step, int64_t samples) {
+  directory_->announce({{}, transport_->address(), step, samples, samples_per_s_, false, false, 0, last_group_size_});
+}
+
+int64_t SwarmPeer::others_progress(int64_t step) const {
+  int64_t most = 0;
+  for (const auto& p : directory_->peers())
+    if (p.step == step) most = std::max(most, p.samples);
+  return most;
 }
 
 void SwarmPeer::settled(int64_t step, uint64_t digest) {

@@ -62,6 +62,10 @@ class SwarmPeer {
   // steps) use the last read and act only on peers two or more steps ahead (one ahead is a peer that
   // finished the same round first).
   std::optional<DownloadedState> catch_up(int64_t step);
+  // Announces that this peer is `samples` into `step` (a DiLoCo peer's position within its outer round).
+  void progress(int64_t step, int64_t samples);
+  // The most samples a live peer announced into `step` (0: none): where the others are within it.
+  int64_t others_progress(int64_t step) const;
   // This peer's weights after `step` have digest `digest` (PeerState.h's weights_digest): announced, and
   // compared with the others' at its next catch_up (Note [Peers that drifted apart resynchronize]).
   void settled(int64_t step, uint64_t digest);
