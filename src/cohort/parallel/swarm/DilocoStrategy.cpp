@@ -57,9 +57,8 @@ class DilocoStrategy : public Strategy {
     // outer weights, what a newcomer needs; the state is taken then and served at every inner step until
     // the next boundary. Served at boundaries only, a request waited up to an outer round (18 s at
     // H = 50 in bench/swarm.py) for its answer, past the download's patience: a DiLoCo newcomer found
-    // no donor and trained alone. It still lands on a round the others are partway through; a leader
-    // waits up to swarm.matchmaking_s for it (it announces that round), and a newcomer that missed the
-    // outer step anyway steps alone and downloads the next boundary, each time closer behind.
+    // no donor and trained alone. The state it gets is of a round the others are partway through: Note
+    // [A DiLoCo newcomer starts where the others are].
     if (peer_ && options.step % inner_steps_ == 0) {
       snapshot_ = serialize_state();
       snapshot_round_ = options.step / inner_steps_;
