@@ -142,7 +142,7 @@ void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << 
 bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
   if (elapsed > 0) samples_per_s_ = samples / elapsed;
-  directory_->announce({{}, transport_->address(), step, samples, samples_per_s_, false, false, 0, last_group_size_});
+  announce_at(step, samples);
   int64_t total = samples;
   for (const auto& p : directory_->peers()) {
     if (p.step == step) total += p.samples;
@@ -188,7 +188,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   since_ = std::chrono::steady_clock::now();
   // A peer told to stop leaves after this step (Note [Leaving a swarm]): the others stop counting on it now.
   const bool leaving = util::stop_signal() != 0;
-  directory_->announce({{}, transport_->address(), step + 1, 0, samples_per_s_, false, leaving, 0, last_group_size_});
+  announce_at(step + 1, 0, leaving);
   if (leaving) log("swarm: leaving after step " + std::to_string(step + 1) + "; the others go on without this peer");
   return out.averaged;
 }
@@ -264,7 +264,7 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
     // not count it as coming and close the round without it; it would then step alone as a straggler,
     // download again, land late again, and never average with the others (seen: a DiLoCo newcomer one
     // round behind for good, ending 0.098 apart). Announced on that step, it is waited for.
-    directory_->announce({{}, transport_->address(), got->step, 0, samples_per_s_, false, false, 0, last_group_size_});
+    announce_at(got->step, 0);
     std::string names;
     for (const auto& d : got->donors) names += (names.empty() ? "" : ", ") + d;
     log("swarm: caught up to step " + std::to_string(got->step) + " in " + std::to_string(got->seconds) + " s from " +
@@ -273,8 +273,11 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   return got;
 }
 
-void SwarmPeer::progress(int64_t step, int64_t samples) {
-  directory_->announce({{}, transport_->address(), step, samples, samples_per_s_, false, false, 0, last_group_size_});
+void SwarmPeer::progress(int64_t step, int64_t samples) { announce_at(step, samples); }
+
+// This peer's record: on `step` with `samples` toward it, not ready (matchmaking announces readiness).
+void SwarmPeer::announce_at(int64_t step, int64_t samples, bool leaving) {
+  directory_->announce({{}, transport_->address(), step, samples, samples_per_s_, false, leaving, 0, last_group_size_});
 }
 
 int64_t SwarmPeer::others_progress(int64_t step) const {

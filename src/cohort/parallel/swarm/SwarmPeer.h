@@ -72,6 +72,7 @@ class SwarmPeer {
 
  private:
   void log(const std::string& line) const;
+  void announce_at(int64_t step, int64_t samples, bool leaving = false);
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
   void wait_for_peers(int64_t count, double timeout_s);
 
