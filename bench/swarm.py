@@ -93,14 +93,20 @@ def cohort_args(a, system, settings, run_dir, i, port, min_group=PEERS):
     if system == "swarm":
         return args + ["dist.strategy=swarm", f"swarm.target_batch_size={GLOBAL_BATCH}"]
     # DiLoCo: each peer trains on its DistributedSampler shard, one local batch a step, so the four
-    # together see each sample once an epoch and take as many steps as ddp; the inner optimizer's
-    # learning rate is scaled to the local batch (linear scaling: the recipe's lr is for GLOBAL_BATCH).
+    # together see each sample once an epoch and take as many steps as ddp.
     assert system.startswith("diloco-")
     args = [x for x in args if not x.startswith("optim.lr")]
     return args + ["dist.strategy=diloco", f"diloco.compress={system.split('-')[1]}",
                    f"diloco.inner_steps={a.inner_steps}", "swarm.sampler=partition", f"swarm.partitions={PEERS}",
-                   f"swarm.partition={i}", f"swarm.min_group_size={min_group}",
-                   f"optim.lr={a.lr * LOCAL_BATCH / GLOBAL_BATCH}"]
+                   f"swarm.partition={i}", f"swarm.min_group_size={min_group}", f"optim.lr={diloco_inner_lr(a)}",
+                   f"diloco.outer_lr={a.outer_lr}", f"diloco.outer_momentum={a.outer_momentum}"]
+
+
+def diloco_inner_lr(a):
+    """DiLoCo's inner learning rate: --inner-lr, or the synchronous recipe's own, as the DiLoCo paper's inner
+    optimizer takes the baseline's. (Scaled to the local batch, lr x 64/256, it ended 2.06 points below
+    ddp at H = 50; at the recipe's lr 1.37: bench/results/swarm_full.json's diloco_tuning.)"""
+    return a.inner_lr if a.inner_lr else a.lr
 
 
 def hivemind_args(a, settings, run_dir, i, port):
@@ -197,6 +203,9 @@ def run(a, system, rate, settings, port, kill_at=None):
     out = {"system": system, "rate": rate, "settings": settings, "stop_at_target": a.stop_at_target,
            "wall_s": wall, "timed_out": timed_out,
            "exit_codes": [p.returncode for p in procs], "evals": watch.points}
+    if system.startswith("diloco-"):
+        out["diloco"] = {"inner_steps": a.inner_steps, "inner_lr": diloco_inner_lr(a), "outer_lr": a.outer_lr,
+                         "outer_momentum": a.outer_momentum}
     hit = [t for t, acc in watch.points if acc >= a.target]
     out["seconds_to_target"] = hit[0] if hit else None
     out["final_test_accuracy"] = watch.points[-1][1] if watch.points else None
@@ -263,9 +272,17 @@ def main():
     ap.add_argument("--lr", type=float, default=0.2, help="cohort's optim.lr (its default recipe at batch 256)")
     ap.add_argument("--precision", default="fp32", help="fp32 on both sides: Hivemind's peer trains in fp32")
     ap.add_argument("--inner-steps", type=int, default=50, help="DiLoCo's H")
+    ap.add_argument("--inner-lr", type=float, default=0, help="DiLoCo's inner optim.lr (0: --lr)")
+    ap.add_argument("--outer-lr", type=float, default=0.7, help="diloco.outer_lr (cohort's default: the paper's)")
+    ap.add_argument("--outer-momentum", type=float, default=0.9, help="diloco.outer_momentum")
     ap.add_argument("--eval-every", type=int, default=40, help="global steps between peer 0's evaluations")
     ap.add_argument("--target", type=float, default=0.90)
     ap.add_argument("--stop-at-target", action="store_true", help="end a run once the target accuracy is reached")
+    # DiLoCo's peers reach an outer step after 50 inner steps on shared cores, seconds apart: with the
+    # swarm's 2 s (it steps every second) the leader often gave up on the last one, which then stepped
+    # alone and downloaded the others' state (4 failed rounds of 15 in one run). A longer window costs
+    # nothing when all are there: the leader sends the group as soon as every live peer is ready.
+    ap.add_argument("--diloco-settings", default="10:30", help="DiLoCo's matchmaking:timeout")
     ap.add_argument("--grid", default="2:10,5:30", help="matchmaking:timeout settings both swarms run")
     ap.add_argument("--kill", type=float, default=0, help="also a run of each swarm with a peer killed at this second")
     ap.add_argument("--kill-only", action="store_true", help="with --kill: the swarms' killed runs alone")
@@ -283,6 +300,8 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench/swarm.py needs root for ip netns and tc")
     grid = [{"matchmaking": float(m), "timeout": float(t)} for m, t in (x.split(":") for x in a.grid.split(","))]
+    m, t = a.diloco_settings.split(":")
+    diloco_settings = {"matchmaking": float(m), "timeout": float(t)}
     hivemind_settings = grid
     if not a.no_hivemind_defaults:
         hivemind_settings = [{"matchmaking": 15.0, "timeout": 60.0, "name": "hivemind.Optimizer defaults"},
@@ -301,6 +320,8 @@ def main():
                     res["runs"].append({"system": "hivemind", "rate": rate, "skipped": "no --hivemind-python given"})
                     continue
                 settings = grid if system in ("swarm", "hivemind") else [grid[-1]]
+                if system.startswith("diloco-"):
+                    settings = [diloco_settings]
                 if system == "hivemind":
                     settings = hivemind_settings
                 for s in settings:

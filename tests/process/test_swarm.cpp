@@ -146,8 +146,9 @@ std::vector<ProcResult> two_peers_then_a_newcomer(const std::string& name, int f
   return results;
 }
 
-// Two DiLoCo peers, 4 inner steps, int8 on the wire: three outer rounds in 12 steps; both peers leave
-// each outer step with the same weights, and send a small fraction of what ddp's all-reduce would.
+// Two DiLoCo peers, 5 inner steps, int8 on the wire: three outer rounds in 12 steps, the last one closed
+// early by the run's last step (Note [A DiLoCo run ends on an outer step]), so both peers end with the
+// same weights; they send a small fraction of what ddp's all-reduce would.
 TEST(Swarm, DilocoPeersAgreeAfterEachOuterStepAndSendAFractionOfDdpsBytes) {
   SKIP_WITHOUT_SWARM();
   std::vector<fs::path> dirs;
@@ -156,7 +157,7 @@ TEST(Swarm, DilocoPeersAgreeAfterEachOuterStepAndSendAFractionOfDdpsBytes) {
     dirs.push_back(fresh_dir("diloco" + std::to_string(i)));
     peers.push_back(std::make_unique<Proc>(cohort_argv(
         peer_args(dirs[i], 50 + i, i ? 50 : 0,
-                  {"dist.strategy=diloco", "diloco.inner_steps=4", "diloco.compress=int8", "swarm.sampler=partition",
+                  {"dist.strategy=diloco", "diloco.inner_steps=5", "diloco.compress=int8", "swarm.sampler=partition",
                    "swarm.partitions=2", "swarm.partition=" + std::to_string(i), "swarm.min_peers_to_start=2",
                    "swarm.min_group_size=2", "swarm.matchmaking_s=30", "train.max_steps=12", "train.threads=1"}))));
   }
@@ -169,7 +170,8 @@ TEST(Swarm, DilocoPeersAgreeAfterEachOuterStepAndSendAFractionOfDdpsBytes) {
   EXPECT_EQ(summary["strategy"], "diloco");
   EXPECT_EQ(summary["swarm_rounds"], 3);
   EXPECT_EQ(summary["swarm_mean_group_size"], 2);
-  // int8 (about a quarter of fp32) once every 4 steps: about 1/16 of ddp's bytes, with the frames' headers.
+  // int8 (about a quarter of fp32) once every 4 or 5 steps: about 1/16 of ddp's bytes or less, with the
+  // frames' headers.
   EXPECT_GE(summary["compression_ratio"].get<double>(), 10.0) << summary.dump();
   const auto losses = step_losses(dirs[0], 0);
   ASSERT_EQ(losses.size(), 12u);
