@@ -64,7 +64,7 @@ struct StepOptions {
   bool skip_nonfinite = false;  // a non-finite gradient on any rank skips the update everywhere (fp16 loss scaling)
   double loss_scale = 1.0;      // the gradients are divided by this first (amp::GradScaler's scale)
   int64_t step = 0;             // the step this update makes, counted from 0 (the swarm's round)
-  bool last = false;            // the run's last step (DiLoCo closes its outer round on it)
+  bool last = false;            // the run's last step (train.max_steps or the schedule's end): DiLoCo closes its round
 };
 
 // The sum of squares of the defined tensors, in float64 on their device: one host sync for whoever

@@ -286,7 +286,7 @@ bool TrainingRun::optimizer_step(double step_loss) {
   clock_.switch_to(Phase::kOptimizer);
   const auto stepped = job_.strategy->step(
       plan_.schedule.lr(step_),
-      {cfg_.optim.clip_grad_norm, precision.scaling(), precision.loss_scale(), step_, step_ + 1 == plan_.total_steps});
+      {cfg_.optim.clip_grad_norm, precision.scaling(), precision.loss_scale(), step_, step_ + 1 == plan_.stop_step});
   if (!stepped.applied) return false;
   // Under loss scaling an overflow skips the step on every rank and lowers the scale. In fp32 or bf16 a
   // non-finite gradient is divergence, not an overflow to skip: stop with the last good checkpoint kept
