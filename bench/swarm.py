@@ -105,7 +105,7 @@ def cohort_args(a, system, settings, run_dir, i, port, min_group=PEERS):
 def diloco_inner_lr(a):
     """DiLoCo's inner learning rate: --inner-lr, or the synchronous recipe's own, as the DiLoCo paper's inner
     optimizer takes the baseline's. (Scaled to the local batch, lr x 64/256, it ended 2.06 points below
-    ddp at H = 50; at the recipe's lr 1.37: bench/results/swarm_full.json's diloco_tuning.)"""
+    ddp at H = 50; at the recipe's lr, 1.37 points below: bench/results/swarm_full.json's diloco_tuning.)"""
     return a.inner_lr if a.inner_lr else a.lr
 
 
@@ -273,6 +273,12 @@ def longest_stall(system, dirs, start, kill_at):
     return worst
 
 
+def settings_of(text):
+    """'M:T' -> the matchmaking and averaging timeout settings, in seconds."""
+    m, t = text.split(":")
+    return {"matchmaking": float(m), "timeout": float(t)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cohort", default="build/cohort")
@@ -310,9 +316,7 @@ def main():
     a.cohort = os.path.abspath(a.cohort)
     if os.geteuid() != 0:
         sys.exit("bench/swarm.py needs root for ip netns and tc")
-    grid = [{"matchmaking": float(m), "timeout": float(t)} for m, t in (x.split(":") for x in a.grid.split(","))]
-    m, t = a.diloco_settings.split(":")
-    diloco_settings = {"matchmaking": float(m), "timeout": float(t)}
+    grid = [settings_of(x) for x in a.grid.split(",")]
     hivemind_settings = grid
     if not a.no_hivemind_defaults:
         hivemind_settings = [{"matchmaking": 15.0, "timeout": 60.0, "name": "hivemind.Optimizer defaults"},
@@ -330,11 +334,14 @@ def main():
                 if system == "hivemind" and not a.hivemind_python:
                     res["runs"].append({"system": "hivemind", "rate": rate, "skipped": "no --hivemind-python given"})
                     continue
-                settings = grid if system in ("swarm", "hivemind") else [grid[-1]]
-                if system.startswith("diloco-"):
-                    settings = [diloco_settings]
                 if system == "hivemind":
                     settings = hivemind_settings
+                elif system == "swarm":
+                    settings = grid
+                elif system.startswith("diloco-"):
+                    settings = [settings_of(a.diloco_settings)]
+                else:
+                    settings = [grid[-1]]  # ddp: recorded, not used
                 for s in settings:
                     if not (a.kill_only and a.kill and system != "ddp"):
                         port += 1
