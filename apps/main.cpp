@@ -1,5 +1,6 @@
 // `cohort`: the command-line front end. `cohort train` is both the launcher (started by a person) and
 // the worker (started by the launcher, torchrun, Slurm or mpirun, recognised by their environment).
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -98,7 +99,11 @@ cohort::TrainConfig resolve_config(const TrainArgs& a) {
 
 std::string message_of(const std::exception& e) {
   if (const auto* ce = dynamic_cast<const cohort::Error*>(&e)) return ce->describe();
-  if (const auto* te = dynamic_cast<const c10::Error*>(&e)) return te->what_without_backtrace();
+  // LibTorch's errors carry the C++ stack where they were raised; shown, as PyTorch does, only when asked.
+  if (const auto* te = dynamic_cast<const c10::Error*>(&e)) {
+    const char* stack = std::getenv("TORCH_SHOW_CPP_STACKTRACES");
+    return stack && std::string(stack) == "1" ? te->what() : te->what_without_backtrace();
+  }
   return e.what();
 }
 

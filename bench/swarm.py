@@ -78,9 +78,14 @@ def cohort_args(a, system, settings, run_dir, i, port, min_group=PEERS):
             f"train.epochs={a.epochs}", "train.threads=1", f"amp.precision={a.precision}",
             "train.channels_last=false", "ckpt.save_best=false", "log.progress=plain", "log.every_steps=10",
             "dist.timeout_s=600", f"optim.lr={a.lr}"]
-    # Every peer evaluates at the same steps (ddp needs the same config on every rank; a swarm peer that
-    # evaluated alone would fall out of step with the others); peer 0's figures are the ones reported.
-    args.append(f"eval.every_steps={a.eval_every}")
+    # ddp's ranks evaluate together, a quarter of the test set each. A swarm or DiLoCo peer evaluates the
+    # whole of it: with --eval-on all every peer does, at the same steps, so that none falls behind the
+    # others; with --eval-on peer0 only peer 0 does (the evaluation work ddp does), and its matchmaking
+    # window must cover its evaluation. Peer 0's figures are the ones reported.
+    if system != "ddp" and a.eval_on == "peer0" and i > 0:
+        args.append("eval.enabled=false")
+    else:
+        args.append(f"eval.every_steps={a.eval_every}")
     if a.max_steps:
         args.append(f"train.max_steps={a.max_steps}")
     if system == "ddp":
@@ -116,7 +121,7 @@ def hivemind_args(a, settings, run_dir, i, port):
             "--npeers", str(PEERS), "--batch", str(LOCAL_BATCH), "--target-batch-size", str(GLOBAL_BATCH),
             "--matchmaking-time", str(settings["matchmaking"]), "--averaging-timeout", str(settings["timeout"]),
             "--max-samples", str(a.max_steps * GLOBAL_BATCH if a.max_steps else a.epochs * TRAIN_SIZE), "--events", os.path.join(run_dir, "events.jsonl"),
-            "--run-id", "cohort-bench", "--eval-every-steps", str(a.eval_every),
+            "--run-id", "cohort-bench", "--eval-every-steps", str(0 if a.eval_on == "peer0" and i > 0 else a.eval_every),
             "--stall-s", "0"]  # every step's time: the longest one after a kill is what --kill reports
     return args + (["--maddr-out", maddr] if i == 0 else ["--initial-peers", maddr])
 
@@ -204,17 +209,16 @@ def run(a, system, rate, settings, port, kill_at=None):
     wall = round(time.time() - start, 1)
     sent = sum(after - b for after, b in zip(tx_bytes(), before))
     out = {"system": system, "rate": rate, "settings": settings, "stop_at_target": a.stop_at_target,
-           "wall_s": wall, "timed_out": timed_out,
+           "eval_on": "every rank, a quarter each" if system == "ddp" else a.eval_on, "wall_s": wall, "timed_out": timed_out,
            "exit_codes": [p.returncode for p in procs], "evals": watch.points}
     if system.startswith("diloco-"):
         out["diloco"] = {"inner_steps": a.inner_steps, "inner_lr": diloco_inner_lr(a), "outer_lr": a.outer_lr,
                          "outer_momentum": a.outer_momentum}
     hit = [t for t, acc in watch.points if acc >= a.target]
     out["seconds_to_target"] = hit[0] if hit else None
-    # Evaluation is the benchmark's own cost and not the same for every system: ddp's ranks each evaluate a
-    # quarter of the test set, every swarm and DiLoCo peer the whole of it (only peer 0's figure is used,
-    # but a peer that skipped evaluations would fall out of step). So cohort's runs also report their time
-    # to the target on the trainer's own clock, which stops during evaluation.
+    # Evaluation is the benchmark's own cost and, with --eval-on all, not the same for every system: ddp's
+    # ranks each evaluate a quarter of the test set, every swarm and DiLoCo peer the whole of it. So cohort's
+    # runs also report their time to the target on the trainer's own clock, which stops during evaluation.
     if watch.train_points:
         out["train_evals"] = watch.train_points
         hit = [t for t, acc in watch.train_points if acc >= a.target]
@@ -293,6 +297,8 @@ def main():
     ap.add_argument("--outer-lr", type=float, default=0.7, help="diloco.outer_lr (cohort's default: the paper's)")
     ap.add_argument("--outer-momentum", type=float, default=0.9, help="diloco.outer_momentum")
     ap.add_argument("--eval-every", type=int, default=40, help="global steps between peer 0's evaluations")
+    ap.add_argument("--eval-on", choices=["all", "peer0"], default="all",
+                    help="which swarm, DiLoCo and Hivemind peers evaluate (ddp's ranks always share it)")
     ap.add_argument("--target", type=float, default=0.90)
     ap.add_argument("--stop-at-target", action="store_true", help="end a run once the target accuracy is reached")
     # DiLoCo's peers reach an outer step after 50 inner steps on shared cores, seconds apart: with the

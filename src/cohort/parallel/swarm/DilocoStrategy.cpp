@@ -58,11 +58,11 @@ class DilocoStrategy : public Strategy {
     // the next boundary. Served at boundaries only, a request waited up to an outer round (18 s at
     // H = 50 in bench/swarm.py) for its answer, past the download's patience: a DiLoCo newcomer found
     // no donor and trained alone. The state it gets is of a round the others are partway through: Note
-    // [A DiLoCo newcomer starts where the others are].
-    if (peer_ && options.step % inner_steps_ == 0) {
-      snapshot_ = serialize_state();
-      snapshot_round_ = options.step / inner_steps_;
-    }
+    // [A DiLoCo newcomer starts where the others are]. The boundary is taken where it is reached: the
+    // run's first step, each outer step's end (before the trainer's catch_up, so that a peer that just
+    // announced the next round never answers with the last), and a download's landing (catch_up).
+    if (peer_ && snapshot_round_ < 0 && options.step % inner_steps_ == 0)
+      take_snapshot(options.step / inner_steps_, serialize_state());
     if (peer_ && snapshot_round_ >= 0) peer_->serve_state(snapshot_round_, [this] { return snapshot_; });
     auto r = inner_->step(lr, options);
     const int64_t round = options.step / inner_steps_;
@@ -112,6 +112,11 @@ class DilocoStrategy : public Strategy {
     for (const auto& [name, t] : state.extra)
       if (name == kOuterMomentum) momentum_ = t.to(at::kFloat).clone();
     if (peer_) peer_->settled(round, swarm::weights_digest(*model_));
+    // What it downloaded is that round's boundary, the state it serves until its next one (Note [A DiLoCo
+    // peer serves its last boundary]). Kept from its own last boundary instead, a peer that caught up
+    // round after round served a state rounds old under a record of the swarm's step: a peer that took it
+    // went back (seen: "caught up to step 2" at step 4, with peer 0 evaluating alone in bench/swarm.py).
+    if (peer_) take_snapshot(round, std::move(bytes));
     if (peer_ && into > 0)
       std::cerr << "cohort: diloco: the others are " << into << " of " << inner_steps_ << " inner steps into round "
                 << round << ": this peer starts there\n";
@@ -156,6 +161,12 @@ class DilocoStrategy : public Strategy {
     residual_ = at::zeros_like(outer_);
   }
 
+  void take_snapshot(int64_t round, std::string state) {
+    snapshot_ = std::move(state);
+    snapshot_round_ = round;
+    peer_->serve_state(snapshot_round_, [this] { return snapshot_; });
+  }
+
   std::string serialize_state() {
     return swarm::pack_peer_state(*model_, inner_->save_state().optimizer, {{kOuterMomentum, momentum_}});
   }
@@ -194,6 +205,7 @@ class DilocoStrategy : public Strategy {
     // After an outer step the group's peers hold the same weights (Note [Peers that drifted apart
     // resynchronize] in SwarmPeer.cpp); between outer steps each peer's are its own.
     if (peer_) peer_->settled(round + 1, swarm::weights_digest(*model_));
+    if (peer_) take_snapshot(round + 1, serialize_state());
     // Per step, amortized over the inner steps, against the all-reduce of every step's gradients that ddp
     // would send (so summary.json's compression_ratio is DiLoCo's saving).
     last_sync_ = {wire / inner_steps_, outer_.numel() * 4};

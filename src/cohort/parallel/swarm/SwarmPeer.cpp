@@ -215,7 +215,11 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   // whose weights most peers share when this peer's differ (Note [Peers that drifted apart resynchronize]).
   const bool resync = out_of_step_ && !peers.empty();
   out_of_step_ = false;
-  const auto majority = starting ? std::vector<PeerRecord>{} : drifted_from(digests_, transport_->key(), peers);
+  auto majority = starting ? std::vector<PeerRecord>{} : drifted_from(digests_, transport_->key(), peers);
+  // Only those of the majority on this peer's step or ahead: the others are taken once there (Note [A peer
+  // never goes back]).
+  majority.erase(std::remove_if(majority.begin(), majority.end(), [&](const PeerRecord& p) { return p.step < step; }),
+                 majority.end());
   const bool drifted = !majority.empty() && ahead <= step + 1;
   if (!resync && !drifted && ahead <= step + (starting ? 0 : 1)) return std::nullopt;
   // Donors: the peers ahead (a step behind the leaders too, so a second donor is there when the first
@@ -256,6 +260,16 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
     auto newer = download_state(*transport_, leaders, std::min(5.0, cfg_.averaging_timeout_s), say);
     if (!newer || newer->step <= got->step) break;
     got = std::move(newer);
+  }
+  // Note [A peer never goes back]: a state behind this peer's own step is not taken. The trainer's data
+  // loader cannot rewind (a run that went 20 steps back ran out of batches and failed), and that state
+  // is older than what this peer trained. Donors are peers on this step or ahead, and serve the step
+  // they announce (a DiLoCo peer that caught up served its own last boundary instead, rounds old: fixed
+  // in DilocoStrategy), so this is the last line, not the rule.
+  if (got && got->step < step) {
+    log("swarm: the state that arrived is of step " + std::to_string(got->step) + ", behind this peer's " +
+        std::to_string(step) + ": not taken; this peer goes on with its own");
+    return std::nullopt;
   }
   if (got) {
     digests_.clear();  // the steps' weights this peer had are no longer its own
