@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,24 @@ inline std::vector<std::string> peer_args(const std::filesystem::path& dir, int 
   if (bootstrap_host > 0) a.push_back("swarm.initial_peers=" + address(bootstrap_host));
   a.insert(a.end(), extra.begin(), extra.end());
   return quick_args(dir, a);
+}
+
+// `count` peers started together on 127.0.0.<first_host + i>, each but the first joining through the
+// first, in fresh run directories `name` + i (appended to `dirs`): `extra(i)` is peer i's settings, `env(i)`
+// its environment.
+inline std::vector<std::unique_ptr<Proc>> start_peers(
+    const std::string& name, int count, int first_host, const std::function<std::vector<std::string>(int)>& extra,
+    std::vector<std::filesystem::path>& dirs,
+    const std::function<std::map<std::string, std::string>(int)>& env = [](int) {
+      return std::map<std::string, std::string>{};
+    }) {
+  std::vector<std::unique_ptr<Proc>> peers;
+  for (int i = 0; i < count; ++i) {
+    dirs.push_back(fresh_dir(name + std::to_string(i)));
+    peers.push_back(std::make_unique<Proc>(
+        cohort_argv(peer_args(dirs.back(), first_host + i, i ? first_host : 0, extra(i))), env(i)));
+  }
+  return peers;
 }
 
 // The trained parameters, without batch norm's running statistics: each peer keeps its own (in train

@@ -152,15 +152,15 @@ std::vector<ProcResult> two_peers_then_a_newcomer(const std::string& name, int f
 TEST(Swarm, DilocoPeersAgreeAfterEachOuterStepAndSendAFractionOfDdpsBytes) {
   SKIP_WITHOUT_SWARM();
   std::vector<fs::path> dirs;
-  std::vector<std::unique_ptr<Proc>> peers;
-  for (int i = 0; i < 2; ++i) {
-    dirs.push_back(fresh_dir("diloco" + std::to_string(i)));
-    peers.push_back(std::make_unique<Proc>(cohort_argv(
-        peer_args(dirs[i], 50 + i, i ? 50 : 0,
-                  {"dist.strategy=diloco", "diloco.inner_steps=5", "diloco.compress=int8", "swarm.sampler=partition",
-                   "swarm.partitions=2", "swarm.partition=" + std::to_string(i), "swarm.min_peers_to_start=2",
-                   "swarm.min_group_size=2", "swarm.matchmaking_s=30", "train.max_steps=12", "train.threads=1"}))));
-  }
+  const auto peers = start_peers(
+      "diloco", 2, 50,
+      [](int i) -> std::vector<std::string> {
+        return {"dist.strategy=diloco",       "diloco.inner_steps=5",   "diloco.compress=int8",
+                "swarm.sampler=partition",    "swarm.partitions=2",     "swarm.partition=" + std::to_string(i),
+                "swarm.min_peers_to_start=2", "swarm.min_group_size=2", "swarm.matchmaking_s=30",
+                "train.max_steps=12",         "train.threads=1"};
+      },
+      dirs);
   for (auto& p : peers) {
     const auto res = p->wait(300);
     ASSERT_EQ(res.exit_code, 0) << res.output;
@@ -223,16 +223,17 @@ TEST(SwarmLong, ADilocoNewcomerJoinsAtAnOuterStepAndEndsWithTheOthersWeights) {
 TEST(SwarmLong, DilocoPeersThatFallOutOfRoundsCatchUpWithoutGoingBackAndFinish) {
   SKIP_WITHOUT_SWARM();
   std::vector<fs::path> dirs;
-  std::vector<std::unique_ptr<Proc>> peers;
-  for (int i = 0; i < 3; ++i) {
-    dirs.push_back(fresh_dir("diloco-lagging" + std::to_string(i)));
-    peers.push_back(std::make_unique<Proc>(
-        cohort_argv(peer_args(dirs[i], 90 + i, i ? 90 : 0,
-                              {"dist.strategy=diloco", "diloco.inner_steps=4", "swarm.min_peers_to_start=3",
-                               "swarm.min_group_size=3", "swarm.matchmaking_s=1", "train.max_steps=40",
-                               "train.epochs=100", "train.threads=1", "log.progress=plain"})),
-        std::map<std::string, std::string>{{"COHORT_FAULT_STEP_DELAY_MS", i == 0 ? "500" : "20"}}));
-  }
+  const auto peers = start_peers(
+      "diloco-lagging", 3, 90,
+      [](int) -> std::vector<std::string> {
+        return {"dist.strategy=diloco",   "diloco.inner_steps=4",  "swarm.min_peers_to_start=3",
+                "swarm.min_group_size=3", "swarm.matchmaking_s=1", "train.max_steps=40",
+                "train.epochs=100",       "train.threads=1",       "log.progress=plain"};
+      },
+      dirs,
+      [](int i) {
+        return std::map<std::string, std::string>{{"COHORT_FAULT_STEP_DELAY_MS", i == 0 ? "500" : "20"}};
+      });
   int downloads = 0;
   for (auto& p : peers) {
     const auto r = p->wait(300);
