@@ -275,6 +275,32 @@ TEST(Swarm, ANewcomerCatchesUpWithVerifiedStateAndTrainsWithTheOthers) {
   EXPECT_EQ(max_difference(a, final_weights(dirs[2])), 0.0) << results[0].output << "\n\n" << joined;
 }
 
+// Three peers drawing their own batches, a target of one batch each: every global step trains about the
+// target (Note [A swarm step is the target batch, not twice it]). Counting only the samples others had
+// announced, each peer trained about two batches a step (bench/swarm.py: the swarm's step twice ddp's).
+TEST(Swarm, EachGlobalStepTrainsTheTargetBatchNotTwiceIt) {
+  SKIP_WITHOUT_SWARM();
+  std::vector<fs::path> dirs;
+  const auto peers = start_peers(
+      "swarm-target", 3, 94,
+      [](int) -> std::vector<std::string> {
+        return {"swarm.target_batch_size=96", "swarm.min_peers_to_start=3", "swarm.min_group_size=3",
+                "swarm.matchmaking_s=5",      "train.max_steps=12",         "train.threads=1"};
+      },
+      dirs, [](int) { return slow_steps(); });
+  double samples = 0;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const auto r = peers[i]->wait(300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto summary = read_json(dirs[i] / "summary.json");
+    EXPECT_EQ(summary["swarm_failed_rounds"], 0) << r.output;
+    samples += summary["swarm_samples"].get<double>();
+  }
+  // 12 steps of 96; a peer whose record came late may add a batch now and then, never one a step.
+  EXPECT_GE(samples, 12 * 96);
+  EXPECT_LE(samples, 12 * 96 * 1.25);
+}
+
 // `cohort swarm status` lists the live peers of a running swarm, reached through any one of them.
 TEST(Swarm, StatusListsTheLivePeers) {
   SKIP_WITHOUT_SWARM();

@@ -139,13 +139,25 @@ SwarmPeer::~SwarmPeer() {
 
 void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << line << std::endl; }
 
-bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target) {
+// Note [A swarm step is the target batch, not twice it]
+// Counting only the samples the others have announced, every peer of a swarm whose batches together make
+// the target finished its batch, saw the others' counts still at 0 (their batches ending at the same
+// moment, their records on the way), and trained another: each global step took about two batches a
+// peer, twice the target and twice ddp's work for the same step (bench/swarm.py: the swarm's step twice
+// ddp's, at 100 Mbit/s and 10). Hivemind's peers overshoot the same way (1.9 to 2.1 times, measured).
+// So a peer counts the batch each other peer on this step is still training on (not yet ready), and
+// each peer one step behind, about to start one: when those complete the target, it stops and waits
+// in matchmaking, whose leader waits for every live peer on the step. A batch is this peer's own size;
+// a peer that dies mid-batch leaves the round short of the target, as Hivemind's is.
+bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t batch) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
   if (elapsed > 0) samples_per_s_ = samples / elapsed;
   announce_at(step, samples);
   int64_t total = samples;
   for (const auto& p : directory_->peers()) {
-    if (p.step == step) total += p.samples;
+    if (p.leaving) continue;
+    if (p.step == step) total += p.samples + (p.ready ? 0 : batch);
+    if (p.step + 1 == step) total += batch;
     if (p.step > step && behind_logged_ != step) {
       behind_logged_ = step;
       log("swarm: peer " + peer_name(p.key) + " is at step " + std::to_string(p.step) + ", this peer at " +

@@ -3,7 +3,7 @@
 // figures the run log and summary.json report (rounds, group sizes, failed rounds, bytes, peers seen).
 //
 //   swarm::SwarmPeer peer(cfg);
-//   if (peer.ready(step, samples, cfg.swarm.target_batch_size))
+//   if (peer.ready(step, samples, cfg.swarm.target_batch_size, batch))
 //     gradient = peer.average(step, gradient, samples, wire_bytes);
 #pragma once
 
@@ -46,9 +46,11 @@ class SwarmPeer {
   explicit SwarmPeer(const TrainConfig& cfg);
   ~SwarmPeer();
 
-  // Announces this peer's progress toward `step` and says whether the swarm has accumulated `target`
-  // samples together (this peer's `samples` and those the others announced for the same step).
-  bool ready(int64_t step, int64_t samples, int64_t target);
+  // Announces this peer's progress toward `step` and says whether the swarm reaches `target` samples
+  // for it with the batches already under way: this peer's `samples`, those the others announced for
+  // the same step, and a `batch` for each of them still training on it (Note [A swarm step is the target
+  // batch, not twice it]).
+  bool ready(int64_t step, int64_t samples, int64_t target, int64_t batch);
   // One round for `step`: the group's weighted mean of `flat` where it arrived (Note [What a round does
   // when a peer fails]); adds this round's bytes sent to `wire_bytes`. Logs what went wrong, if anything.
   at::Tensor average(int64_t step, const at::Tensor& flat, int64_t samples, int64_t& wire_bytes);

@@ -46,7 +46,13 @@ class SwarmStrategy : public Strategy {
     inner_->load_state(optimizer, resume);
   }
   std::vector<std::pair<std::string, double>> figures() const override {
-    return peer_ ? peer_->figures() : std::vector<std::pair<std::string, double>>{};
+    if (!peer_) return {};
+    auto out = peer_->figures();
+    // The samples this peer trained on, all its workers together: the swarm's global steps count
+    // swarm.target_batch_size each, and this says what the peers really took (Note [A swarm step is the
+    // target batch, not twice it] in SwarmPeer.cpp).
+    out.emplace_back("swarm_samples", static_cast<double>(trained_samples_));
+    return out;
   }
 
   // Note [A swarm step accumulates until the swarm is ready]
@@ -105,6 +111,7 @@ class SwarmStrategy : public Strategy {
     accumulated_ = accumulated_.defined() ? accumulated_.add_(batch) : batch;
     ++batches_;
     samples_ += samples_per_batch_;
+    trained_samples_ += samples_per_batch_;
     for (const auto& p : trainable_.params)
       if (p.grad().defined()) p.grad().zero_();
   }
@@ -112,7 +119,7 @@ class SwarmStrategy : public Strategy {
   // Whether the swarm averages now: the peer's first worker decides, its other workers follow.
   bool ready(int64_t step) {
     bool go = partition_;  // fixed per-peer batches: one batch per peer per step
-    if (peer_ && !go) go = peer_->ready(step, samples_, target_);
+    if (peer_ && !go) go = peer_->ready(step, samples_, target_, samples_per_batch_);
     if (comm_->size() > 1) {
       auto flag = at::full({1}, go ? 1.0 : 0.0, at::kDouble);
       comm_->broadcast(flag, 0, "swarm: ready")->wait();
@@ -145,6 +152,7 @@ class SwarmStrategy : public Strategy {
   std::unique_ptr<swarm::SwarmPeer> peer_;
   at::Tensor accumulated_;
   int64_t batches_ = 0, samples_ = 0, wire_bytes_ = 0;
+  int64_t trained_samples_ = 0;  // since this process started
   SyncBytes last_sync_;
 };
 
