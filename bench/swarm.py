@@ -226,6 +226,8 @@ def run(a, system, rate, settings, port, kill_at=None):
     out["final_test_accuracy"] = watch.points[-1][1] if watch.points else None
     samples = samples_trained(system, dirs)
     out["samples"] = samples
+    if system != "hivemind":
+        out["nominal_samples"] = nominal_samples(dirs)
     out["bytes_sent"] = sent
     out["bytes_per_sample"] = round(sent / samples, 1) if samples else None
     if killed:
@@ -245,9 +247,10 @@ def run(a, system, rate, settings, port, kill_at=None):
 
 
 def samples_trained(system, dirs):
-    """Samples all peers trained on together. cohort: every system counts steps of GLOBAL_BATCH samples
-    (ddp's global batch, the swarm's target, four DiLoCo shards of LOCAL_BATCH), read from peer 0's last
-    metrics record so that a run stopped at the target counts too. Hivemind: the peers' own counts."""
+    """Samples all peers trained on together. ddp and DiLoCo: steps of GLOBAL_BATCH samples (ddp's global
+    batch, four DiLoCo shards of LOCAL_BATCH), from peer 0's last metrics record, so that a run stopped at
+    the target counts too. cohort's swarm: what each peer says it trained (swarm_samples), as a peer may
+    take more than its share of a step. Hivemind: the peers' own counts."""
     if system == "hivemind":
         total = 0
         for d in dirs:
@@ -255,6 +258,18 @@ def samples_trained(system, dirs):
             done = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
             total += sum(e.get("local_samples", 0) for e in done if e.get("done"))
         return total
+    if system == "swarm":
+        total = 0
+        for d in dirs:
+            path = os.path.join(d, "metrics.jsonl")
+            records = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+            total += max([r.get("swarm_samples", 0) for r in records] or [0])
+        return int(total)
+    return nominal_samples(dirs)
+
+
+def nominal_samples(dirs):
+    """Global steps x GLOBAL_BATCH, from peer 0's last metrics record."""
     path = os.path.join(dirs[0], "metrics.jsonl")
     steps = [json.loads(line).get("step", 0) for line in open(path)] if os.path.exists(path) else [0]
     return max(steps) * GLOBAL_BATCH
