@@ -211,10 +211,8 @@ void TrainingRun::train_epoch(int64_t epoch) {
     if (stop_requested()) break;
     // A swarm peer that fell behind the others (frozen, slow, or its rounds failed) takes their state.
     if (const auto caught_up = job_.strategy->catch_up(step_)) {
-      // The loader holds this epoch's batches from `first` on and cannot rewind (Note [A peer never goes
-      // back] in SwarmPeer.cpp).
-      COHORT_ASSERT(*caught_up >= step_, "a swarm catch-up went back from step " + std::to_string(step_) + " to " +
-                                             std::to_string(*caught_up));
+      // The loader cannot rewind: Note [A peer never goes back] in SwarmPeer.cpp.
+      COHORT_ASSERT(*caught_up >= step_, "a swarm catch-up went back from step " + std::to_string(step_));
       s += *caught_up - step_;
       step_ = *caught_up;
     }
