@@ -96,7 +96,8 @@ def cohort_args(a, system, settings, run_dir, i, port, min_group=PEERS):
     if i > 0:
         args.append(f"swarm.initial_peers={ADDR[0]}:{port}")
     if system == "swarm":
-        return args + ["dist.strategy=swarm", f"swarm.target_batch_size={GLOBAL_BATCH}"]
+        return args + ["dist.strategy=swarm", f"swarm.target_batch_size={GLOBAL_BATCH}",
+                       f"swarm.compress={a.compress}"]
     # DiLoCo: each peer trains on its DistributedSampler shard, one local batch a step, so the four
     # together see each sample once an epoch and take as many steps as ddp.
     assert system.startswith("diloco-")
@@ -122,7 +123,7 @@ def hivemind_args(a, settings, run_dir, i, port):
             "--matchmaking-time", str(settings["matchmaking"]), "--averaging-timeout", str(settings["timeout"]),
             "--max-samples", str(a.max_steps * GLOBAL_BATCH if a.max_steps else a.epochs * TRAIN_SIZE), "--events", os.path.join(run_dir, "events.jsonl"),
             "--run-id", "cohort-bench", "--eval-every-steps", str(0 if a.eval_on == "peer0" and i > 0 else a.eval_every),
-            "--stall-s", "0"]  # every step's time: the longest one after a kill is what --kill reports
+            "--stall-s", "0", "--compression", a.compress]  # every step's time: the longest one after a kill is what --kill reports
     return args + (["--maddr-out", maddr] if i == 0 else ["--initial-peers", maddr])
 
 
@@ -211,6 +212,8 @@ def run(a, system, rate, settings, port, kill_at=None):
     out = {"system": system, "rate": rate, "settings": settings, "stop_at_target": a.stop_at_target,
            "eval_on": "every rank, a quarter each" if system == "ddp" else a.eval_on, "wall_s": wall, "timed_out": timed_out,
            "exit_codes": [p.returncode for p in procs], "evals": watch.points}
+    if system in ("swarm", "hivemind"):
+        out["compress"] = a.compress
     if system.startswith("diloco-"):
         out["diloco"] = {"inner_steps": a.inner_steps, "inner_lr": diloco_inner_lr(a), "outer_lr": a.outer_lr,
                          "outer_momentum": a.outer_momentum}
@@ -329,6 +332,9 @@ def main():
     ap.add_argument("--hivemind-python", default="", help="a Python with hivemind 1.1.12 and torch")
     ap.add_argument("--no-hivemind-defaults", action="store_true",
                     help="run Hivemind on --grid only, not also at its own and Lightning's defaults")
+    ap.add_argument("--compress", choices=["none", "fp16"], default="none",
+                    help="how both swarms' gradients travel: cohort's swarm.compress, Hivemind's grad_compression "
+                         "and state_averaging_compression (Float16Compression); ddp and DiLoCo are unchanged")
     ap.add_argument("--run-timeout", type=float, default=3600)
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
     ap.add_argument("--merge", action="store_true", help="add to the runs already in --out")

@@ -72,6 +72,15 @@ def kill_children():
             pass
 
 
+def compression(name):
+    """hivemind.Optimizer's compression arguments: its defaults (none), or half precision for both the gradients
+    and the state it averages in the background, as Hivemind's own ALBERT example sets them."""
+    if name == "none":
+        return {}
+    from hivemind.compression import Float16Compression
+    return dict(grad_compression=Float16Compression(), state_averaging_compression=Float16Compression())
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--host", default="127.0.0.1"); p.add_argument("--port", type=int, default=0)
@@ -85,6 +94,8 @@ def main():
     p.add_argument("--eval-every-steps", type=int, default=0); p.add_argument("--events", default="")
     p.add_argument("--run-id", default="fmnist"); p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stall-s", type=float, default=2.0, help="report opt.step() calls slower than this")
+    p.add_argument("--compression", choices=["none", "fp16"], default="none",
+                   help="fp16: Float16Compression for the gradients and the background state averaging")
     a = p.parse_args()
 
     t0 = time.time()
@@ -123,7 +134,7 @@ def main():
         # equivalent to large-batch SGD with batch T, which is what cohort's swarm and DDP compute. Everything
         # else stays at Hivemind's defaults, which is what a user would get: offload_optimizer (True when params
         # are given), delay_state_averaging=True, average_state_every=1 (parameters are also averaged in the
-        # background every epoch), no compression.
+        # background every epoch), no compression unless --compression fp16.
         opt = hivemind.Optimizer(
             dht=dht, run_id=a.run_id, params=model.parameters(),
             optimizer=lambda ps: torch.optim.SGD(ps, lr=0.05 * lr_scale, momentum=0.9, nesterov=True,
@@ -133,7 +144,8 @@ def main():
             target_batch_size=T, batch_size_per_step=B,
             matchmaking_time=a.matchmaking_time, averaging_timeout=a.averaging_timeout,
             load_state_timeout=a.load_state_timeout, extra_tensors=bn_stats,
-            use_local_updates=False, delay_optimizer_step=False, delay_grad_averaging=False, verbose=False)
+            use_local_updates=False, delay_optimizer_step=False, delay_grad_averaging=False, verbose=False,
+            **compression(a.compression))
 
         # This peer's sample order: the whole training set, its own seed per pass (pass * npeers + index, so no
         # two peers or passes share a permutation), consumed B samples at a time.

@@ -32,7 +32,10 @@ std::vector<uint8_t> encode(const at::Tensor& values, Codec codec) {
   if (codec == Codec::kNone) {
     std::memcpy(out.data(), v.data_ptr<float>(), out.size());
   } else if (codec == Codec::kFp16) {
-    const auto h = v.to(at::kHalf).contiguous();
+    // Clamped to half's range first: a value past 65504 would become inf, which decode refuses (and a
+    // round would lose the whole part); the clamp keeps its sign and the most it can say.
+    constexpr float kHalfMax = 65504.0f;
+    const auto h = v.clamp(-kHalfMax, kHalfMax).to(at::kHalf).contiguous();
     std::memcpy(out.data(), h.data_ptr(), out.size());
   } else {
     // Per block: the scale (max |x| / 127) first, then the block's int8 values rounded to nearest.

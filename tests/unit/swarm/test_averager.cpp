@@ -109,6 +109,14 @@ TEST(SwarmCodec, Int8KeepsEachValueWithinHalfItsBlocksStepAndSendsAQuarterOfTheB
   EXPECT_THROW(codec_from_name("int4", "diloco.compress"), ConfigError);
 }
 
+// A value past half's range goes out as half's largest, not as inf (which decode refuses, losing the part).
+TEST(SwarmCodec, Fp16ClampsValuesPastHalfsRangeInsteadOfSendingInf) {
+  const auto values = torch::tensor({1e6f, -1e6f, 0.5f});
+  const auto back = decode(encode(values, Codec::kFp16).data(), 6, 3, Codec::kFp16);
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(torch::equal(*back, torch::tensor({65504.0f, -65504.0f, 0.5f}))) << *back;
+}
+
 // The rest needs OpenDHT (COHORT_HAVE_SWARM; Debian 13 has no OpenDHT package).
 #if COHORT_HAVE_SWARM
 
@@ -274,6 +282,57 @@ TEST(SwarmAverager, AGroupAveragesByWeightAndEveryMemberGetsTheSameBits) {
     EXPECT_TRUE(out[i].problem.empty()) << out[i].problem;
     EXPECT_TRUE(torch::allclose(out[i].averaged, torch::full({1001}, 14.0f / 6)));
     EXPECT_TRUE(torch::equal(out[i].averaged, out[0].averaged));
+  }
+}
+
+// swarm.compress=fp16: the same round sends about half the bytes of float32, every member still gets
+// the same bits, and the mean is the float32 one to within half's rounding of the contributions and result.
+TEST(SwarmAverager, Fp16RoundsSendHalfTheBytesAndEveryMemberGetsTheSameBits) {
+  Logs logs;
+  const auto run = generate_run_key();
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 71 + i, i ? peers[0]->transport.address() : "", logs));
+  const auto group = sorted({peers[0]->member(), peers[1]->member(), peers[2]->member()});
+  torch::manual_seed(3);
+  const std::vector<at::Tensor> values = {torch::randn({20000}), torch::randn({20000}), torch::randn({20000})};
+  const auto exact = weighted_mean(values, {1, 2, 3});
+  // The transport counts a frame's bytes once its I/O thread has sent it, which can be after the round
+  // returns: the count is read once every round has ended and the outboxes have drained.
+  const auto averaging_bytes = [&](int i) {
+    const auto stats = peers[i]->transport.stats();
+    return stats.bytes_sent - stats.record_bytes_sent;
+  };
+  const auto round = [&](Codec codec, uint64_t step) {
+    std::vector<RoundOutcome> out(3);
+    std::vector<int64_t> sent(3);
+    for (int i = 0; i < 3; ++i) sent[i] = -averaging_bytes(i);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 3; ++i)
+      threads.emplace_back([&, i] {
+        AveragingOptions options{1.0, 5.0, 2};
+        options.codec = codec;
+        Averager averager(peers[i]->transport, peers[i]->directory, options);
+        out[i] = averager.all_reduce(step, group, values[i], i + 1);
+      });
+    for (auto& t : threads) t.join();
+    std::this_thread::sleep_for(300ms);
+    for (int i = 0; i < 3; ++i) sent[i] += averaging_bytes(i);
+    return std::make_pair(out, sent);
+  };
+  const auto [plain, plain_sent] = round(Codec::kNone, 1);
+  const auto [half, half_sent] = round(Codec::kFp16, 2);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(half[i].problem.empty()) << half[i].problem;
+    EXPECT_EQ(half[i].parts_local, 0);
+    EXPECT_TRUE(torch::equal(half[i].averaged, half[0].averaged)) << "member " << i;
+    EXPECT_TRUE(torch::allclose(plain[i].averaged, exact, 1e-6, 1e-6));
+    // Half keeps 11 significant bits: each value within 2^-10 of itself, relative, and 1e-3 near zero.
+    EXPECT_TRUE(torch::allclose(half[i].averaged, exact, 2e-3, 1e-3)) << "member " << i;
+    EXPECT_FALSE(torch::equal(half[i].averaged, exact)) << "the round did not go through half";
+    // Frames carry headers and authentication besides the values: about half, not exactly.
+    EXPECT_LT(half_sent[i], plain_sent[i] * 0.55) << half_sent[i] << " against " << plain_sent[i];
+    EXPECT_GT(half_sent[i], plain_sent[i] * 0.45) << half_sent[i] << " against " << plain_sent[i];
   }
 }
 
