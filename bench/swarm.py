@@ -202,6 +202,14 @@ def run(a, system, rate, settings, port, kill_at=None):
                     os.killpg(p.pid, signal.SIGTERM)
         time.sleep(0.2)
     timed_out = any(p.poll() is None for p in procs)
+    # SIGTERM first, so that a run cut by --run-timeout still writes its report (Hivemind's peers their
+    # final samples, cohort's its summary.json); whatever is left after 40 s is killed.
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    grace = time.time() + 40
+    while any(p.poll() is None for p in procs) and time.time() < grace:
+        time.sleep(0.2)
     for p in procs:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
@@ -332,9 +340,10 @@ def main():
     ap.add_argument("--hivemind-python", default="", help="a Python with hivemind 1.1.12 and torch")
     ap.add_argument("--no-hivemind-defaults", action="store_true",
                     help="run Hivemind on --grid only, not also at its own and Lightning's defaults")
-    ap.add_argument("--compress", choices=["none", "fp16"], default="none",
-                    help="how both swarms' gradients travel: cohort's swarm.compress, Hivemind's grad_compression "
-                         "and state_averaging_compression (Float16Compression); ddp and DiLoCo are unchanged")
+    ap.add_argument("--compress", choices=["none", "fp16", "int8"], default="none",
+                    help="how both swarms' gradients travel: cohort's swarm.compress; Hivemind's grad_compression "
+                         "(Float16Compression, or Uniform8BitQuantization for int8) with its state averaging in "
+                         "fp16; ddp and DiLoCo are unchanged")
     ap.add_argument("--run-timeout", type=float, default=3600)
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
     ap.add_argument("--merge", action="store_true", help="add to the runs already in --out")

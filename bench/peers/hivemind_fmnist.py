@@ -73,12 +73,15 @@ def kill_children():
 
 
 def compression(name):
-    """hivemind.Optimizer's compression arguments: its defaults (none), or half precision for both the gradients
-    and the state it averages in the background, as Hivemind's own ALBERT example sets them."""
+    """hivemind.Optimizer's compression arguments: its defaults (none); half precision for both the gradients
+    and the state it averages in the background, as Hivemind's own ALBERT example sets them; or its 8-bit
+    quantization for the gradients (the one that runs without bitsandbytes; its blockwise one needs it), with
+    the state in half precision (8 bits around the mean would blur the weights themselves)."""
     if name == "none":
         return {}
-    from hivemind.compression import Float16Compression
-    return dict(grad_compression=Float16Compression(), state_averaging_compression=Float16Compression())
+    from hivemind.compression import Float16Compression, Uniform8BitQuantization
+    grads = Float16Compression() if name == "fp16" else Uniform8BitQuantization()
+    return dict(grad_compression=grads, state_averaging_compression=Float16Compression())
 
 
 def main():
@@ -94,8 +97,9 @@ def main():
     p.add_argument("--eval-every-steps", type=int, default=0); p.add_argument("--events", default="")
     p.add_argument("--run-id", default="fmnist"); p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stall-s", type=float, default=2.0, help="report opt.step() calls slower than this")
-    p.add_argument("--compression", choices=["none", "fp16"], default="none",
-                   help="fp16: Float16Compression for the gradients and the background state averaging")
+    p.add_argument("--compression", choices=["none", "fp16", "int8"], default="none",
+                   help="fp16: Float16Compression for the gradients and the background state averaging; "
+                        "int8: Uniform8BitQuantization for the gradients, Float16Compression for the state")
     a = p.parse_args()
 
     t0 = time.time()

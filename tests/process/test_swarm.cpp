@@ -178,6 +178,46 @@ TEST(Swarm, DilocoPeersAgreeAfterEachOuterStepAndSendAFractionOfDdpsBytes) {
   EXPECT_LT(losses[9] + losses[10] + losses[11], losses[0] + losses[1] + losses[2]);
 }
 
+// swarm.compress=int8: both peers apply the same averaged gradient (the same bits), and what the wire
+// lost of each peer's last contribution is in its checkpoint, so a resumed peer feeds it back.
+TEST(Swarm, Int8PeersAgreeAndCheckpointWhatTheWireLost) {
+  SKIP_WITHOUT_SWARM();
+  std::vector<fs::path> dirs;
+  const auto peers = start_peers(
+      "swarm-int8", 2, 60,
+      [](int i) -> std::vector<std::string> {
+        return {"swarm.compress=int8",
+                "swarm.sampler=partition",
+                "swarm.partitions=2",
+                "swarm.partition=" + std::to_string(i),
+                "swarm.min_peers_to_start=2",
+                "swarm.min_group_size=2",
+                "swarm.matchmaking_s=30",
+                "train.max_steps=6",
+                "train.threads=1"};
+      },
+      dirs);
+  for (auto& p : peers) {
+    const auto res = p->wait(300);
+    ASSERT_EQ(res.exit_code, 0) << res.output;
+  }
+  EXPECT_EQ(max_difference(final_weights(dirs[0]), final_weights(dirs[1])), 0.0);
+  const auto summary = read_json(dirs[0] / "summary.json");
+  EXPECT_EQ(summary["swarm_mean_group_size"], 2);
+  EXPECT_EQ(summary["swarm_failed_rounds"], 0);
+  for (const auto& dir : dirs) {
+    const auto state = checkpoint::load_safetensors(dir / "checkpoints" / "last.state.safetensors").tensors;
+    const auto residual = std::find_if(state.begin(), state.end(), [](const auto& named) {
+      return named.first.find("swarm.residual") != std::string::npos;
+    });
+    ASSERT_NE(residual, state.end()) << dir;
+    // Not zero (int8 lost something), and under half a step of any block's scale (the largest gradient
+    // of this net is well under 127).
+    EXPECT_GT(residual->second.abs().max().item<double>(), 0.0);
+    EXPECT_LT(residual->second.abs().max().item<double>(), 0.5);
+  }
+}
+
 // A DiLoCo newcomer joins at an outer step's boundary: it takes a live peer's outer weights, inner
 // optimizer state and outer momentum (digest verified), then takes part in the outer averages, so all
 // three end on the same outer weights. It failed 1 run in 5 before Note [A peer that caught up says

@@ -389,10 +389,10 @@ const std::vector<Field>& fields() {
       field("swarm.peer_ttl_s", &T::swarm, &SwarmConfig::peer_ttl_s,
             "swarm: a peer whose record is older than this is gone", {}, positive<double>()),
       field("swarm.compress", &T::swarm, &SwarmConfig::compress,
-            "swarm: how gradients travel in a round: none (float32) or fp16 (half the bytes; "
-            "hivemind.Optimizer's grad_compression=Float16Compression()). int8 is DiLoCo's (diloco.compress), "
-            "whose error feedback gradients lack",
-            {"none", "fp16"}),
+            "swarm: how gradients travel in a round: none (float32), fp16 (half the bytes; "
+            "hivemind.Optimizer's grad_compression=Float16Compression()) or int8 (a scale per 1024 values, a "
+            "quarter of the bytes; what it loses goes into the next step: error feedback)",
+            {"none", "fp16", "int8"}),
       field("diloco.inner_steps", &T::diloco, &DilocoConfig::inner_steps,
             "diloco: local optimizer steps between two outer steps (H in the DiLoCo paper)", {}, positive<int64_t>()),
       field("diloco.outer_lr", &T::diloco, &DilocoConfig::outer_lr, "diloco: the outer Nesterov SGD's learning rate",

@@ -136,7 +136,7 @@ struct SwarmConfig {
   int64_t partition = 0;
   double announce_s = 1.0;
   double peer_ttl_s = 4.0;
-  std::string compress = "none";  // how gradients travel in a round: none or fp16 (Hivemind's grad_compression)
+  std::string compress = "none";  // how gradients travel in a round: none, fp16 or int8 (with error feedback)
 };
 
 // DiLoCo (dist.strategy=diloco): inner steps, then an outer Nesterov step on the averaged pseudo-gradient.

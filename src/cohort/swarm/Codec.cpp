@@ -81,4 +81,11 @@ at::Tensor roundtrip(const at::Tensor& values, Codec codec) {
   return *decode(bytes.data(), bytes.size(), values.numel(), codec);
 }
 
+at::Tensor with_error_feedback(const at::Tensor& values, at::Tensor& residual, Codec codec) {
+  if (codec == Codec::kNone) return values;
+  auto sent = residual.defined() ? values + residual : values.to(at::kFloat).clone();
+  residual = sent - roundtrip(sent, codec);
+  return sent;
+}
+
 }  // namespace cohort::swarm

@@ -33,4 +33,10 @@ std::optional<at::Tensor> decode(const uint8_t* data, size_t size, int64_t numel
 // decode(encode(values)): what a peer receives of `values`.
 at::Tensor roundtrip(const at::Tensor& values, Codec codec);
 
+// Error feedback (EF-SGD; INTELLECT-1's int8 all-reduce): returns `values` plus what the wire lost of the
+// vector sent last time (`residual`), and sets `residual` to what it loses of this one, so that over
+// steps the sum of what arrives stays within one step of the codec of the sum sent. `residual` starts
+// undefined or zero; with kNone it returns `values` and leaves `residual` alone.
+at::Tensor with_error_feedback(const at::Tensor& values, at::Tensor& residual, Codec codec);
+
 }  // namespace cohort::swarm

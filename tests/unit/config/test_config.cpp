@@ -111,12 +111,11 @@ TEST(Config, CompressionKeysParseAndBadValuesNameTheKey) {
   EXPECT_NE(m.find("powersgd.rank"), std::string::npos) << m;
 }
 
-// The swarm's gradients travel as float32 or fp16; int8 is DiLoCo's alone (its pseudo-gradients carry
-// error feedback, a swarm's gradients do not).
-TEST(Config, SwarmCompressTakesNoneOrFp16AndNamesTheKeyOtherwise) {
+TEST(Config, SwarmCompressTakesNoneFp16OrInt8AndNamesTheKeyOtherwise) {
   EXPECT_EQ(cfg::load(std::nullopt, {}).swarm.compress, "none");
   EXPECT_EQ(cfg::load(std::nullopt, {"swarm.compress=fp16"}).swarm.compress, "fp16");
-  const auto m = error_of([] { cfg::load(std::nullopt, {"swarm.compress=int8"}); });
+  EXPECT_EQ(cfg::load(std::nullopt, {"swarm.compress=int8"}).swarm.compress, "int8");
+  const auto m = error_of([] { cfg::load(std::nullopt, {"swarm.compress=int4"}); });
   EXPECT_NE(m.find("swarm.compress"), std::string::npos) << m;
   EXPECT_NE(m.find("fp16"), std::string::npos) << m;  // lists the choices
 }

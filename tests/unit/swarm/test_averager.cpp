@@ -109,6 +109,30 @@ TEST(SwarmCodec, Int8KeepsEachValueWithinHalfItsBlocksStepAndSendsAQuarterOfTheB
   EXPECT_THROW(codec_from_name("int4", "diloco.compress"), ConfigError);
 }
 
+// Error feedback: step after step, what arrives sums to what was sent to within one int8 step of the
+// last vector's blocks, where without it the rounding errors add up.
+TEST(SwarmCodec, ErrorFeedbackKeepsTheSumOfWhatArrivesOnTheSumSent) {
+  torch::manual_seed(5);
+  at::Tensor residual;
+  auto sent = torch::zeros({4096}), arrived = torch::zeros({4096}), plain = torch::zeros({4096});
+  for (int step = 0; step < 200; ++step) {
+    // Each block's scale set by one value of 1, the rest small enough that int8 rounds them to 0 every
+    // step: the case where losses add up (plain int8 never sends them at all).
+    auto values = torch::rand({4096}) * 0.001 + 0.003;
+    values.slice(0, 0, 4096, kInt8Block).fill_(1.0);
+    sent += values;
+    arrived += roundtrip(with_error_feedback(values, residual, Codec::kInt8), Codec::kInt8);
+    plain += roundtrip(values, Codec::kInt8);
+  }
+  const double step = 1.0 / 127;
+  EXPECT_LE((arrived - sent).abs().max().item<double>(), step);
+  EXPECT_GT((plain - sent).abs().max().item<double>(), 10 * step) << "the case does not accumulate losses";
+  at::Tensor untouched;
+  const auto values = torch::randn({8});
+  EXPECT_TRUE(torch::equal(with_error_feedback(values, untouched, Codec::kNone), values));
+  EXPECT_FALSE(untouched.defined());
+}
+
 // A value past half's range goes out as half's largest, not as inf (which decode refuses, losing the part).
 TEST(SwarmCodec, Fp16ClampsValuesPastHalfsRangeInsteadOfSendingInf) {
   const auto values = torch::tensor({1e6f, -1e6f, 0.5f});

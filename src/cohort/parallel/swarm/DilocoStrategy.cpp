@@ -183,13 +183,11 @@ class DilocoStrategy : public Strategy {
   // to the same outer weights, so they leave the outer step identical.
   void outer_step(int64_t round, int64_t samples, bool last) {
     at::NoGradGuard no_grad;
-    auto pseudo = outer_ - flat_weights();
-    if (codec_ != swarm::Codec::kNone) pseudo.add_(residual_);
+    const auto pseudo = swarm::with_error_feedback(outer_ - flat_weights(), residual_, codec_);
     int64_t wire = 0;
     auto averaged = pseudo;
     if (peer_) averaged = peer_->average(round, pseudo, samples, wire);
     if (comm_->size() > 1) comm_->broadcast(averaged, 0, "diloco: the averaged pseudo-gradient")->wait();
-    if (codec_ != swarm::Codec::kNone) residual_ = pseudo - swarm::roundtrip(pseudo, codec_);
     if (last) {
       outer_.sub_(averaged);  // the peers' weights averaged (Note [A DiLoCo run ends on an outer step])
     } else {

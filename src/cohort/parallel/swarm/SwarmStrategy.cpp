@@ -6,12 +6,14 @@
 #include "cohort/parallel/Params.h"
 #include "cohort/parallel/swarm/PeerState.h"
 #include "cohort/parallel/swarm/SwarmPeer.h"
+#include "cohort/swarm/Codec.h"
 #include "cohort/util/Error.h"
 
 namespace cohort {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr const char* kResidual = "swarm.residual";
 
 class SwarmStrategy : public Strategy {
  public:
@@ -23,7 +25,8 @@ class SwarmStrategy : public Strategy {
                     ? cfg.swarm.target_batch_size
                     : cfg.data.batch_size * cfg.train.grad_accum_steps * cfg.swarm.partitions * comm->size()),
         partition_(cfg.swarm.sampler == "partition"),
-        samples_per_batch_(cfg.data.batch_size * comm->size()) {
+        samples_per_batch_(cfg.data.batch_size * comm->size()),
+        codec_(swarm::codec_from_name(cfg.swarm.compress, "swarm.compress")) {
     // Inside the peer its workers are a ddp job; the swarm is between peers.
     TrainConfig local = cfg;
     local.dist.strategy = "ddp";
@@ -41,9 +44,24 @@ class SwarmStrategy : public Strategy {
     if (accumulated_.defined()) b.grads += accumulated_.numel() * 4;
     return b;
   }
-  StrategyState save_state() override { return inner_->save_state(); }
+  StrategyState save_state() override {
+    auto out = inner_->save_state();
+    if (residual_.defined() && comm_->rank() == 0) out.resume.emplace_back(kResidual, residual_.clone());
+    return out;
+  }
   void load_state(const optim::NamedState& optimizer, const checkpoint::NamedTensors& resume) override {
-    inner_->load_state(optimizer, resume);
+    checkpoint::NamedTensors rest;
+    for (const auto& [name, t] : resume) {
+      if (name == kResidual)
+        residual_ = t.to(at::kFloat).clone();
+      else
+        rest.emplace_back(name, t);
+    }
+    inner_->load_state(optimizer, rest);
+    // rank 0 saved it; the peer's other workers take rank 0's (zero: nothing lost yet).
+    if (codec_ != swarm::Codec::kInt8 || comm_->size() == 1) return;
+    if (!residual_.defined()) residual_ = at::zeros({trainable_numel()}, at::kFloat);
+    comm_->broadcast(residual_, 0, "swarm: the int8 residual")->wait();
   }
   std::vector<std::pair<std::string, double>> figures() const override {
     if (!peer_) return {};
@@ -70,6 +88,11 @@ class SwarmStrategy : public Strategy {
       return r;
     }
     auto contribution = batches_ == 1 ? accumulated_ : accumulated_ / static_cast<double>(batches_);
+    // Note [A swarm's int8 gradients carry what the wire lost]: int8 loses up to half a step of each
+    // block's scale (a 254th of its largest value); that loss goes into the next step's contribution
+    // (error feedback), as DiLoCo's int8 does, so no gradient is lost for good. fp16 keeps 11 bits and
+    // carries nothing, as Hivemind's Float16Compression.
+    if (codec_ == swarm::Codec::kInt8) contribution = swarm::with_error_feedback(contribution, residual_, codec_);
     if (peer_) contribution = peer_->average(options.step, contribution, samples_, wire_bytes_);
     if (comm_->size() > 1) comm_->broadcast(contribution, 0, "swarm: the averaged gradient")->wait();
     write_gradients(contribution);
@@ -99,6 +122,12 @@ class SwarmStrategy : public Strategy {
   }
 
  private:
+  int64_t trainable_numel() const {
+    int64_t n = 0;
+    for (const auto& p : trainable_.params) n += p.numel();
+    return n;
+  }
+
   // The state a newcomer needs: every parameter and buffer and the optimizer's state.
   std::string serialize_state() { return swarm::pack_peer_state(*model_, inner_->save_state().optimizer, {}); }
 
@@ -148,6 +177,8 @@ class SwarmStrategy : public Strategy {
   int64_t target_;
   bool partition_;
   int64_t samples_per_batch_;
+  swarm::Codec codec_;
+  at::Tensor residual_;  // swarm.compress=int8: what the wire lost of the last contribution
   std::unique_ptr<Strategy> inner_;
   std::unique_ptr<swarm::SwarmPeer> peer_;
   at::Tensor accumulated_;
