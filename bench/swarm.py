@@ -263,11 +263,15 @@ def samples_trained(system, dirs):
     the target counts too. cohort's swarm: what each peer says it trained (swarm_samples), as a peer may
     take more than its share of a step. Hivemind: the peers' own counts."""
     if system == "hivemind":
+        # A peer's final report, or, where it was killed before writing one (a peer blocked in a round
+        # outlives the 40 s after SIGTERM), its per-step events: with --stall-s 0 each opt.step() writes
+        # one, a local batch each.
         total = 0
         for d in dirs:
             path = os.path.join(d, "events.jsonl")
-            done = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
-            total += sum(e.get("local_samples", 0) for e in done if e.get("done"))
+            events = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+            done = [e for e in events if e.get("done")]
+            total += done[-1].get("local_samples", 0) if done else LOCAL_BATCH * sum("stall_s" in e for e in events)
         return total
     if system == "swarm":
         total = 0
