@@ -52,10 +52,12 @@ class SwarmStrategy : public Strategy {
   void load_state(const optim::NamedState& optimizer, const checkpoint::NamedTensors& resume) override {
     checkpoint::NamedTensors rest;
     for (const auto& [name, t] : resume) {
-      if (name == kResidual)
-        residual_ = t.to(at::kFloat).clone();
-      else
+      if (name == kResidual) {
+        // Only int8 feeds it back: a run resumed with another codec drops it instead of carrying it on.
+        if (codec_ == swarm::Codec::kInt8) residual_ = t.to(at::kFloat).clone();
+      } else {
         rest.emplace_back(name, t);
+      }
     }
     inner_->load_state(optimizer, rest);
     // rank 0 saved it; the peer's other workers take rank 0's (zero: nothing lost yet).
