@@ -72,12 +72,14 @@ def tx_bytes():
     return out
 
 
-def cohort_args(a, system, settings, run_dir, i, port, min_group=PEERS):
-    """`cohort train` for peer i of `system` (ddp, swarm, diloco-none, diloco-int8)."""
+def cohort_args(a, system, settings, run_dir, i, port, min_group=PEERS, every_step=False):
+    """`cohort train` for peer i of `system` (ddp, swarm, diloco-none, diloco-int8). every_step: a metrics
+    record every step, for a run with a kill: a record carries its step's round time only, so the longest
+    round after a kill is the largest of them all (Hivemind's peer records every opt.step() too)."""
     args = [a.cohort, "train", "--run-dir", run_dir, "--nproc-per-node", "1", f"data.batch_size={LOCAL_BATCH}",
             f"train.epochs={a.epochs}", "train.threads=1", f"amp.precision={a.precision}",
-            "train.channels_last=false", "ckpt.save_best=false", "log.progress=plain", "log.every_steps=10",
-            "dist.timeout_s=600", f"optim.lr={a.lr}"]
+            "train.channels_last=false", "ckpt.save_best=false", "log.progress=plain",
+            f"log.every_steps={1 if every_step else 10}", "dist.timeout_s=600", f"optim.lr={a.lr}"]
     # ddp's ranks evaluate together, a quarter of the test set each. A swarm or DiLoCo peer evaluates the
     # whole of it: with --eval-on all every peer does, at the same steps, so that none falls behind the
     # others; with --eval-on peer0 only peer 0 does (the evaluation work ddp does), and its matchmaking
@@ -168,7 +170,7 @@ def run(a, system, rate, settings, port, kill_at=None):
     procs = []
     for i in range(PEERS):
         argv = hivemind_args(a, settings, dirs[i], i, port) if system == "hivemind" else cohort_args(
-            a, system, settings, dirs[i], i, port, min_group)
+            a, system, settings, dirs[i], i, port, min_group, every_step=kill_at is not None)
         log = open(os.path.join(dirs[i], "out.log"), "w")
         procs.append(subprocess.Popen(["ip", "netns", "exec", NS[i]] + argv, stdout=log, stderr=subprocess.STDOUT,
                                       env=env, start_new_session=True))
@@ -192,7 +194,7 @@ def run(a, system, rate, settings, port, kill_at=None):
             dirs.append(os.path.join(base, f"peer{PEERS - 1}-newcomer"))
             os.makedirs(dirs[-1])
             argv = hivemind_args(a, settings, dirs[-1], PEERS - 1, port) if system == "hivemind" else cohort_args(
-                a, system, settings, dirs[-1], PEERS - 1, port, min_group)
+                a, system, settings, dirs[-1], PEERS - 1, port, min_group, every_step=True)
             log = open(os.path.join(dirs[-1], "out.log"), "w")
             procs[-1] = subprocess.Popen(["ip", "netns", "exec", NS[-1]] + argv, stdout=log,
                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
