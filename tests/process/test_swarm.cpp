@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -74,7 +75,7 @@ TEST(Swarm, FourPeersOnPartitionsMatchFourWorkerDdp) {
 // the dead peer's contributions in the parts that arrived and their own values in the part it was to
 // reduce, and train on to the end; nobody restarts.
 void a_peer_fails_mid_round(const std::string& signal, const std::string& name) {
-  const double timeout = 4;
+  const double timeout = 4, matchmaking = 5;
   std::vector<fs::path> dirs;
   std::vector<std::unique_ptr<Proc>> peers;
   for (int i = 0; i < 3; ++i) {
@@ -84,7 +85,8 @@ void a_peer_fails_mid_round(const std::string& signal, const std::string& name) 
     peers.push_back(std::make_unique<Proc>(
         cohort_argv(peer_args(dirs[i], (signal == "KILL" ? 20 : 40) + i, i ? (signal == "KILL" ? 20 : 40) : 0,
                               {"swarm.sampler=partition", "swarm.partitions=3", "swarm.partition=" + std::to_string(i),
-                               "swarm.min_peers_to_start=3", "swarm.min_group_size=2", "swarm.matchmaking_s=5",
+                               "swarm.min_peers_to_start=3", "swarm.min_group_size=2",
+                               "swarm.matchmaking_s=" + std::to_string(matchmaking),
                                "swarm.averaging_timeout_s=" + std::to_string(timeout), "swarm.peer_ttl_s=3",
                                "train.max_steps=24", "train.threads=1", "log.progress=plain"})),
         env));
@@ -102,11 +104,20 @@ void a_peer_fails_mid_round(const std::string& signal, const std::string& name) 
     EXPECT_LT(losses[21] + losses[22] + losses[23], losses[0] + losses[1] + losses[2]);
     EXPECT_TRUE(std::isfinite(summary["test_accuracy"].get<double>()));
     EXPECT_NE(res.output.find("swarm: step 6: no result from"), std::string::npos) << res.output;
+    double logged_longest = 0;
     for (const auto& rec : read_jsonl(dirs[i] / "metrics.jsonl")) {
       if (rec.value("step", 0) == 6 && rec.contains("swarm_round_seconds")) {
         EXPECT_LE(rec["swarm_round_seconds"].get<double>(), timeout + 2) << rec.dump();
       }
+      if (rec.contains("swarm_round_seconds"))
+        logged_longest = std::max(logged_longest, rec["swarm_round_seconds"].get<double>());
     }
+    // The summary's longest round covers the rounds between the logged ones too, and no round (the one
+    // the peer died in, and those while its record lived on) took longer than a matchmaking period and
+    // an averaging timeout.
+    const double longest = summary["swarm_longest_round_seconds"].get<double>();
+    EXPECT_GE(longest, logged_longest);
+    EXPECT_LE(longest, matchmaking + timeout + 2);
   }
   ::kill(peers[2]->pid(), SIGKILL);
   const auto dead = peers[2]->wait(30);

@@ -81,6 +81,7 @@ TEST(SwarmLong, CtrlCLeavesCleanlyAndTheRestartedPeerCatchesUp) {
   const auto md = read_file(dirs[2] / "report.md");
   EXPECT_NE(md.find("| stopped by | SIGTERM |"), std::string::npos) << md;
   EXPECT_NE(md.find("### Swarm (this peer)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| longest round | "), std::string::npos) << md;
 
   // Back, from its own checkpoint, while the others train on.
   ASSERT_TRUE(wait_for_output(*peers[0], "step " + std::to_string(saved_at + 10) + "/")) << peers[0]->output_so_far();

@@ -204,7 +204,8 @@ std::string swarm_section(const json& run) {
   if (w.empty()) return "";
   std::ostringstream md;
   md << "### Swarm (this peer)\n\n| | |\n|---|---|\n| rounds | " << w.value("rounds", json(0)) << " ("
-     << w.value("failed_rounds", json(0)) << " failed) |\n| mean group size | "
+     << w.value("failed_rounds", json(0)) << " failed) |\n| longest round | "
+     << fixed(num(w, "longest_round_seconds", 0), 2) << " s |\n| mean group size | "
      << fixed(num(w, "mean_group_size", 0), 2) << " |\n| peers seen | " << w.value("peers_seen", json(0))
      << " |\n| bytes sent / received | " << mib(num(w, "bytes_sent", 0)) << " / " << mib(num(w, "bytes_received", 0))
      << " |\n| frames refused | " << w.value("frames_refused", json(0)) << " |\n\n";

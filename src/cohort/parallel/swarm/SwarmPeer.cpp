@@ -182,6 +182,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   last_group_size_ = static_cast<int64_t>(out.group.size());
   group_size_sum_ += last_group_size_;
   last_round_s_ = out.matchmaking_s + out.averaging_s;
+  longest_round_s_ = std::max(longest_round_s_, last_round_s_);
   last_averaging_s_ = out.averaging_s;
   if (!out.problem.empty()) {
     ++failed_rounds_;
@@ -368,6 +369,7 @@ std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
           {"swarm_group_size", static_cast<double>(last_group_size_)},
           {"swarm_mean_group_size", rounds_ > 0 ? static_cast<double>(group_size_sum_) / rounds_ : 0.0},
           {"swarm_round_seconds", last_round_s_},
+          {"swarm_longest_round_seconds", longest_round_s_},
           {"swarm_averaging_seconds", last_averaging_s_},
           {"swarm_bytes_sent", static_cast<double>(s.bytes_sent)},
           {"swarm_bytes_received", static_cast<double>(s.bytes_received)},

@@ -85,6 +85,9 @@ class SwarmPeer {
   std::unique_ptr<Averager> averager_;
   int64_t rounds_ = 0, failed_rounds_ = 0, group_size_sum_ = 0, last_group_size_ = 1;
   double last_round_s_ = 0, last_averaging_s_ = 0, samples_per_s_ = 0;
+  // The longest round since this process started: a metrics record carries its own step's round only, so
+  // a log every 50 steps would show one round in 50 (a stall after a killed peer among the others).
+  double longest_round_s_ = 0;
   int64_t behind_logged_ = -1;
   bool out_of_step_ = false;  // the last round went on without this peer (Note [A peer that fell out...])
   int64_t serving_step_ = -1;
