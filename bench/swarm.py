@@ -179,6 +179,7 @@ def run(a, system, rate, settings, port, kill_at=None):
                 time.sleep(0.2)
     watch = Watch(system, dirs[0], start)
     killed = joined = None
+    reached = False
     deadline = start + a.run_timeout
     while any(p.poll() is None for p in procs) and time.time() < deadline:
         watch.poll()
@@ -199,11 +200,12 @@ def run(a, system, rate, settings, port, kill_at=None):
             procs[-1] = subprocess.Popen(["ip", "netns", "exec", NS[-1]] + argv, stdout=log,
                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
         if a.stop_at_target and any(acc >= a.target for _, acc in watch.points):
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGTERM)
+            # To the SIGTERM, grace and SIGKILL below: a peer that hangs in its shutdown (a Hivemind peer
+            # did, 5 minutes after writing its report) must not hold the run until --run-timeout.
+            reached = True
+            break
         time.sleep(0.2)
-    timed_out = any(p.poll() is None for p in procs)
+    timed_out = not reached and any(p.poll() is None for p in procs)
     # SIGTERM first, so that a run cut by --run-timeout still writes its report (Hivemind's peers their
     # final samples, cohort's its summary.json); whatever is left after 40 s is killed.
     for p in procs:
