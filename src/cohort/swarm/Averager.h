@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,8 +82,15 @@ class Averager {
   RoundOutcome all_reduce(uint64_t round, const std::vector<Member>& group, const at::Tensor& flat, double weight);
 
  private:
+  struct Round;
+
+  std::vector<Member> withdraw(uint64_t round, PeerRecord mine, std::string& problem);
+  Member say_ready(uint64_t round, PeerRecord mine);
+  void hear_ready(uint64_t round, std::map<PeerKey, std::string>& said_ready);
   void send_group(uint64_t round, const std::vector<Member>& group);
   std::optional<std::vector<Member>> group_from(const Message& m) const;
+  std::vector<std::string> reduce_own_part(const Round& r, double weight, Clock::time_point by, RoundOutcome& out);
+  std::vector<std::string> receive_results(const Round& r, Clock::time_point by, RoundOutcome& out);
 
   Transport& transport_;
   Directory& directory_;

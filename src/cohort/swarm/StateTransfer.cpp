@@ -17,6 +17,49 @@ namespace {
 // A request's body: the asker's address. A chunk's body: total size, digest, the chunk's bytes.
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// A chunk as it arrived: the whole state's size and digest, the snapshot's step, and this chunk's bytes
+// (a view into the message's body, which must outlive it).
+struct Chunk {
+  uint64_t total = 0;
+  std::array<uint8_t, 32> digest{};
+  int64_t step = 0;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+std::optional<Chunk> parse_chunk(const Message& m) {
+  Reader r(m.body);
+  Chunk c;
+  c.total = r.u64();
+  r.raw(c.digest.data(), c.digest.size());
+  if (!r.ok() || c.total == 0 || c.total > (uint64_t{1} << 40)) return std::nullopt;
+  c.step = static_cast<int64_t>(m.topic.round);
+  c.size = r.left();
+  c.data = r.take(c.size);
+  return c;
+}
+
+// Asks `donor` for chunk `chunk` of the snapshot of step `wanted` (-1: its current state) and waits for
+// it until `timeout_s`.
+std::optional<Message> ask_chunk(Transport& transport, const PeerRecord& donor, int64_t chunk, int64_t wanted,
+                                 double timeout_s) {
+  Writer w;
+  w.str(transport.address()).i64(wanted);
+  transport.send(donor.key, donor.address, {MessageKind::kStateAsk, 0, chunk}, w.take());
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  auto m = transport.receive_any(MessageKind::kStateChunk, deadline, donor.key);
+  while (m && m->topic.part != chunk) m = transport.receive_any(MessageKind::kStateChunk, deadline, donor.key);
+  return m;
+}
+
+// The first donor from `from` on (round the list) not marked dead; nullopt when all are.
+std::optional<size_t> next_live(const std::vector<bool>& dead, size_t from) {
+  for (size_t tried = 0; tried < dead.size(); ++tried, from = (from + 1) % dead.size())
+    if (!dead[from]) return from;
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::array<uint8_t, 32> state_digest(const std::string& bytes) {
@@ -59,11 +102,6 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
   if (donors.empty()) return std::nullopt;
   const auto start = Clock::now();
   DownloadedState out;
-  const auto ask_body = [&](int64_t wanted) {
-    Writer w;
-    w.str(transport.address()).i64(wanted);
-    return w.take();
-  };
   // Newcomers start at different donors (by their own key), so they do not all load the same one. Every
   // chunk comes from the same donor: two donors' states differ (batch-norm statistics are each peer's own).
   size_t next = transport.key()[0] % donors.size();
@@ -72,39 +110,27 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
   int64_t chunks = 1;
   std::vector<bool> dead(donors.size(), false);
   for (int64_t chunk = 0; chunk < chunks;) {
-    size_t tried = 0;
-    while (tried < donors.size() && dead[next]) next = (next + 1) % donors.size(), ++tried;
-    if (tried == donors.size()) {
+    const auto live = next_live(dead, next);
+    if (!live) {
       log("swarm: state download failed: no donor delivered chunk " + std::to_string(chunk));
       return std::nullopt;
     }
+    next = *live;
     const auto& donor = donors[next];
     // The first chunk takes the donor's current state; the rest, that same snapshot (its step).
-    transport.send(donor.key, donor.address, {MessageKind::kStateAsk, 0, chunk}, ask_body(digest ? out.step : -1));
-    const auto deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(chunk_timeout_s));
-    auto m = transport.receive_any(MessageKind::kStateChunk, deadline, donor.key);
-    while (m && m->topic.part != chunk) m = transport.receive_any(MessageKind::kStateChunk, deadline, donor.key);
-    std::string why;
-    if (!m) why = "no answer within " + std::to_string(chunk_timeout_s) + " s";
-    const std::vector<uint8_t> body = m ? std::move(m->body) : std::vector<uint8_t>{};
-    Reader r(body);  // reads `body` in place: it must outlive the reader
-    std::array<uint8_t, 32> their{};
-    uint64_t size = 0;
-    if (m) {
-      size = r.u64();
-      r.raw(their.data(), their.size());
-      if (!r.ok() || size == 0 || size > (uint64_t{1} << 40))
-        why = "a malformed chunk";
-      else if (digest && (*digest != their || size != total || static_cast<int64_t>(m->topic.round) != out.step))
-        why = "a state with another digest";
-    }
+    const auto m = ask_chunk(transport, donor, chunk, digest ? out.step : -1, chunk_timeout_s);
+    const auto c = m ? parse_chunk(*m) : std::nullopt;
+    const bool other_state = c && digest && (*digest != c->digest || c->total != total || c->step != out.step);
+    const std::string why = !m            ? "no answer within " + std::to_string(chunk_timeout_s) + " s"
+                            : !c          ? "a malformed chunk"
+                            : other_state ? "a state with another digest"
+                                          : "";
     if (!why.empty()) {
       log("swarm: state donor " + peer_name(donor.key) + " dropped for chunk " + std::to_string(chunk) + ": " + why);
       dead[next] = true;
       // Another donor holds another snapshot (its own step, its own batch-norm statistics): the download
       // starts over from it rather than mixing two states.
-      if (chunk > 0 && (!m || why == "a state with another digest")) {
+      if (chunk > 0 && (!m || other_state)) {
         digest.reset();
         out.bytes.clear();
         out.donors.clear();
@@ -114,22 +140,20 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
       continue;
     }
     if (!digest) {
-      digest = their;
-      out.step = static_cast<int64_t>(m->topic.round);
-      total = size;
+      digest = c->digest;
+      out.step = c->step;
+      total = c->total;
       chunks = static_cast<int64_t>((total + kStateChunkBytes - 1) / kStateChunkBytes);
       out.bytes.reserve(total);
     }
-    const size_t n = r.left();
     const size_t expected =
         std::min<uint64_t>(kStateChunkBytes, total - static_cast<uint64_t>(chunk) * kStateChunkBytes);
-    if (n != expected) {
+    if (c->size != expected) {
       log("swarm: state donor " + peer_name(donor.key) + " sent a chunk of the wrong size");
       dead[next] = true;
       continue;
     }
-    const auto* bytes = r.take(n);
-    out.bytes.append(reinterpret_cast<const char*>(bytes), n);
+    out.bytes.append(reinterpret_cast<const char*>(c->data), c->size);
     const auto name = peer_name(donor.key);
     if (out.donors.empty() || out.donors.back() != name) out.donors.push_back(name);
     ++chunk;

@@ -216,38 +216,13 @@ void SwarmPeer::serve_state(int64_t step, const std::function<std::string()>& ma
 std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   const bool starting = !started_;
   started_ = true;
-  auto peers = starting ? directory_->fresh_peers(2 * cfg_.announce_s) : directory_->peers();
-  // A peer that joins through live peers finds them before it trains alone: its DHT node may need a few
-  // reads before the first answer (seen: a newcomer that found nobody at start trained alone 50 steps).
-  const auto patience = std::chrono::steady_clock::now() + std::chrono::duration<double>(5 * cfg_.announce_s);
-  while (starting && peers.empty() && !cfg_.initial_peers.empty() && std::chrono::steady_clock::now() < patience)
-    peers = directory_->fresh_peers(cfg_.announce_s);
-  int64_t ahead = step;
-  for (const auto& p : peers) ahead = std::max(ahead, p.step);
-  // At start: anyone ahead. Between steps: two steps ahead, or, after a round without this peer, a
-  // peer on this step or ahead (Note [A peer that fell out of a round resynchronizes]), or the peers
-  // whose weights most peers share when this peer's differ (Note [Peers that drifted apart resynchronize]).
+  const auto peers = live_peers(starting);
   const bool resync = out_of_step_ && !peers.empty();
   out_of_step_ = false;
-  auto majority = starting ? std::vector<PeerRecord>{} : drifted_from(digests_, transport_->key(), peers);
-  // Only those of the majority on this peer's step or ahead: the others are taken once there (Note [A peer
-  // never goes back]).
-  majority.erase(std::remove_if(majority.begin(), majority.end(), [&](const PeerRecord& p) { return p.step < step; }),
-                 majority.end());
-  const bool drifted = !majority.empty() && ahead <= step + 1;
-  if (!resync && !drifted && ahead <= step + (starting ? 0 : 1)) return std::nullopt;
-  // Donors: the peers ahead (a step behind the leaders too, so a second donor is there when the first
-  // dies: a download that loses its donor starts over from the next one), the leaders first.
-  // A peer that drifted takes the majority's state instead.
-  std::vector<PeerRecord> donors = majority;
-  if (!drifted) {
-    donors.clear();
-    for (const auto& p : peers)
-      if (p.step >= std::max(ahead - 1, step + (resync ? 0 : 1)) && (!resync || p.group_size > last_group_size_))
-        donors.push_back(p);
-  }
-  std::stable_sort(donors.begin(), donors.end(),
-                   [](const PeerRecord& a, const PeerRecord& b) { return a.step > b.step; });
+  int64_t ahead = step;
+  for (const auto& p : peers) ahead = std::max(ahead, p.step);
+  bool drifted = false;
+  auto donors = donors_for(step, ahead, peers, starting, resync, drifted);
   if (donors.empty()) return std::nullopt;
   // See train/FaultInjection.h: COHORT_FAULT_SWARM_FIRST_DONOR=HOST:PORT is the donor asked first.
   if (const char* first = std::getenv("COHORT_FAULT_SWARM_FIRST_DONOR")) {
@@ -260,21 +235,7 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
        : resync ? " and out of step with it"
                 : "") +
       ": downloading the state from " + std::to_string(donors.size()) + " peer(s)");
-  const auto say = [this](const std::string& line) { log(line); };
-  auto got = download_state(*transport_, donors, std::min(5.0, cfg_.averaging_timeout_s), say);
-  // Note [A download lands on the leaders' step]: the swarm's steps can be shorter than a download, so the
-  // state may arrive a step behind the leaders, whose group has then closed; a peer left there waits out
-  // a matchmaking period alone and falls out of step. While the leaders are ahead of what arrived, the
-  // newer state is fetched again (a few times at most: each is a step's worth of bytes).
-  for (int again = 0; got && again < 3; ++again) {
-    std::vector<PeerRecord> leaders;
-    for (const auto& p : directory_->peers())
-      if (p.step > got->step) leaders.push_back(p);
-    if (leaders.empty()) break;
-    auto newer = download_state(*transport_, leaders, std::min(5.0, cfg_.averaging_timeout_s), say);
-    if (!newer || newer->step <= got->step) break;
-    got = std::move(newer);
-  }
+  auto got = download_newest(donors);
   // Note [A peer never goes back]: a state behind this peer's own step is not taken. The trainer's data
   // loader cannot rewind (a run that went 20 steps back ran out of batches and failed), and that state
   // is older than what this peer trained. Donors are peers on this step or ahead, and serve the step
@@ -297,6 +258,64 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
     for (const auto& d : got->donors) names += (names.empty() ? "" : ", ") + d;
     log("swarm: caught up to step " + std::to_string(got->step) + " in " + std::to_string(got->seconds) + " s from " +
         names + " (" + std::to_string(got->bytes.size()) + " bytes, digest verified)");
+  }
+  return got;
+}
+
+std::vector<PeerRecord> SwarmPeer::live_peers(bool starting) const {
+  auto peers = starting ? directory_->fresh_peers(2 * cfg_.announce_s) : directory_->peers();
+  // A peer that joins through live peers finds them before it trains alone: its DHT node may need a few
+  // reads before the first answer (seen: a newcomer that found nobody at start trained alone 50 steps).
+  const auto patience = std::chrono::steady_clock::now() + std::chrono::duration<double>(5 * cfg_.announce_s);
+  while (starting && peers.empty() && !cfg_.initial_peers.empty() && std::chrono::steady_clock::now() < patience)
+    peers = directory_->fresh_peers(cfg_.announce_s);
+  return peers;
+}
+
+// At start: anyone ahead. Between steps: two steps ahead, or, after a round without this peer, a peer on
+// this step or ahead (Note [A peer that fell out of a round resynchronizes]), or the peers whose weights
+// most peers share when this peer's differ (Note [Peers that drifted apart resynchronize]). None: no
+// download.
+std::vector<PeerRecord> SwarmPeer::donors_for(int64_t step, int64_t ahead, const std::vector<PeerRecord>& peers,
+                                              bool starting, bool resync, bool& drifted) const {
+  auto majority = starting ? std::vector<PeerRecord>{} : drifted_from(digests_, transport_->key(), peers);
+  // Only those of the majority on this peer's step or ahead: the others are taken once there (Note [A peer
+  // never goes back]).
+  majority.erase(std::remove_if(majority.begin(), majority.end(), [&](const PeerRecord& p) { return p.step < step; }),
+                 majority.end());
+  drifted = !majority.empty() && ahead <= step + 1;
+  if (!resync && !drifted && ahead <= step + (starting ? 0 : 1)) return {};
+  // Donors: the peers ahead (a step behind the leaders too, so a second donor is there when the first
+  // dies: a download that loses its donor starts over from the next one), the leaders first.
+  // A peer that drifted takes the majority's state instead.
+  std::vector<PeerRecord> donors = majority;
+  if (!drifted) {
+    donors.clear();
+    for (const auto& p : peers)
+      if (p.step >= std::max(ahead - 1, step + (resync ? 0 : 1)) && (!resync || p.group_size > last_group_size_))
+        donors.push_back(p);
+  }
+  std::stable_sort(donors.begin(), donors.end(),
+                   [](const PeerRecord& a, const PeerRecord& b) { return a.step > b.step; });
+  return donors;
+}
+
+// Note [A download lands on the leaders' step]: the swarm's steps can be shorter than a download, so the
+// state may arrive a step behind the leaders, whose group has then closed; a peer left there waits out
+// a matchmaking period alone and falls out of step. While the leaders are ahead of what arrived, the
+// newer state is fetched again (a few times at most: each is a step's worth of bytes).
+std::optional<DownloadedState> SwarmPeer::download_newest(const std::vector<PeerRecord>& donors) {
+  const auto say = [this](const std::string& line) { log(line); };
+  const double timeout_s = std::min(5.0, cfg_.averaging_timeout_s);
+  auto got = download_state(*transport_, donors, timeout_s, say);
+  for (int again = 0; got && again < 3; ++again) {
+    std::vector<PeerRecord> leaders;
+    for (const auto& p : directory_->peers())
+      if (p.step > got->step) leaders.push_back(p);
+    if (leaders.empty()) break;
+    auto newer = download_state(*transport_, leaders, timeout_s, say);
+    if (!newer || newer->step <= got->step) break;
+    got = std::move(newer);
   }
   return got;
 }

@@ -77,6 +77,11 @@ class SwarmPeer {
   void announce_at(int64_t step, int64_t samples, bool leaving = false);
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
   void wait_for_peers(int64_t count, double timeout_s);
+  // The parts of catch_up: the peers it looks at, whom it downloads from, and the download itself.
+  std::vector<PeerRecord> live_peers(bool starting) const;
+  std::vector<PeerRecord> donors_for(int64_t step, int64_t ahead, const std::vector<PeerRecord>& peers, bool starting,
+                                     bool resync, bool& drifted) const;
+  std::optional<DownloadedState> download_newest(const std::vector<PeerRecord>& donors);
 
   SwarmConfig cfg_;
   PeerIdentity identity_;
