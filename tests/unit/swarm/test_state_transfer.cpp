@@ -105,16 +105,21 @@ Download download(const RunKey& run, const std::vector<PeerRecord>& donors) {
   return d;
 }
 
+// The download holds all of `donor`'s snapshot of `step`, and nothing from another donor.
+void expect_whole_state_from(const Download& d, const Donor& donor, int64_t step, const std::string& state) {
+  ASSERT_TRUE(d.got);
+  EXPECT_EQ(d.got->step, step);
+  EXPECT_TRUE(d.got->bytes == state);
+  EXPECT_EQ(d.got->donors, std::vector<std::string>{donor.name()});
+}
+
 TEST(SwarmStateTransfer, ADonorSendingAMalformedChunkIsDroppedAndTheNextOneDeliversTheWholeState) {
   const auto run = generate_run_key();
   const auto state = random_bytes(2 * kStateChunkBytes + 12345, 1);  // three chunks
   Donor bad(run, answering([](int64_t) { return std::vector<uint8_t>{1, 2, 3}; }, 9));
   Donor good(run, serving(state, 9));
   const auto d = download(run, {bad.record(), good.record()});
-  ASSERT_TRUE(d.got);
-  EXPECT_EQ(d.got->step, 9);
-  EXPECT_TRUE(d.got->bytes == state);
-  EXPECT_EQ(d.got->donors, std::vector<std::string>{good.name()});
+  expect_whole_state_from(d, good, 9, state);
   EXPECT_TRUE(d.logged("state donor " + bad.name() + " dropped for chunk 0: a malformed chunk"));
 }
 
@@ -129,11 +134,8 @@ TEST(SwarmStateTransfer, ADonorSilentMidDownloadSendsItBackToTheStartWithTheNext
                 11));
   Donor next(run, serving(second, 12));
   const auto d = download(run, {dying.record(), next.record()});
-  ASSERT_TRUE(d.got);
   // The whole of the second donor's snapshot, none of the first's chunk 0 (another step, other bytes).
-  EXPECT_EQ(d.got->step, 12);
-  EXPECT_TRUE(d.got->bytes == second);
-  EXPECT_EQ(d.got->donors, std::vector<std::string>{next.name()});
+  expect_whole_state_from(d, next, 12, second);
   EXPECT_TRUE(d.logged("state donor " + dying.name() + " dropped for chunk 1: no answer"));
 }
 
