@@ -15,13 +15,13 @@
 
 #include "cohort/comm/GlooCommunicator.h"
 #include "cohort/store/AuthStore.h"
+#include "cohort/store/TcpStoreClient.h"
 #if COHORT_HAVE_NCCL
 #include <torch/cuda.h>
 
 #include "cohort/comm/NcclCommunicator.h"
 #endif
 #include "cohort/util/Error.h"
-#include "cohort/util/TorchCompat.h"
 
 namespace cohort {
 namespace {
@@ -127,10 +127,10 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
     const bool host = info.rank == 0 && !info.agent_store;
     try {
       if (info.agent_store) {
-        // torchrun's agent hosts a c10d TCPStore: we are one of its clients, with its (lack of) checks.
-        auto opts = compat::tcp_store_options(static_cast<uint16_t>(info.master_port), false,
-                                              static_cast<size_t>(info.world_size), timeout);
-        world.store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, opts);
+        // torchrun's agent hosts a c10d TCPStore: we are one of its clients, with its (lack of) checks, in
+        // whichever protocol its PyTorch speaks. See Note [c10d's two store protocols].
+        world.store = c10::make_intrusive<store::TcpStoreClient>(
+            info.master_addr, static_cast<uint16_t>(info.master_port), timeout, "torchrun's agent store");
       } else {
         const std::string secret = rendezvous_secret(info);
         const auto port = static_cast<uint16_t>(info.master_port);

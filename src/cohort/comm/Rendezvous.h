@@ -6,8 +6,8 @@
 //
 // Rank 0 hosts cohort's authenticated store (store::StoreServer) on master_addr:master_port, and only
 // there; the others connect to it and prove they hold the job's secret. Under torchrun with an agent
-// store, the agent's TCPStore is used instead. A single process needs no network: it gets an in-process
-// store.
+// store, the agent's TCPStore is used instead, in its own protocol (store::TcpStoreClient). A single
+// process needs no network: it gets an in-process store.
 #pragma once
 
 #include <chrono>

@@ -88,6 +88,8 @@ WorldInfo world_from_env(const EnvMap& env) {
     w.master_addr = str(env, "MASTER_ADDR", "127.0.0.1");
     w.master_port = to_int(env, "MASTER_PORT", 29500);
     w.restart_count = to_int(env, "TORCHELASTIC_RESTART_COUNT", to_int(env, "COHORT_RESTART_COUNT", 0));
+    w.max_restarts = to_int(env, "TORCHELASTIC_MAX_RESTARTS", 0);
+    w.run_id = str(env, "TORCHELASTIC_RUN_ID", "");
     const std::string agent = str(env, "TORCHELASTIC_USE_AGENT_STORE", "");
     w.agent_store = agent == "True" || agent == "true" || agent == "1";
     check(w, w.launcher == "torchrun" ? "torchrun environment" : "RANK/WORLD_SIZE environment");

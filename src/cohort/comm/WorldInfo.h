@@ -22,6 +22,10 @@ struct WorldInfo {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   int restart_count = 0;
+  // How many restarts the launcher allows (TORCHELASTIC_MAX_RESTARTS), and its name for the job
+  // (TORCHELASTIC_RUN_ID: torchrun's --rdzv-id, a fresh uuid under --standalone).
+  int max_restarts = 0;
+  std::string run_id;
   // torchrun's agent hosts the store (TORCHELASTIC_USE_AGENT_STORE): every rank is a client, keys live
   // under /worker/attempt_<restart_count>.
   bool agent_store = false;

@@ -1,76 +1,42 @@
 #include "cohort/store/AuthStore.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
+#include "cohort/store/Socket.h"
 #include "cohort/store/StoreServer.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::store {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Past the server's own answer to a wait (it always answers by the deadline), how long a reply may be
 // late before the store is declared gone.
 constexpr auto kReplySlack = std::chrono::seconds(30);
 
-int remaining_ms(Clock::time_point deadline) {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(ms, 0, 1 << 30));
-}
-
 }  // namespace
 
 struct AuthStore::Connection {
-  int fd = -1;
-  ~Connection() {
-    if (fd >= 0) close(fd);
-  }
+  Socket socket;
+  std::string buffer;
+
+  void send_all(const std::string& bytes, Clock::time_point deadline) { socket.send_all(bytes, deadline); }
 
   // Throws the bare reason; the caller adds the address and the hint.
-  void send_all(const std::string& bytes, Clock::time_point deadline) {
-    size_t off = 0;
-    while (off < bytes.size()) {
-      pollfd p{fd, POLLOUT, 0};
-      if (poll(&p, 1, remaining_ms(deadline)) <= 0) throw std::runtime_error("sending timed out");
-      const ssize_t n = send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw std::runtime_error(std::string("the connection broke: ") + std::strerror(errno));
-      off += static_cast<size_t>(n);
-    }
-  }
-
   std::string recv_frame(Clock::time_point deadline) {
-    std::string buf;
-    char chunk[64 * 1024];
     for (;;) {
-      if (auto f = next_frame(buf, kMaxFrameBytes)) {
-        if (f->consumed != buf.size()) throw std::runtime_error("the store sent more than one reply");
-        return std::string(f->payload);
+      if (auto f = next_frame(buffer, kMaxFrameBytes)) {
+        if (f->consumed != buffer.size()) throw std::runtime_error("the store sent more than one reply");
+        std::string payload(f->payload);
+        buffer.clear();
+        return payload;
       }
-      pollfd p{fd, POLLIN, 0};
-      const int ready = poll(&p, 1, remaining_ms(deadline));
-      if (ready == 0) throw std::runtime_error("no reply in time");
-      if (ready < 0 && errno == EINTR) continue;
-      const ssize_t n = recv(fd, chunk, sizeof chunk, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 0) throw std::runtime_error("the store closed the connection");
-      if (n < 0) throw std::runtime_error(std::string("the connection broke: ") + std::strerror(errno));
-      buf.append(chunk, static_cast<size_t>(n));
+      socket.recv_some(buffer, deadline);
     }
   }
 };
@@ -96,65 +62,38 @@ std::string AuthStore::where() const { return host_ + ":" + std::to_string(port_
 
 std::unique_ptr<AuthStore::Connection> AuthStore::connect() {
   const auto deadline = Clock::now() + timeout_;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  std::string last_error = "no attempt";
-  auto backoff = std::chrono::milliseconds(10);
-  for (;;) {
-    addrinfo* res = nullptr;
-    const int gai =
-        getaddrinfo(host_ == "localhost" ? "127.0.0.1" : host_.c_str(), std::to_string(port_).c_str(), &hints, &res);
-    if (gai == 0 && res) {
-      auto c = std::make_unique<Connection>();
-      c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      // A host that drops packets would hold a blocking connect for about two minutes: bound each try.
-      const int try_ms = std::min(remaining_ms(deadline), 5000);
-      timeval tv{try_ms / 1000, (try_ms % 1000) * 1000};
-      if (c->fd >= 0) setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-      const int rc = c->fd < 0 ? -1 : ::connect(c->fd, res->ai_addr, res->ai_addrlen);
-      const int err = errno;
-      freeaddrinfo(res);
-      if (rc == 0) {
-        const int one = 1;
-        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        // The handshake (Note [Store handshake]). Failures here are not retried: a wrong secret or a
-        // stranger on the port will not get better by waiting.
-        const auto hs_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(30));
-        Nonce server_nonce{};
-        try {
-          server_nonce = decode_hello(c->recv_frame(hs_deadline));
-        } catch (const std::exception& e) {
-          throw CommError(
-              "the process at " + where() + " did not greet this process as a cohort store (" + e.what() + ")",
-              "is something other than cohort's rank 0 listening on --master-port?");
-        }
-        const Nonce client_nonce = random_nonce();
-        try {
-          c->send_all(frame(encode_auth(client_nonce, client_proof(secret_, server_nonce, client_nonce))), hs_deadline);
-          const Mac reply = decode_auth_reply(c->recv_frame(hs_deadline));
-          if (!equal_macs(reply, server_proof(secret_, server_nonce, client_nonce)))
-            throw CommError("the process at " + where() + " does not hold the job's secret: it is not this job's store",
-                            "check --master-addr/--master-port, and that every machine has the same secret");
-        } catch (const CommError& e) {
-          throw CommError(std::string(e.what()) + " (store at " + where() + ")", e.hint());
-        } catch (const std::exception& e) {
-          throw CommError("the rendezvous store at " + where() + " closed the handshake (" + e.what() + ")",
-                          "give every process the same secret: COHORT_TOKEN, or --token-file with the same file");
-        }
-        return c;
-      }
-      last_error = std::strerror(err);
-    } else {
-      last_error = gai_strerror(gai);
-    }
-    if (Clock::now() + backoff >= deadline)
-      throw CommError("cannot reach the rendezvous store at " + where() + " within " +
-                          std::to_string(timeout_.count() / 1000) + " s: " + last_error,
-                      "check that rank 0 is running and --master-addr/--master-port are right on every node");
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  std::string last_error;
+  auto socket = Socket::connect_until(host_, port_, deadline, last_error);
+  if (!socket)
+    throw CommError("cannot reach the rendezvous store at " + where() + " within " +
+                        std::to_string(timeout_.count() / 1000) + " s: " + last_error,
+                    "check that rank 0 is running and --master-addr/--master-port are right on every node");
+  auto c = std::make_unique<Connection>();
+  c->socket = std::move(*socket);
+  // The handshake (Note [Store handshake]). Failures here are not retried: a wrong secret or a stranger
+  // on the port will not get better by waiting.
+  const auto hs_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(30));
+  Nonce server_nonce{};
+  try {
+    server_nonce = decode_hello(c->recv_frame(hs_deadline));
+  } catch (const std::exception& e) {
+    throw CommError("the process at " + where() + " did not greet this process as a cohort store (" + e.what() + ")",
+                    "is something other than cohort's rank 0 listening on --master-port?");
   }
+  const Nonce client_nonce = random_nonce();
+  try {
+    c->send_all(frame(encode_auth(client_nonce, client_proof(secret_, server_nonce, client_nonce))), hs_deadline);
+    const Mac reply = decode_auth_reply(c->recv_frame(hs_deadline));
+    if (!equal_macs(reply, server_proof(secret_, server_nonce, client_nonce)))
+      throw CommError("the process at " + where() + " does not hold the job's secret: it is not this job's store",
+                      "check --master-addr/--master-port, and that every machine has the same secret");
+  } catch (const CommError& e) {
+    throw CommError(std::string(e.what()) + " (store at " + where() + ")", e.hint());
+  } catch (const std::exception& e) {
+    throw CommError("the rendezvous store at " + where() + " closed the handshake (" + e.what() + ")",
+                    "give every process the same secret: COHORT_TOKEN, or --token-file with the same file");
+  }
+  return c;
 }
 
 Response AuthStore::call(const Request& request, std::chrono::milliseconds reply_within) {

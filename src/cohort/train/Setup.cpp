@@ -1,5 +1,6 @@
 #include "cohort/train/Setup.h"
 
+#include <cctype>
 #include <chrono>
 #include <iostream>
 
@@ -28,7 +29,25 @@ World join_world(const TrainConfig& cfg, const WorldInfo& info) {
 
 int64_t prefetch_batches(const TrainConfig& cfg) { return cfg.data.name == "imagefolder" ? cfg.data.prefetch : 0; }
 
+std::string launcher_run_dir(const WorldInfo& info) {
+  if (info.launcher != "torchrun" || info.run_id.empty() || info.run_id == "none") return {};
+  // The id is the user's (--rdzv-id): keep it a single path component.
+  std::string name = info.run_id;
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  return "runs/torchrun-" + name;
+}
+
 Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world) {
+  // A restart starts the workers with the same command line, so without run.dir each attempt would stamp
+  // a directory of its own and never find the last attempt's checkpoints.
+  if (cfg.run.dir.empty()) cfg.run.dir = launcher_run_dir(info);
+  if (cfg.run.dir.empty() && info.max_restarts > 0 && info.restart_count == 0 && info.rank == 0)
+    std::cerr << "cohort: warning: torchrun may restart the workers (--max-restarts " << info.max_restarts
+              << "), but its rendezvous id is '" << info.run_id
+              << "', shared by every job started without one, so a restart would start over: pass --rdzv-id "
+                 "(or --standalone), or run.dir=DIR"
+              << std::endl;
   if (info.restart_count > 0 && cfg.train.resume.empty() && !cfg.run.dir.empty()) {
     const auto ck = fs::path(cfg.run.dir) / checkpoint::names::kCheckpointsDir;
     const bool have = checkpoint::has_resumable(ck);

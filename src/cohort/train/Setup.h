@@ -47,6 +47,11 @@ struct Resume {
 // Sampling and augmentation are pure functions of (seed, epoch, index), so they need no saved state.
 Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world);
 
+// The run directory a launcher's restart must find again when run.dir is not set: under torchrun,
+// runs/torchrun-<TORCHELASTIC_RUN_ID>. Empty where there is none to derive: another launcher, or
+// torchrun's default id "none", which every job started without --rdzv-id shares.
+std::string launcher_run_dir(const WorldInfo& info);
+
 // The model on its device, in its precision, wrapped by its strategy, with the data it trains on.
 struct Job {
   c10::Device device{c10::kCPU};

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "cohort/comm/WorldInfo.h"
+#include "cohort/train/Setup.h"
 #include "cohort/util/Error.h"
 
 using cohort::EnvMap;
@@ -22,6 +23,7 @@ TEST(WorldInfo, Torchrun) {
                                  {"MASTER_PORT", "1234"},
                                  {"TORCHELASTIC_RUN_ID", "x"},
                                  {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                 {"TORCHELASTIC_MAX_RESTARTS", "3"},
                                  {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
   EXPECT_EQ(w.launcher, "torchrun");
   EXPECT_EQ(w.rank, 5);
@@ -33,7 +35,22 @@ TEST(WorldInfo, Torchrun) {
   EXPECT_EQ(w.master_addr, "10.0.0.1");
   EXPECT_EQ(w.master_port, 1234);
   EXPECT_EQ(w.restart_count, 2);
+  EXPECT_EQ(w.max_restarts, 3);
+  EXPECT_EQ(w.run_id, "x");
   EXPECT_TRUE(w.agent_store);
+}
+
+// A torchrun restart finds the last attempt's run dir through the rendezvous id; torchrun's default id
+// "none" is every such job's, so nothing is derived from it.
+TEST(WorldInfo, TorchrunRunDirDerivesFromTheRendezvousId) {
+  auto under = [](const std::string& id) {
+    return cohort::train::launcher_run_dir(world_from_env(
+        {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", id}, {"TORCHELASTIC_RESTART_COUNT", "1"}}));
+  };
+  EXPECT_EQ(under("4f1c-aa"), "runs/torchrun-4f1c-aa");
+  EXPECT_EQ(under("job 7/../x"), "runs/torchrun-job_7_.._x");
+  EXPECT_EQ(under("none"), "");
+  EXPECT_EQ(cohort::train::launcher_run_dir(world_from_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}})), "");
 }
 
 TEST(WorldInfo, Slurm) {
