@@ -88,3 +88,23 @@ TEST(LaunchModes, UnderTorchrunEnvironmentWithAgentStore) {
   // The workers used the agent's store under torchrun's per-attempt prefix.
   EXPECT_TRUE(store->check({"/worker/attempt_0/cohort/run_dir"}));
 }
+
+// Open MPI's mpirun (Debian's openmpi-bin) starts the workers: they read OMPI_COMM_WORLD_* and meet in
+// rank 0's store at MASTER_ADDR:MASTER_PORT, which mpirun passes on with -x.
+TEST(LaunchModes, UnderOpenMpiMpirun) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "mpirun is not installed (scripts/install-deps installs openmpi-bin)";
+  const auto dir = fresh_dir("mpirun");
+  std::vector<std::string> argv{
+      "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "MASTER_ADDR=127.0.0.1",
+      "-x",     "MASTER_PORT=29781"};
+  const auto cohort = cohort_argv(quick_args(dir, {"train.max_steps=4"}));
+  argv.insert(argv.end(), cohort.begin(), cohort.end());
+  Proc p(argv);
+  const auto r = p.wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["launcher"], "mpi");
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_EQ(s["steps"], 4);
+}
