@@ -22,10 +22,14 @@ import signal
 import subprocess
 import sys
 
+# The torchrun of the python running this script (the reference environment's), else the one on PATH.
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
+if not os.access(TORCHRUN, os.X_OK):
+    TORCHRUN = shutil.which("torchrun") or TORCHRUN
 STEPS = 12
-# As the process tests' quick_args: fp32 and the contiguous layout, so losses compare bit for bit.
-QUICK = ["model.name=resnet8", "model.width=4", "data.train_limit=1536", "data.test_limit=500",
+# As the process tests' quick_args: fp32, the contiguous layout and the CPU (a GPU's kernels need not
+# repeat bit for bit from run to run), so losses compare bit for bit.
+QUICK = ["train.device=cpu", "model.name=resnet8", "model.width=4", "data.train_limit=1536", "data.test_limit=500",
          "data.batch_size=32", "log.every_steps=1", "dist.timeout_s=60", "amp.precision=fp32",
          "train.channels_last=false", f"train.max_steps={STEPS}", "eval.enabled=false", "ckpt.every_steps=4"]
 LIMIT_S = 300
@@ -118,6 +122,9 @@ class TwoMachines:
         if os.geteuid() != 0:
             self.why_not = "not root"
             return
+        if not shutil.which("ip"):
+            self.why_not = "no `ip` command (iproute2)"
+            return
         veth = f"trv{os.getpid() % 100000}"
         cmds = [f"ip netns add {self.names[0]}", f"ip netns add {self.names[1]}",
                 f"ip link add {veth}a type veth peer name {veth}b",
@@ -126,8 +133,12 @@ class TwoMachines:
             cmds += [f"ip -n {n} addr add {self.address(i)}/24 dev {dev}", f"ip -n {n} link set {dev} up",
                      f"ip -n {n} link set lo up"]
         for c in cmds:
-            if subprocess.run(c.split(), capture_output=True).returncode != 0:
-                self.why_not = f"`{c}` failed"
+            try:
+                failed = subprocess.run(c.split(), capture_output=True).returncode != 0
+            except OSError as e:  # an `ip` on PATH that cannot run
+                failed = e
+            if failed:
+                self.why_not = f"`{c}` failed" + (f" ({failed})" if isinstance(failed, OSError) else "")
                 return
 
     @staticmethod
@@ -135,8 +146,13 @@ class TwoMachines:
         return f"10.78.0.{i + 1}"
 
     def close(self):
+        if self.why_not in ("not root", "no `ip` command (iproute2)"):
+            return
         for n in self.names:
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+            try:
+                subprocess.run(["ip", "netns", "del", n], capture_output=True)
+            except OSError:
+                pass
 
 
 def across_machines(cohort, work):
