@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
 #include <torch/torch.h>
 
@@ -14,9 +15,11 @@ namespace fs = std::filesystem;
 using namespace cohort::testing;
 
 namespace {
-void expect_exact_resume(const std::string& name, const std::vector<std::string>& extra_args) {
+// `stop_env` stops the first part at step k: without it, train.max_steps=k does; with it, a fault it
+// names (a preemption warning) must stop the run at k by itself, with max_steps left at 2k.
+void expect_exact_resume(const std::string& name, const std::vector<std::string>& extra_args,
+                         const std::map<std::string, std::string>& stop_env = {}, const int k = 14) {
   // 1536 images / 2 ranks / batch 32 = 24 steps an epoch: the resumed half crosses an epoch boundary.
-  const int k = 14;
   std::vector<std::string> common{"--nproc-per-node", "2", "train.epochs=2", "eval.enabled=false"};
   common.insert(common.end(), extra_args.begin(), extra_args.end());
   auto with = [&](const fs::path& dir, std::vector<std::string> extra) {
@@ -29,8 +32,14 @@ void expect_exact_resume(const std::string& name, const std::vector<std::string>
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   const auto part = fresh_dir(name + "-part");
-  r = cohort_train(with(part, {"train.max_steps=" + std::to_string(k)}));
+  r = cohort_train(with(part, {"train.max_steps=" + std::to_string(stop_env.empty() ? k : 2 * k)}), 240, stop_env);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  if (!stop_env.empty()) {
+    EXPECT_NE(r.output.find("SIGUSR1: leaving after step " + std::to_string(k)), std::string::npos) << r.output;
+    const auto s = read_json(part / "summary.json");
+    EXPECT_EQ(s["stopped_by"], "SIGUSR1");
+    EXPECT_EQ(s["steps"], k);
+  }
   std::vector<std::string> resume_args{"--nproc-per-node", "2", "--resume", part.string(),
                                        "train.max_steps=" + std::to_string(2 * k)};
   resume_args.insert(resume_args.end(), extra_args.begin(), extra_args.end());
@@ -57,6 +66,13 @@ TEST(Resume, InterruptedRunMatchesUninterruptedBitwise) { expect_exact_resume("r
 
 // PowerSGD carries state across steps (each rank's residual, the warm-started Q); the checkpoint holds
 // it, so a resumed run compresses exactly as the uninterrupted one did.
+// Slurm's warning before a preemption (--signal=USR1@SECONDS) that reached one rank only, after step 14:
+// both ranks agree to stop after step 20 (the ranks compare notes every 10 steps), save, exit 0, and the
+// resumed run is the uninterrupted one.
+TEST(Resume, APreemptionWarningToOneRankStopsEveryRankAtOneStepAndResumesBitwise) {
+  expect_exact_resume("preempted", {}, {{"COHORT_FAULT_USR1_STEP", "14"}, {"COHORT_FAULT_RANK", "1"}}, 20);
+}
+
 TEST(Resume, PowerSgdStateResumesBitwise) {
   expect_exact_resume("resume-powersgd", {"dist.compress=powersgd", "powersgd.start_iter=5", "powersgd.rank=2"});
 }

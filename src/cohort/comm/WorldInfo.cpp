@@ -111,6 +111,9 @@ WorldInfo world_from_env(const EnvMap& env) {
     w.master_addr = str(env, "MASTER_ADDR", first_slurm_host(str(env, "SLURM_JOB_NODELIST", "127.0.0.1")));
     // Slurm gives no port; derive one from the job id so concurrent jobs on a node do not collide.
     w.master_port = to_int(env, "MASTER_PORT", 20000 + to_int(env, "SLURM_JOB_ID", 9500) % 20000);
+    // A requeued job (scontrol requeue, or a preemption with requeue) keeps its id and counts its restarts.
+    w.restart_count = to_int(env, "SLURM_RESTART_COUNT", 0);
+    w.run_id = str(env, "SLURM_JOB_ID", "");
     check(w, "Slurm environment");
     return w;
   }

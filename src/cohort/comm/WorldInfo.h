@@ -21,9 +21,10 @@ struct WorldInfo {
   int nnodes = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // Which attempt this is: TORCHELASTIC_RESTART_COUNT, COHORT_RESTART_COUNT or SLURM_RESTART_COUNT.
   int restart_count = 0;
   // How many restarts the launcher allows (TORCHELASTIC_MAX_RESTARTS), and its name for the job
-  // (TORCHELASTIC_RUN_ID: torchrun's --rdzv-id, a fresh uuid under --standalone).
+  // (TORCHELASTIC_RUN_ID: torchrun's --rdzv-id, a fresh uuid under --standalone; SLURM_JOB_ID).
   int max_restarts = 0;
   std::string run_id;
   // torchrun's agent hosts the store (TORCHELASTIC_USE_AGENT_STORE): every rank is a client, keys live

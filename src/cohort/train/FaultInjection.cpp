@@ -14,6 +14,7 @@ namespace cohort::train {
 FaultPlan FaultPlan::from_env() {
   FaultPlan plan;
   if (const char* step = std::getenv("COHORT_FAULT_STEP")) plan.kill_after_step = std::atoll(step);
+  if (const char* step = std::getenv("COHORT_FAULT_USR1_STEP")) plan.usr1_after_step = std::atoll(step);
   if (const char* rank = std::getenv("COHORT_FAULT_RANK")) plan.rank = std::atoi(rank);
   plan.nonfinite_steps = fault_steps_from_env("COHORT_FAULT_NONFINITE_STEPS");
   if (const char* delay = std::getenv("COHORT_FAULT_STEP_DELAY_MS")) plan.step_delay_ms = std::atoll(delay);
@@ -26,6 +27,7 @@ void FaultPlan::after_backward(torch::nn::Module& model, int this_rank, int64_t 
 
 void FaultPlan::after_step(int this_rank, int64_t step, int restart_count) const {
   if (kill_after_step > 0 && restart_count == 0 && step == kill_after_step && this_rank == rank) ::raise(SIGKILL);
+  if (usr1_after_step > 0 && restart_count == 0 && step == usr1_after_step && this_rank == rank) ::raise(SIGUSR1);
   if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
 }
 

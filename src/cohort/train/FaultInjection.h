@@ -2,6 +2,9 @@
 // in real processes. Read once at the start of a run; the trainer calls the two hooks at their points.
 //   COHORT_FAULT_STEP=N            rank COHORT_FAULT_RANK (default 1) kills itself with SIGKILL right
 //                                  after step N, in the first attempt only (the restart tests)
+//   COHORT_FAULT_USR1_STEP=N       rank COHORT_FAULT_RANK sends itself SIGUSR1 right after step N, in the
+//                                  first attempt only: a scheduler's preemption warning that reached one
+//                                  rank (the preemption tests)
 //   COHORT_FAULT_NONFINITE_STEPS   "3,8": after backward of those steps, rank COHORT_FAULT_RANK's gradient
 //                                  gets an inf (odd steps) or a NaN (even steps), as an fp16 overflow would
 //   COHORT_FAULT_STEP_DELAY_MS=N   every rank sleeps N ms after each step: a slower machine (the swarm tests
@@ -28,6 +31,7 @@ namespace cohort::train {
 
 struct FaultPlan {
   int64_t kill_after_step = 0;  // 0: none
+  int64_t usr1_after_step = 0;  // 0: none
   int rank = 1;
   int64_t step_delay_ms = 0;
   std::set<int64_t> nonfinite_steps;

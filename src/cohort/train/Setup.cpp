@@ -30,12 +30,13 @@ World join_world(const TrainConfig& cfg, const WorldInfo& info) {
 int64_t prefetch_batches(const TrainConfig& cfg) { return cfg.data.name == "imagefolder" ? cfg.data.prefetch : 0; }
 
 std::string launcher_run_dir(const WorldInfo& info) {
-  if (info.launcher != "torchrun" || info.run_id.empty() || info.run_id == "none") return {};
-  // The id is the user's (--rdzv-id): keep it a single path component.
+  if ((info.launcher != "torchrun" && info.launcher != "slurm") || info.run_id.empty() || info.run_id == "none")
+    return {};
+  // The id may be the user's (--rdzv-id): keep it a single path component.
   std::string name = info.run_id;
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
-  return "runs/torchrun-" + name;
+  return "runs/" + info.launcher + "-" + name;
 }
 
 Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world) {

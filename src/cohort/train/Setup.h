@@ -48,8 +48,9 @@ struct Resume {
 Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world);
 
 // The run directory a launcher's restart must find again when run.dir is not set: under torchrun,
-// runs/torchrun-<TORCHELASTIC_RUN_ID>. Empty where there is none to derive: another launcher, or
-// torchrun's default id "none", which every job started without --rdzv-id shares.
+// runs/torchrun-<TORCHELASTIC_RUN_ID>; under Slurm, runs/slurm-<SLURM_JOB_ID> (a requeued job keeps its
+// id). Empty where there is none to derive: another launcher, or torchrun's default id "none", which
+// every job started without --rdzv-id shares.
 std::string launcher_run_dir(const WorldInfo& info);
 
 // The model on its device, in its precision, wrapped by its strategy, with the data it trains on.

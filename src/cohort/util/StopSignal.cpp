@@ -19,21 +19,28 @@ void on_stop(int sig) {
   if (g_stop == 0) g_stop = sig;
 }
 
-}  // namespace
-
-void catch_stop_signals() {
+void catch_signal(int sig) {
   struct sigaction sa {};
   sa.sa_handler = on_stop;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(sig, &sa, nullptr);
 }
+
+}  // namespace
+
+void catch_stop_signals() {
+  catch_signal(SIGINT);
+  catch_signal(SIGTERM);
+}
+
+void catch_preemption_signal() { catch_signal(SIGUSR1); }
 
 int stop_signal() { return g_stop; }
 
 std::string signal_name(int sig) {
   if (sig == SIGINT) return "SIGINT";
   if (sig == SIGTERM) return "SIGTERM";
+  if (sig == SIGUSR1) return "SIGUSR1";
   return "signal " + std::to_string(sig);
 }
 

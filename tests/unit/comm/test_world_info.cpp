@@ -61,12 +61,17 @@ TEST(WorldInfo, Slurm) {
                                  {"SLURM_NODEID", "1"},
                                  {"SLURM_NNODES", "2"},
                                  {"SLURM_JOB_NODELIST", "gpu[07-08]"},
-                                 {"SLURM_JOB_ID", "4242"}});
+                                 {"SLURM_JOB_ID", "4242"},
+                                 {"SLURM_RESTART_COUNT", "1"}});
   EXPECT_EQ(w.launcher, "slurm");
   EXPECT_EQ(w.rank, 3);
   EXPECT_EQ(w.local_world_size, 2);
   EXPECT_EQ(w.master_addr, "gpu07");
   EXPECT_EQ(w.master_port, 20000 + 4242);
+  // A requeued job: the same id, one restart; its run dir is found again by the id.
+  EXPECT_EQ(w.restart_count, 1);
+  EXPECT_EQ(w.run_id, "4242");
+  EXPECT_EQ(cohort::train::launcher_run_dir(w), "runs/slurm-4242");
 }
 
 TEST(WorldInfo, SlurmNodeLists) {
