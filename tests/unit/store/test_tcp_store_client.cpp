@@ -123,7 +123,13 @@ TEST(TcpStoreClient, SpeaksToTheLibuvServerOfLibTorch2) {
   if (compat::kTorchMajor < 2)
     GTEST_SKIP() << "LibTorch " << compat::kTorchMajor << "." << compat::kTorchMinor
                  << " has no libuv server; tests/reference/torchrun.py covers 2.14's";
-  auto server = c10d_server(/*libuv=*/true);
+  c10::intrusive_ptr<c10d::TCPStore> server;
+  try {
+    server = c10d_server(/*libuv=*/true);
+  } catch (const std::exception& e) {
+    // A LibTorch built without libuv (a distribution's may be) refuses to start that server.
+    GTEST_SKIP() << "this LibTorch cannot start its libuv server: " << std::string(e.what()).substr(0, 200);
+  }
   check_every_operation(*server);
 }
 
