@@ -8,7 +8,7 @@ COHORT_WERROR ?=
 werror = $(if $(COHORT_WERROR),-DCOHORT_WERROR=$(COHORT_WERROR),)
 # scripts/install-deps owns the package list, under the names of the running Debian release.
 
-.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference bench-pytorch test-slow test-swarm test-asan test-tsan
+.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference bench-pytorch test-slow test-swarm test-slurm test-asan test-tsan
 
 all: build
 
@@ -27,7 +27,7 @@ run: deps
 
 # The fuzz smoke run (scripts/fuzz --smoke) builds its own clang + sanitizer tree in build-fuzz/.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE 'reference|slow|swarm'
+	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE 'reference|slow|swarm|slurm'
 	bash scripts/fuzz --smoke
 
 # The long variants (tests named Slow*, ctest label slow: the 20 kill trials, the 12000-step soak): CI
@@ -39,6 +39,12 @@ test-slow: build
 # leave room.
 test-swarm: build
 	cd $(BUILD) && ctest --output-on-failure -j1 -L '^swarm$$'
+
+# cohort under a real Slurm (ctest label slurm: tests/slurm/slurm_jobs.py), with Debian's Slurm and munge
+# installed first; as root, else the test skips and says why. CI runs it when it fits (about 30 s).
+test-slurm: build
+	@bash scripts/install-deps slurmctld slurmd slurm-client munge
+	cd $(BUILD) && ctest --output-on-failure -j1 -L '^slurm$$'
 
 # The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded parts (peer watch,
 # loader, image folder, resource monitor, store; README "Developing cohort" says why not the Gloo

@@ -319,6 +319,9 @@ const std::vector<Field>& fields() {
             "detail: before each collective the ranks compare its kind, dtype and size and name a mismatch "
             "(as TORCH_DISTRIBUTED_DEBUG=DETAIL, which also turns it on); off: no check",
             {"off", "detail"}),
+      field("dist.slurm_requeue", &T::dist, &DistConfig::slurm_requeue,
+            "under Slurm, after SIGUSR1 (a preemption warning) stopped and saved the run, rank 0 asks Slurm to "
+            "requeue the job (scontrol requeue), which then resumes from the save"),
       field("dist.compress", &T::dist, &DistConfig::compress,
             "gradient compression hook: none, fp16 / bf16 (all-reduce in 16 bits) or powersgd",
             {"none", "fp16", "bf16", "powersgd"}),

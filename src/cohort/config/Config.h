@@ -100,6 +100,7 @@ struct DistConfig {
   bool broadcast_buffers = true;
   std::string compress = "none";
   std::string debug = "off";
+  bool slurm_requeue = true;
 };
 
 // Mixed precision (amp.*), with torch.cuda.amp.GradScaler's defaults for dynamic loss scaling.

@@ -17,6 +17,7 @@
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/data/Datasets.h"
 #include "cohort/data/DistributedSampler.h"
+#include "cohort/launch/SlurmRequeue.h"
 #include "cohort/log/ResourceMonitor.h"
 #include "cohort/models/Models.h"
 #include "cohort/optim/Ema.h"
@@ -426,6 +427,7 @@ TrainResult TrainingRun::finish() {
   result.test_accuracy = test_accuracy_;
   result.best_test_accuracy = best_;
   result.step_losses = std::move(step_losses_);
+  result.stop_signal = stop_signal_;
   return result;
 }
 
@@ -464,6 +466,9 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
     summary["upload"] = upload_checkpoint(cfg, run_dir);
     util::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
   }
+  // Saved, every rank done: now Slurm may stop this job and run it again (Lightning's auto-requeue).
+  if (info.rank == 0 && info.launcher == "slurm" && result.stop_signal == SIGUSR1 && cfg.dist.slurm_requeue)
+    std::cerr << launch::request_slurm_requeue(info.run_id) << std::endl;
   return result;
 }
 

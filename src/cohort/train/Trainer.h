@@ -26,6 +26,7 @@ struct TrainResult {
   double test_accuracy = -1;
   double best_test_accuracy = -1;
   std::vector<double> step_losses;  // this rank's local loss of every step run in this process
+  int stop_signal = 0;              // the signal the ranks stopped for (0: none); see util/StopSignal.h
 };
 
 TrainResult run_worker(TrainConfig cfg, const WorldInfo& info);
