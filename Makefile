@@ -41,7 +41,7 @@ test-swarm: build
 	cd $(BUILD) && ctest --output-on-failure -j1 -L '^swarm$$'
 
 # cohort under a real Slurm (ctest label slurm: tests/slurm/slurm_jobs.py), with Debian's Slurm and munge
-# installed first; as root, else the test skips and says why. CI runs it when it fits (about 30 s).
+# installed first; as root, else the test skips and says why. CI runs it when it fits (about 41 s).
 test-slurm: build
 	@bash scripts/install-deps slurmctld slurmd slurm-client munge
 	cd $(BUILD) && ctest --output-on-failure -j1 -L '^slurm$$'
