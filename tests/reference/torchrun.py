@@ -22,6 +22,9 @@ import signal
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from run_metrics import train_losses  # noqa: E402
+
 # The torchrun of the python running this script (the reference environment's), else the one on PATH.
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 if not os.access(TORCHRUN, os.X_OK):
@@ -60,16 +63,6 @@ def only_run_dir(cwd):
     return dirs[0]
 
 
-def losses(run_dir):
-    out = {}
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if r["kind"] == "train":
-                out[r["step"]] = r["loss"]
-    return out
-
-
 def check_summary(what, run_dir, restarts=0):
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
@@ -89,7 +82,7 @@ def standalone(cohort, work):
     run_dir = only_run_dir(cwd)
     check_summary("standalone", run_dir)
     print(f"standalone: 2 workers, {STEPS} steps in {os.path.relpath(run_dir, cwd)}")
-    return losses(run_dir)
+    return train_losses(run_dir)
 
 
 def restart(cohort, work, reference):
@@ -105,7 +98,7 @@ def restart(cohort, work, reference):
         fail(f"the restarted workers did not resume from a checkpoint:\n{out[-4000:]}")
     run_dir = only_run_dir(cwd)
     check_summary("restart", run_dir, restarts=1)
-    got = losses(run_dir)
+    got = train_losses(run_dir)
     for step in range(9, STEPS + 1):
         if got.get(step) != reference.get(step):
             fail(f"restart: step {step}'s loss {got.get(step)} differs from the uninterrupted run's "

@@ -23,6 +23,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from run_metrics import train_losses  # noqa: E402
+
 SKIP = 77
 STEPS = 40
 QUICK = ["train.device=cpu", "model.name=resnet8", "model.width=4", "data.train_limit=1536",
@@ -127,16 +130,6 @@ def log_of(workdir, job):
         return "(no output file)"
 
 
-def losses(run_dir):
-    out = {}
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if r["kind"] == "train":
-                out[r["step"]] = r["loss"]
-    return out
-
-
 def summary(run_dir):
     with open(os.path.join(run_dir, "summary.json")) as f:
         return json.load(f)
@@ -158,7 +151,7 @@ def plain_job(cluster, cohort, source, work):
         if s.get(key) != want:
             fail(f"job {job}: summary.json has {key} = {s.get(key)!r}, expected {want!r}")
     print(f"job {job}: 2 nodes, launcher slurm, {STEPS} steps in runs/slurm-{job}")
-    return losses(run_dir)
+    return train_losses(run_dir)
 
 
 def preempted_job(cluster, cohort, source, work, reference):
@@ -167,7 +160,7 @@ def preempted_job(cluster, cohort, source, work, reference):
     job = sbatch(cluster, cohort, source, d, {"COHORT_FAULT_STEP_DELAY_MS": "150"}, wait=False)
     run_dir = os.path.join(d, "runs", f"slurm-{job}")
     deadline = time.time() + 300
-    while time.time() < deadline and len(losses(run_dir) if os.path.exists(os.path.join(run_dir, "metrics.jsonl"))
+    while time.time() < deadline and len(train_losses(run_dir) if os.path.exists(os.path.join(run_dir, "metrics.jsonl"))
                                          else {}) < 5:
         time.sleep(0.3)
     subprocess.run(["scancel", "--signal=USR1", job], check=True, env=cluster.env)
@@ -198,7 +191,7 @@ def preempted_job(cluster, cohort, source, work, reference):
     if s.get("restarts") != 1 or s.get("steps") != STEPS:
         fail(f"job {job}: summary.json has restarts {s.get('restarts')}, steps {s.get('steps')}")
     stop_step = int(stop.group(1))
-    got = losses(run_dir)
+    got = train_losses(run_dir)
     for step in range(stop_step + 1, STEPS + 1):
         if got.get(step) != reference.get(step):
             fail(f"job {job}: step {step}'s loss {got.get(step)} differs from the uninterrupted job's "

@@ -223,28 +223,9 @@ void TrainingRun::train_epoch(int64_t epoch) {
   log_.epoch_ended(epoch, step_, seconds_since(epoch_start));
 }
 
-// Whether to leave now. A swarm peer's first worker decides for all its workers. Elsewhere a scheduler's
-// warning (SIGUSR1) may reach the ranks at different steps, or only some of them: the largest signal
-// number any rank holds decides, through a one-number all-reduce every kStopCheckSteps steps, so that
-// every rank stops after the same step and the save that follows is whole. Every step would cost the
-// default job 4% of its time (2 workers on 2 cores, 300 steps: wall 1.038 times, median of 5 pairs);
-// every 10 steps, 0.994 (within the noise). A scheduler's warning comes tens of seconds ahead, so waiting
-// up to 9 more steps costs nothing.
+// Whether to leave now: see agreed_stop_signal (RankAgreement.h) for how the ranks agree on the step.
 bool TrainingRun::stop_requested() {
-  constexpr int64_t kStopCheckSteps = 10;
-  int sig = util::stop_signal();
-  if (!leaves_on_signal_ && world_.comm->size() > 1 && step_ % kStopCheckSteps != 0) return false;
-  if (world_.comm->size() > 1 && leaves_on_signal_) {
-    auto flag = at::full({1}, static_cast<double>(sig), at::kDouble);
-    world_.comm->broadcast(flag, 0, "a stop request")->wait();
-    sig = static_cast<int>(flag.item<double>());
-  } else if (world_.comm->size() > 1) {
-    // NCCL reduces device tensors only; the step has already waited for its loss on the host.
-    const auto on = world_.comm->backend_name() == "nccl" ? job_.device : c10::Device(c10::kCPU);
-    auto flag = at::full({1}, static_cast<float>(sig), at::TensorOptions().dtype(at::kFloat).device(on));
-    world_.comm->all_reduce(flag, ReduceOp::kMax, "a stop request")->wait();
-    sig = static_cast<int>(flag.item<float>());
-  }
+  const int sig = agreed_stop_signal(world_, util::stop_signal(), step_, leaves_on_signal_, job_.device);
   stop_signal_ = sig;
   if (sig != 0 && lead_)
     std::cerr << "cohort: " << util::signal_name(sig) << ": leaving after step " << step_ << "; saving "
