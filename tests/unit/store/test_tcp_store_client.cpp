@@ -110,7 +110,19 @@ void check_every_operation(c10d::TCPStore& server) {
   EXPECT_EQ(store.add("n", 1), 3);
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 TEST(TcpStoreClient, SpeaksTheProtocolOfTheLibTorchItIsBuiltWith) {
+  // Against 1.13's server the probe makes that server try a half-exabyte allocation, in this process. A
+  // sanitizer's allocator reports that and ends the process, where the real one throws and the server
+  // goes on (Note [c10d's two store protocols]); the plain build runs this test.
+  if (kSanitized && compat::kTorchMajor < 2)
+    GTEST_SKIP() << "under a sanitizer, LibTorch 1.13's in-process server cannot take the probe's failed "
+                    "allocation; `make test` runs this test";
   auto server = c10d_server();
   check_every_operation(*server);
   // The probe cost the server nothing: a fresh client of LibTorch's own still works.
