@@ -84,6 +84,8 @@ std::chrono::seconds parse_ttl(const std::string& text);
 // "" when the token was signed by `our_run_public_key` and is unexpired at `now_unix`; else the reason:
 // "signed by another run key", "bad signature", "expired at 2024-05-01T12:00:00Z".
 std::string check_token(const Token& token, const PublicKey& our_run_public_key, int64_t now_unix);
+// check_token's reason for a token another run key signed (open() says "token refused: " before it).
+inline constexpr const char* kTokenOfAnotherRun = "signed by another run key";
 
 // The first 8 hex characters of a peer key: a short printable peer id for logs.
 std::string peer_name(const PublicKey& peer_public_key);
@@ -118,6 +120,10 @@ struct Opened {
 // pass the result to a ReplayGuard.
 std::variant<Opened, std::string> open(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
                                        int64_t now_unix);
+// The same, checked against the run key the frame's own token names: it proves only that a holder of a
+// token of *some* run sealed it. For telling a peer of another run why it is refused (Note [A peer of
+// another run is told so] in swarm/Directory.cpp), never for acting on what the frame says.
+std::variant<Opened, std::string> open_as_its_run(const uint8_t* data, size_t size, int64_t now_unix);
 
 // Refuses frames that a valid peer sent but that must not be acted on: addressed to another peer, already seen
 // (or older than one already seen from the same sender), or with a counter too far from our clock. Thread-safe.

@@ -63,6 +63,18 @@ struct PeerRecord {
   // resynchronize] in parallel/swarm/SwarmPeer.cpp. Set by announce_digest, kept by announce.
   int64_t digest_step = -1;
   uint64_t digest = 0;
+  // Which process wrote it: a random number per process, and when that process started (Unix seconds).
+  // One token in two live processes is told apart from a peer restarted with its own token (Note [One
+  // identity, one process] in Directory.cpp). Set by the directory.
+  uint64_t session = 0;
+  double started_unix = 0;
+};
+
+// A peer of another run that refused this one (Note [A peer of another run is told so]).
+struct Refusal {
+  PeerKey peer{};
+  std::string address;
+  PeerKey run_key{};  // the run key its token names: the run it belongs to
 };
 
 struct DirectoryOptions {
@@ -96,6 +108,11 @@ class Directory {
   std::vector<PeerRecord> fresh_peers(double timeout_s);
   // Distinct peers ever seen alive (for the run's summary).
   int64_t peers_seen() const;
+  // Empty, or what shows that another live process, started before this one, holds this peer's
+  // identity (the same swarm.token): this one must stop (Note [One identity, one process]).
+  std::string identity_taken() const;
+  // The peers of another run that refused this one so far.
+  std::vector<Refusal> refusals() const;
 
  private:
   void run();
@@ -108,6 +125,8 @@ class Directory {
   void start_read();
   // Takes in one sealed record, from the DHT or from its peer: kept when newer than the last of that peer.
   void take_in(const uint8_t* data, size_t size);
+  // A record or a refusal from a peer of another run (Note [A peer of another run is told so]).
+  void take_in_foreign(const Message& m, const PeerKey& run_key);
 
   static constexpr double kMinDirectGapS = 0.05;  // non-urgent record changes go out at most this often
 
@@ -135,6 +154,22 @@ class Directory {
     std::vector<uint8_t> sealed;  // as its peer sealed it, to pass on
   };
   std::map<PeerKey, Entry> records_;  // the newest record of each peer
+
+  // The parts of take_in for a record of this peer's own key, and for a record whose key another live
+  // process holds too (Note [One identity, one process]). Called under mutex_; what to send goes to
+  // `replies` (address, kRecord body), sent after it is released.
+  using Replies = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
+  void take_in_own_key(const PeerRecord& rec, Replies& replies);
+  void introduce_twins(const Entry& held, const PeerRecord& rec, const uint8_t* data, size_t size, Replies& replies);
+
+  const uint64_t session_;  // this process's (Note [One identity, one process])
+  const double started_unix_;
+  std::vector<uint8_t> mine_sealed_;  // this peer's record as last sent
+  std::string identity_taken_;
+  std::map<uint64_t, double> twins_answered_;                   // by session: when last answered
+  std::map<std::pair<uint64_t, uint64_t>, double> introduced_;  // twin sessions: when introduced
+  std::map<PeerKey, Refusal> refused_by_;                       // peers of another run that refused this one
+  std::map<PeerKey, double> refusal_sent_;                      // peers of another run told: when
   std::set<PeerKey> seen_;
   std::set<std::string> refused_logged_;    // each refusal logged once, not at every read
   uint64_t reads_started_ = 0, reads_ = 0;  // DHT reads started and completed

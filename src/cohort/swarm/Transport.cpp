@@ -26,6 +26,9 @@ uint64_t now_ns() {
 
 std::string endpoint(const std::string& address) { return "tcp://" + address; }
 
+// What open() says of a token of another run (check_token's words).
+const std::string kAnotherRun = std::string("token refused: ") + kTokenOfAnotherRun;
+
 }  // namespace
 
 std::pair<std::string, uint16_t> split_host_port(const std::string& address, const std::string& key) {
@@ -136,6 +139,33 @@ void Transport::on_arrival(MessageKind kind, std::function<void(const Message&)>
     handlers_.erase(kind);
 }
 
+void Transport::on_foreign(std::function<void(const Message&, const PublicKey&)> handler) {
+  std::lock_guard lock(handlers_mutex_);
+  foreign_ = std::move(handler);
+}
+
+bool Transport::deliver_foreign(const uint8_t* data, size_t size) {
+  auto opened = open_as_its_run(data, size, now_unix());
+  auto* o = std::get_if<Opened>(&opened);
+  if (!o) return false;
+  Message m;
+  m.sender = o->token.peer_public_key;
+  Reader r(o->payload);
+  m.topic.kind = static_cast<MessageKind>(r.u8());
+  m.topic.round = r.u64();
+  m.topic.part = r.i64();
+  // Records go to everyone (an all-zero receiver); a refusal must name this peer, or it is another's.
+  const bool wanted =
+      m.topic.kind == MessageKind::kRecord || (m.topic.kind == MessageKind::kRefused && o->receiver == key());
+  if (!r.ok() || !wanted) return false;
+  const size_t header = o->payload.size() - r.left();
+  m.body.assign(o->payload.begin() + static_cast<std::ptrdiff_t>(header), o->payload.end());
+  std::lock_guard lock(handlers_mutex_);
+  if (!foreign_) return false;
+  foreign_(m, o->token.run_public_key);
+  return true;
+}
+
 void Transport::forget_before(uint64_t round) {
   std::lock_guard lock(mutex_);
   for (auto it = inbox_.begin(); it != inbox_.end();) {
@@ -238,6 +268,9 @@ void Transport::deliver(const uint8_t* data, size_t size) {
     if (!refused.empty()) ++stats_.frames_refused;
   }
   if (!refused.empty()) {
+    if (std::holds_alternative<std::string>(opened) && std::get<std::string>(opened) == kAnotherRun &&
+        deliver_foreign(data, size))
+      return;
     log_("swarm: refused a frame: " + refused);
     return;
   }

@@ -41,7 +41,8 @@ enum class MessageKind : uint8_t {
   kReady = 4,       // a peer is ready for a round (with its address: a peer that has no record of it yet)
   kStateAsk = 5,    // a newcomer asks a live peer for a chunk of its state (swarm/StateTransfer.h)
   kStateChunk = 6,  // the answer; `round` is the step of the state
-  kRecord = 7       // a peer's sealed directory record, sent straight to the peers it knows (swarm/Directory.h)
+  kRecord = 7,      // a peer's sealed directory record, sent straight to the peers it knows (swarm/Directory.h)
+  kRefused = 8      // a peer of another run refuses this one (Note [A peer of another run is told so])
 };
 
 // What a message is about: its kind, the round (the swarm's global step) and the part.
@@ -92,6 +93,11 @@ class Transport {
   // records, which the directory takes in at once and nobody waits for. Set it before they can arrive;
   // `nullptr` removes it and returns after its last call ended (its owner may then go).
   void on_arrival(MessageKind kind, std::function<void(const Message&)> handler);
+  // Records and refusals from peers of another run (valid under the run key their token names, refused
+  // for this run's) go to `handler` with that run key, instead of a line in the log per frame: the
+  // directory tells such a peer, and is told, why (Note [A peer of another run is told so] in
+  // swarm/Directory.cpp). Same lifetime rules as on_arrival.
+  void on_foreign(std::function<void(const Message&, const PublicKey& run_key)> handler);
   // Messages of averaging rounds before `round` are no longer wanted (late arrivals of finished rounds).
   void forget_before(uint64_t round);
   TransportStats stats() const;
@@ -120,6 +126,10 @@ class Transport {
   std::multimap<Topic, Message> inbox_;
   std::mutex handlers_mutex_;  // held while a handler runs
   std::map<MessageKind, std::function<void(const Message&)>> handlers_;
+  std::function<void(const Message&, const PublicKey&)> foreign_;
+  // A frame refused because its token is of another run: handed to foreign_ when it is a record or a
+  // refusal that opens under its own run key. True when it was.
+  bool deliver_foreign(const uint8_t* data, size_t size);
   std::deque<Outgoing> outbox_;
   TransportStats stats_;
   bool stopping_ = false;

@@ -107,6 +107,7 @@ void SwarmPeer::wait_for_peers(int64_t count, double timeout_s) {
   auto next_report = start + std::chrono::seconds(5);
   while (std::chrono::steady_clock::now() < deadline) {
     const auto peers = directory_->fresh_peers(0.5);
+    check_membership();
     seen = peers.size();
     // Where it stands every 5 s, so that a wait for peers that never come does not look like a hang.
     if (std::chrono::steady_clock::now() >= next_report && static_cast<int64_t>(seen) + 1 < count) {
@@ -140,6 +141,55 @@ SwarmPeer::~SwarmPeer() {
 
 void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << line << std::endl; }
 
+// Note [A peer that is alone says why]
+// A peer that trains alone while it was told to join others (swarm.initial_peers) is misconfigured more
+// often than early. Three causes can be told apart, and each gets its own answer:
+// - its token is another live process's (Note [One identity, one process] in swarm/Directory.cpp): it
+//   stops, since two processes of one identity corrupt each other's records and frames;
+// - the peers that answered all belong to another run (Note [A peer of another run is told so]): it
+//   stops, naming both run keys, since it would never be let in;
+// - nobody answered at all: it warns, after 3 matchmaking periods (at least 30 s) and then every minute,
+//   naming its initial peers and what to check, and goes on. The others may not be up yet, and a peer
+//   that waits for company is what Hivemind's peers do too; swarm.min_peers_to_start makes it wait
+//   instead, and fail after dist.timeout_s.
+void SwarmPeer::check_membership() {
+  if (const auto taken = directory_->identity_taken(); !taken.empty())
+    throw ConfigError("swarm.token" + (cfg_.token.empty() ? std::string() : "=" + cfg_.token) + ": " + taken,
+                      "give each peer its own token: cohort swarm token --key run.key --ttl 24h --out peerN.token");
+  const auto peers = directory_->peers();
+  const auto now = std::chrono::steady_clock::now();
+  if (!peers.empty()) {
+    met_anyone_ = true;
+    alone_since_ = now;
+    return;
+  }
+  if (const auto refusals = directory_->refusals(); !refusals.empty() && !met_anyone_) {
+    const auto& r = refusals.front();
+    const auto theirs = hex(r.run_key.data(), 4), mine = hex(identity_.token.run_public_key.data(), 4);
+    throw ConfigError(
+        "swarm: " + std::to_string(refusals.size()) + " peer(s) refuse this peer (peer " + peer_name(r.peer) + " at " +
+            r.address + "): they belong to the run whose key begins " + theirs + ", and this peer's " +
+            (cfg_.insecure ? "swarm.insecure identity" : "token (swarm.token=" + cfg_.token + ")") +
+            " to the run whose key begins " + mine,
+        cfg_.insecure
+            ? "that swarm is authenticated: ask its owner for a token (cohort swarm token --key run.key "
+              "--out peer.token) and pass swarm.token=peer.token instead of swarm.insecure"
+            : "issue this peer's token with that run's key: cohort swarm token --key <that run's run.key> "
+              "--ttl 24h --out peer.token (or, if that swarm runs with swarm.insecure=true, set it here too)");
+  }
+  if (cfg_.initial_peers.empty()) return;
+  const double wait_s = std::max(30.0, 3 * cfg_.matchmaking_s);
+  if (now - alone_since_ < std::chrono::duration<double>(wait_s) || now - alone_warned_ < std::chrono::seconds(60))
+    return;
+  alone_warned_ = now;
+  const double alone_s = std::chrono::duration<double>(now - alone_since_).count();
+  log("swarm: WARNING: this peer has known no live peer for " + std::to_string(static_cast<int64_t>(alone_s)) +
+      " s and trains alone. Its initial peers (swarm.initial_peers=" + cfg_.initial_peers +
+      ") do not answer: check that a peer runs there, that this machine reaches HOST:PORT over TCP and UDP, and "
+      "that swarm.listen (" +
+      transport_->address() + ") is an address they can reach back");
+}
+
 // Note [A swarm step is the target batch, not twice it]
 // Counting only the samples the others have announced, every peer of a swarm whose batches together make
 // the target finished its batch, saw the others' counts still at 0 (their batches ending at the same
@@ -151,6 +201,7 @@ void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << 
 // in matchmaking, whose leader waits for every live peer on the step. A batch is this peer's own size;
 // a peer that dies mid-batch leaves the round short of the target, as Hivemind's is.
 bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t batch) {
+  check_membership();
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
   if (elapsed > 0) samples_per_s_ = samples / elapsed;
   announce_at(step, samples);
@@ -217,6 +268,7 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   const bool starting = !started_;
   started_ = true;
   const auto peers = live_peers(starting);
+  if (starting) check_membership();
   const bool resync = out_of_step_ && !peers.empty();
   out_of_step_ = false;
   int64_t ahead = step;

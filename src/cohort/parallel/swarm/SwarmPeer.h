@@ -74,6 +74,9 @@ class SwarmPeer {
 
  private:
   void log(const std::string& line) const;
+  // Stops this peer (ConfigError) when its identity is another live process's, or when only peers of
+  // another run answered it; warns when it has met nobody for long (Note [A peer that is alone says why]).
+  void check_membership();
   void announce_at(int64_t step, int64_t samples, bool leaving = false);
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
   void wait_for_peers(int64_t count, double timeout_s);
@@ -101,6 +104,8 @@ class SwarmPeer {
   std::map<int64_t, uint64_t> digests_;  // this peer's weights' digests after its last few steps
   StateServer state_server_;
   std::chrono::steady_clock::time_point since_{std::chrono::steady_clock::now()};
+  std::chrono::steady_clock::time_point alone_since_{std::chrono::steady_clock::now()}, alone_warned_{};
+  bool met_anyone_ = false;
 };
 
 }  // namespace cohort::swarm
