@@ -372,6 +372,17 @@ const std::vector<Field>& fields() {
             {}, positive<double>()),
       field("swarm.min_group_size", &T::swarm, &SwarmConfig::min_group_size,
             "swarm: fewest ready peers that average together; fewer: each takes a local step", {}, positive<int64_t>()),
+      field("swarm.group_size", &T::swarm, &SwarmConfig::group_size,
+            "swarm: at most this many peers average together in a round; groups change from round to round (a "
+            "two-dimensional Moshpit grid: Note [Groups on a grid] in swarm/Averager.cpp) so averages still mix across "
+            "the swarm (0: every ready "
+            "peer, one group; hivemind's target_group_size)",
+            {}, non_negative<int64_t>()),
+      field("swarm.average_state_every", &T::swarm, &SwarmConfig::average_state_every,
+            "swarm with swarm.group_size: every N steps the round's group also averages the parameters, which "
+            "groups smaller than the swarm would otherwise let drift apart (hivemind.Optimizer's "
+            "average_state_every)",
+            {}, positive<int64_t>()),
       field("swarm.min_peers_to_start", &T::swarm, &SwarmConfig::min_peers_to_start,
             "swarm: the first step waits until this many peers (this one included) are in the swarm, at most "
             "dist.timeout_s (torchrun's minimum of --nnodes=MIN:MAX); later peers join at any time",
@@ -545,6 +556,15 @@ void validate_swarm(const TrainConfig& cfg) {
         "train.grad_accum_steps is " +
             std::to_string(cfg.train.grad_accum_steps),
         "set train.grad_accum_steps=1 and choose swarm.target_batch_size");
+  if (s.group_size > 0 && s.min_group_size > s.group_size)
+    throw ConfigError("swarm.min_group_size=" + std::to_string(s.min_group_size) +
+                          " is above swarm.group_size=" + std::to_string(s.group_size) + ": no group could ever form",
+                      "lower swarm.min_group_size, or raise swarm.group_size (0: every ready peer)");
+  if (s.group_size > 0 && cfg.dist.strategy == "diloco")
+    throw ConfigError(
+        "swarm.group_size is not built for dist.strategy=diloco yet: its outer rounds average over "
+        "every ready peer",
+        "leave swarm.group_size at 0 with diloco");
   if (s.partition >= s.partitions)
     throw ConfigError("swarm.partition=" + std::to_string(s.partition) +
                           " is not below swarm.partitions=" + std::to_string(s.partitions),

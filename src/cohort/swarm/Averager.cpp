@@ -26,6 +26,13 @@ std::vector<uint8_t> encode_values(double weight, const at::Tensor& values, Code
   return w.take();
 }
 
+// A contribution or a result of weight 0 and no values: the sender declines the round's group (Note [A
+// peer in two groups declines the other]).
+bool declined(const Message& m) {
+  Reader r(m.body);
+  return r.f64() == 0.0 && r.ok() && r.left() == 0;
+}
+
 // A contribution or a result: a positive weight and exactly `numel` finite values, or nothing (malformed).
 std::optional<std::pair<double, at::Tensor>> decode_values(const std::vector<uint8_t>& body, int64_t numel,
                                                            Codec codec) {
@@ -47,7 +54,16 @@ struct Survey {
 };
 
 Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member& me,
-              const std::map<PeerKey, std::string>& said_ready);
+              const std::map<PeerKey, std::string>& said_ready, uint64_t group_key);
+
+// A member's place in the shuffled order of a round's group (Note [Groups on a grid]): a hash of its key
+// and the round, so that each round orders a group differently and every member computes the same order.
+uint64_t shuffle_rank(const PeerKey& key, uint64_t round) {
+  uint64_t x = round * 0x9E3779B97F4A7C15ULL;
+  for (size_t i = 0; i < 8; ++i) x ^= uint64_t{key[i]} << (8 * i);
+  x ^= x >> 30, x *= 0xBF58476D1CE4E5B9ULL, x ^= x >> 27, x *= 0x94D049BB133111EBULL, x ^= x >> 31;  // splitmix64
+  return x;
+}
 
 }  // namespace
 
@@ -73,25 +89,34 @@ Averager::Averager(Transport& transport, Directory& directory, AveragingOptions 
 RoundOutcome Averager::average(uint64_t round, const at::Tensor& flat, double weight, PeerRecord mine) {
   const auto start = Clock::now();
   std::string problem;
+  first_place_ = 0;
   const auto group = match(round, std::move(mine), problem);
   const double matchmaking = seconds_since(start);
   auto out = all_reduce(round, group, flat, weight);
+  recent_.emplace_back(round, group);
+  while (recent_.size() > kRecentRounds) recent_.pop_front();
+  decline_late_groups();
   out.matchmaking_s = matchmaking;
+  for (size_t j = 0; j < group.size(); ++j)
+    if (group[j].key == transport_.key()) out.place = static_cast<int64_t>(first_place_ + j);
   if (out.problem.empty()) out.problem = problem;
-  transport_.forget_before(round + 1);
+  // Late groups of the last rounds are declined while the next ones run (decline_late_groups), then
+  // forgotten.
+  transport_.forget_before(round + 1 >= kRecentRounds ? round + 1 - kRecentRounds : 0);
   return out;
 }
 
-void Averager::send_group(uint64_t round, const std::vector<Member>& group) {
+void Averager::send_group(uint64_t round, const std::vector<Member>& group, uint64_t first) {
   Writer w;
   w.u64(group.size());
   for (const auto& m : group) w.raw(m.key.data(), m.key.size()).str(m.address);
+  w.u64(first);  // appended: a reader that stops before it takes 0
   const auto body = w.take();
   for (const auto& m : group)
     if (m.key != transport_.key()) transport_.send(m.key, m.address, {MessageKind::kGroup, round, 0}, body);
 }
 
-std::optional<std::vector<Member>> Averager::group_from(const Message& m) const {
+std::optional<std::vector<Member>> Averager::group_from(const Message& m) {
   Reader r(m.body);
   const uint64_t n = r.u64();
   if (!r.ok() || n == 0 || n > 4096) return std::nullopt;
@@ -103,6 +128,7 @@ std::optional<std::vector<Member>> Averager::group_from(const Message& m) const 
     has_me = has_me || member.key == transport_.key();
   }
   if (!r.ok() || !has_me) return std::nullopt;
+  first_place_ = r.left() >= 8 ? r.u64() : 0;
   return group;
 }
 
@@ -118,12 +144,16 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
   const auto start = Clock::now();
   const auto decide_at = after(start, options_.matchmaking_s);
   const auto give_up_at = after(start, 2 * options_.matchmaking_s + 1.0);
+  const uint64_t group_key = mine.group_key;
   const Member me = say_ready(round, std::move(mine));
   std::map<PeerKey, std::string> said_ready;  // by message
   for (;;) {
-    hear_ready(round, said_ready);
+    // A group of a past round that came after this peer had left it (it gave up waiting, or it was in
+    // another group) is declined now, so its members stop waiting for this peer.
+    decline_late_groups();
+    hear_ready(round, group_key, said_ready);
     const auto peers = directory_.peers();
-    const auto s = survey(peers, static_cast<int64_t>(round), me, said_ready);
+    const auto s = survey(peers, static_cast<int64_t>(round), me, said_ready, group_key);
     // Note [A straggler does not wait for a group]: every other live peer is past this step (they closed
     // its round without this peer, which came late: a newcomer whose download landed a step behind, a slow
     // or frozen peer). Nobody can join it any more, so it takes this step alone at once, and its next
@@ -145,8 +175,7 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
                   std::to_string(options_.min_group_size) + ")";
         return {me};
       }
-      send_group(round, s.ready);
-      return s.ready;
+      return send_groups(round, s.ready);
     }
     if (auto m = transport_.receive({MessageKind::kGroup, round, 0}, after(Clock::now(), 0.005)))
       if (auto group = group_from(*m)) return *group;
@@ -181,25 +210,63 @@ Member Averager::say_ready(uint64_t round, PeerRecord mine) {
   directory_.announce(mine);
   const Member me{transport_.key(), transport_.address()};
   Writer hello;
-  hello.str(me.address);
+  hello.str(me.address).u64(mine.group_key);
   const auto body = hello.take();
   for (const auto& p : directory_.peers())
     if (p.step == static_cast<int64_t>(round)) transport_.send(p.key, p.address, {MessageKind::kReady, round, 0}, body);
   return me;
 }
 
-void Averager::hear_ready(uint64_t round, std::map<PeerKey, std::string>& said_ready) {
+void Averager::hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, std::string>& said_ready) {
   while (auto m = transport_.receive({MessageKind::kReady, round, 0}, Clock::now())) {
     Reader r(m->body);
     const auto address = r.str();
-    if (r.ok()) said_ready[m->sender] = address;
+    const uint64_t key = r.left() >= 8 ? r.u64() : 0;
+    if (r.ok() && key == group_key) said_ready[m->sender] = address;
   }
+}
+
+// Note [Groups on a grid]
+// With swarm.group_size = M, a round's groups hold at most M peers, so that a peer's work and bytes per
+// round do not grow with the swarm. Groups smaller than the swarm average only among themselves, so they
+// must change from round to round for averages to mix across it: Moshpit SGD's grid (arXiv 2103.03239).
+// Each peer holds two coordinates (c0, c1). In round r it averages along dimension d = r mod 2, with the
+// peers that share its other coordinate c[1 - d]: that is its group key, announced in its record and its
+// ready message, so peers agree on their group from what each says of itself, whatever each one's view of
+// who is ready. The peers of one key form one group, or, past M, ceil(n / M) groups of nearly equal size,
+// in an order shuffled per round (shuffle_rank). After the round each member sets c[d] to its place in
+// its group modulo G = round(N / M) for the N peers it knows: the members of one group spread over G keys
+// for the next round, which gathers members from different groups.
+// Mixing: on a full grid (N = G x M, no failures) round r averages the rows and round r + 1 the columns,
+// so after two rounds every peer holds the global average of what the first round started from. With N
+// not G x M, with peers late or lost, or with views of N that differ (G is rounded, so a few peers more
+// or less seldom change it), groups are uneven and some peers miss a round; simulated (64 peers, M = 8,
+// 5% missing each round) the spread of values between peers still fell about tenfold every two rounds,
+// and the mean group was 6.6 of 8. With M = 0 every key is 0: one group of every ready peer, as before.
+std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> ready) {
+  const auto m = options_.group_size;
+  if (m <= 0) {
+    send_group(round, ready, 0);
+    return ready;
+  }
+  std::sort(ready.begin(), ready.end(),
+            [&](const Member& a, const Member& b) { return shuffle_rank(a.key, round) < shuffle_rank(b.key, round); });
+  const int64_t n = static_cast<int64_t>(ready.size()), groups = (n + m - 1) / m;
+  std::vector<Member> mine;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t first = n * g / groups;
+    const std::vector<Member> group(ready.begin() + first, ready.begin() + n * (g + 1) / groups);
+    send_group(round, group, static_cast<uint64_t>(first));
+    for (const auto& member : group)
+      if (member.key == transport_.key()) mine = group, first_place_ = static_cast<uint64_t>(first);
+  }
+  return mine;
 }
 
 namespace {
 
 Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member& me,
-              const std::map<PeerKey, std::string>& said_ready) {
+              const std::map<PeerKey, std::string>& said_ready, uint64_t group_key) {
   Survey s;
   // A peer that said it was ready but whose record is now past this step has closed the round in another
   // group: it is no longer here (counted, it kept a late peer waiting for a group that never came).
@@ -217,7 +284,8 @@ Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member&
     if (p.step > round) s.ahead_at = std::max(s.ahead_at, p.step);
     if (p.step != round) continue;
     anyone_on_round = true;
-    if (said_ready.count(p.key)) continue;
+    // Another group's peer is neither ready for this one nor coming (Note [Groups on a grid]).
+    if (said_ready.count(p.key) || p.group_key != group_key) continue;
     if (p.ready)
       s.ready.push_back({p.key, p.address});
     else
@@ -256,6 +324,7 @@ RoundOutcome Averager::all_reduce(uint64_t round, const std::vector<Member>& gro
       std::find_if(group.begin(), group.end(), [&](const Member& m) { return m.key == transport_.key(); });
   COHORT_ASSERT(mine_it != group.end(), "all_reduce: this peer is not in the group");
   const Round r{round, group, mine_it - group.begin(), flat.contiguous(), options_.codec};
+  decline_other_groups(round, group);
   if (r.size() == 1) {
     out.averaged = r.values;
     return out;
@@ -289,6 +358,56 @@ RoundOutcome Averager::all_reduce(uint64_t round, const std::vector<Member>& gro
   return out;
 }
 
+// Note [A peer in two groups declines the other]
+// Two peers can both think they lead a key's round (each saw the other ready too late) and send groups
+// that share members. A member joins the first group it hears of; the second group's members would
+// wait for its contribution and its part until swarm.averaging_timeout_s (seen: 30 s rounds at start,
+// after which the rest of the swarm had finished). With swarm.group_size the two leaders' groups differ
+// entirely (each shuffles and splits its own view), so this is no longer rare. So a member that hears of
+// another group for a round it is in declines it at once: to each member of that group that is not in its
+// own, it sends a contribution and a result of weight 0, which arrive as malformed: that member leaves
+// it out at once instead of waiting (Note [What a round does when a peer fails]).
+void Averager::decline_late_groups() {
+  for (const auto& [round, group] : recent_) decline_other_groups(round, group);
+}
+
+void Averager::decline_other_groups(uint64_t round, const std::vector<Member>& mine) {
+  const auto first_place = first_place_;  // group_from sets it; this peer's group's is the one to keep
+  while (auto m = transport_.receive({MessageKind::kGroup, round, 0}, Clock::now())) {
+    const auto other = group_from(*m);
+    if (!other) continue;
+    const auto in_mine = [&](const Member& x) {
+      return std::any_of(mine.begin(), mine.end(), [&](const Member& y) { return y.key == x.key; });
+    };
+    int64_t me = 0;
+    for (size_t j = 0; j < other->size(); ++j)
+      if ((*other)[j].key == transport_.key()) me = static_cast<int64_t>(j);
+    Writer w;
+    w.f64(0.0);
+    const auto none = w.take();
+    for (size_t j = 0; j < other->size(); ++j) {
+      const auto& x = (*other)[j];
+      if (x.key == transport_.key() || in_mine(x)) continue;
+      transport_.send(x.key, x.address, {MessageKind::kPart, round, static_cast<int64_t>(j)}, none);
+      transport_.send(x.key, x.address, {MessageKind::kResult, round, me}, none);
+    }
+  }
+  first_place_ = first_place;
+}
+
+// A message of round `r` from `from` by `by`, declining other groups of the round meanwhile (Note [A peer
+// in two groups declines the other]): the members of another group wait on this peer while it waits.
+std::optional<Message> Averager::receive_in_round(const Round& r, Topic topic, Clock::time_point by,
+                                                  const PeerKey& from) {
+  for (;;) {
+    const auto slice = std::min(by, after(Clock::now(), 0.05));
+    if (auto m = transport_.receive(topic, slice, from)) return m;
+    decline_other_groups(r.number, r.group);
+    decline_late_groups();
+    if (Clock::now() >= by) return std::nullopt;
+  }
+}
+
 // Averages this member's own part over the contributions that arrived by `by`, puts it into
 // out.averaged and sends it to every other member. Returns the members whose contribution is missing.
 std::vector<std::string> Averager::reduce_own_part(const Round& r, double weight, Clock::time_point by,
@@ -305,10 +424,10 @@ std::vector<std::string> Averager::reduce_own_part(const Round& r, double weight
       weights.push_back(weight);
       continue;
     }
-    const auto m = transport_.receive({MessageKind::kPart, r.number, r.me}, by, r.member(k).key);
+    const auto m = receive_in_round(r, {MessageKind::kPart, r.number, r.me}, by, r.member(k).key);
     const auto decoded = m ? decode_values(m->body, part_numel, r.codec) : std::nullopt;
     if (!decoded) {
-      missing.push_back(peer_name(r.member(k).key));
+      missing.push_back(peer_name(r.member(k).key) + (m && declined(*m) ? " (it joined another group)" : ""));
       continue;
     }
     parts.push_back(decoded->second);
@@ -338,13 +457,13 @@ std::vector<std::string> Averager::receive_results(const Round& r, Clock::time_p
   std::vector<std::string> lost;
   for (int64_t j = 0; j < r.size(); ++j) {
     if (j == r.me) continue;
-    const auto m = transport_.receive({MessageKind::kResult, r.number, j}, by, r.member(j).key);
+    const auto m = receive_in_round(r, {MessageKind::kResult, r.number, j}, by, r.member(j).key);
     const auto decoded = m ? decode_values(m->body, r.part(r.values, j).numel(), r.codec) : std::nullopt;
     if (decoded) {
       r.part(out.averaged, j).copy_(decoded->second);
     } else {
       ++out.parts_local;
-      lost.push_back(peer_name(r.member(j).key));
+      lost.push_back(peer_name(r.member(j).key) + (m && declined(*m) ? " (it joined another group)" : ""));
     }
   }
   return lost;

@@ -14,6 +14,7 @@
 // the outcome says what happened so the log can.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
@@ -45,7 +46,10 @@ struct AveragingOptions {
   double matchmaking_s = 5.0;         // how long a leader waits for more peers to become ready
   double averaging_timeout_s = 30.0;  // how long a round may take once the group is formed
   int64_t min_group_size = 2;         // fewer ready peers than this: no round, a local step
-  Codec codec = Codec::kNone;         // how contributions and results travel (swarm/Codec.h)
+  // At most this many members per group (0: every ready peer). Only peers announcing the same group key
+  // (PeerRecord::group_key) group together (Note [Groups on a grid]).
+  int64_t group_size = 0;
+  Codec codec = Codec::kNone;  // how contributions and results travel (swarm/Codec.h)
   // True once this peer is leaving (Ctrl-C): it withdraws from a round it has not yet said it is ready
   // for; a round it said it was ready for still ends (Note [Leaving a swarm] in train/Trainer.cpp).
   std::function<bool()> leaving = nullptr;
@@ -63,6 +67,9 @@ struct RoundOutcome {
   std::vector<Member> group;  // the members, in their order (this peer alone: a local step)
   int64_t contributions = 1;  // contributions in the average of this peer's own part
   int64_t parts_local = 0;    // parts whose average did not come back (kept local)
+  // This peer's place among every peer of its group key in the round, in the leader's order: its place in
+  // its group plus the places of the groups before it (Note [Groups on a grid]).
+  int64_t place = 0;
   double matchmaking_s = 0, averaging_s = 0;
   std::string problem;  // what went wrong, empty when nothing did
   bool with_others() const { return group.size() > 1 && parts_local < static_cast<int64_t>(group.size()) - 1; }
@@ -86,15 +93,30 @@ class Averager {
 
   std::vector<Member> withdraw(uint64_t round, PeerRecord mine, std::string& problem);
   Member say_ready(uint64_t round, PeerRecord mine);
-  void hear_ready(uint64_t round, std::map<PeerKey, std::string>& said_ready);
-  void send_group(uint64_t round, const std::vector<Member>& group);
-  std::optional<std::vector<Member>> group_from(const Message& m) const;
+  void hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, std::string>& said_ready);
+  // `first`: the place of the group's first member among all the ready peers of its key, in the leader's
+  // order (Note [Groups on a grid]).
+  void send_group(uint64_t round, const std::vector<Member>& group, uint64_t first);
+  // The leader's decision: the ready peers of its key as one group, or, past swarm.group_size, as several
+  // (each sent its own); returns this peer's group.
+  std::vector<Member> send_groups(uint64_t round, std::vector<Member> ready);
+  // Note [A peer in two groups declines the other]: a group for `round` other than `mine` that arrived
+  // is declined to its members.
+  void decline_other_groups(uint64_t round, const std::vector<Member>& mine);
+  void decline_late_groups();
+  std::optional<std::vector<Member>> group_from(const Message& m);
+  std::optional<Message> receive_in_round(const Round& r, Topic topic, Clock::time_point by, const PeerKey& from);
   std::vector<std::string> reduce_own_part(const Round& r, double weight, Clock::time_point by, RoundOutcome& out);
   std::vector<std::string> receive_results(const Round& r, Clock::time_point by, RoundOutcome& out);
 
   Transport& transport_;
   Directory& directory_;
   AveragingOptions options_;
+  uint64_t first_place_ = 0;  // the last group's `first` (send_group)
+  // The last rounds this peer averaged in, with its group in each: a group of one of them that arrives
+  // late is declined (Note [A peer in two groups declines the other]).
+  static constexpr size_t kRecentRounds = 4;
+  std::deque<std::pair<uint64_t, std::vector<Member>>> recent_;
 };
 
 }  // namespace cohort::swarm

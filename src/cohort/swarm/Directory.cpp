@@ -35,6 +35,7 @@ std::vector<uint8_t> encode(const PeerRecord& r) {
   w.i64(r.group_size);  // appended after version 1's fields: an older reader ignores it
   w.i64(r.digest_step).u64(r.digest);
   w.u64(r.session).f64(r.started_unix);
+  w.u64(r.group_key);
   return w.take();
 }
 
@@ -53,6 +54,7 @@ std::optional<PeerRecord> decode(const std::vector<uint8_t>& payload, const Peer
   if (r.left() >= 8) rec.group_size = r.i64();
   if (r.left() >= 16) rec.digest_step = r.i64(), rec.digest = r.u64();
   if (r.left() >= 16) rec.session = r.u64(), rec.started_unix = r.f64();
+  if (r.left() >= 8) rec.group_key = r.u64();
   // A record speaks for the peer that signed it only.
   if (!r.ok() || version < 1 || rec.key != signer) return std::nullopt;
   return rec;

@@ -68,6 +68,9 @@ struct PeerRecord {
   // identity, one process] in Directory.cpp). Set by the directory.
   uint64_t session = 0;
   double started_unix = 0;
+  // The group it averages in on `step` with swarm.group_size (0: any; Note [Groups on a grid] in
+  // swarm/Averager.cpp).
+  uint64_t group_key = 0;
 };
 
 // A peer of another run that refused this one (Note [A peer of another run is told so]).

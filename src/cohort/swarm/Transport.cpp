@@ -171,7 +171,7 @@ void Transport::forget_before(uint64_t round) {
   for (auto it = inbox_.begin(); it != inbox_.end();) {
     const auto kind = it->first.kind;
     const bool of_a_round = kind != MessageKind::kStateAsk && kind != MessageKind::kStateChunk;
-    it = of_a_round && it->first.round < round ? inbox_.erase(it) : std::next(it);
+    it = of_a_round && (it->first.round & ~kParametersRound) < round ? inbox_.erase(it) : std::next(it);
   }
 }
 

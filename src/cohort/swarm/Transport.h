@@ -45,6 +45,10 @@ enum class MessageKind : uint8_t {
   kRefused = 8      // a peer of another run refuses this one (Note [A peer of another run is told so])
 };
 
+// A round number with this bit set is a parameter averaging (swarm.average_state_every), numbered by the
+// step after it: round `step + 1` with the bit averages the weights the gradient round `step` produced.
+inline constexpr uint64_t kParametersRound = uint64_t{1} << 62;
+
 // What a message is about: its kind, the round (the swarm's global step) and the part.
 struct Topic {
   MessageKind kind{};
@@ -98,7 +102,8 @@ class Transport {
   // directory tells such a peer, and is told, why (Note [A peer of another run is told so] in
   // swarm/Directory.cpp). Same lifetime rules as on_arrival.
   void on_foreign(std::function<void(const Message&, const PublicKey& run_key)> handler);
-  // Messages of averaging rounds before `round` are no longer wanted (late arrivals of finished rounds).
+  // Messages of averaging rounds before `round` are no longer wanted (late arrivals of finished rounds;
+  // parameter averagings count by their number without kParametersRound).
   void forget_before(uint64_t round);
   TransportStats stats() const;
 

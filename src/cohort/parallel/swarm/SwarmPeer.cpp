@@ -77,6 +77,7 @@ SwarmPeer::SwarmPeer(const TrainConfig& cfg) : cfg_(cfg.swarm), identity_(identi
   a.matchmaking_s = cfg_.matchmaking_s;
   a.averaging_timeout_s = cfg_.averaging_timeout_s;
   a.min_group_size = cfg_.min_group_size;
+  a.group_size = cfg_.group_size;
   a.leaving = [] { return util::stop_signal() != 0; };
   a.while_waiting = [this] {
     if (make_state_) state_server_.serve(*transport_, serving_step_, make_state_);
@@ -225,11 +226,14 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   mine.samples = samples;
   mine.samples_per_s = samples_per_s_;
   mine.group_size = last_group_size_;
+  mine.group_key = group_key_for(step);
   auto out = averager_->average(static_cast<uint64_t>(step), flat, static_cast<double>(samples), mine);
   const auto after = transport_->stats();
   // The averaging's bytes: the records sent meanwhile are the directory's (swarm_bytes_sent counts both).
   wire_bytes = (after.bytes_sent - after.record_bytes_sent) - (before.bytes_sent - before.record_bytes_sent);
   ++rounds_;
+  last_group_ = out.group;
+  move_on_grid(step, out.group.size() > 1 ? out.place : 0);
   last_group_size_ = static_cast<int64_t>(out.group.size());
   group_size_sum_ += last_group_size_;
   last_round_s_ = out.matchmaking_s + out.averaging_s;
@@ -256,6 +260,46 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   announce_at(step + 1, 0, leaving);
   if (leaving) log("swarm: leaving after step " + std::to_string(step + 1) + "; the others go on without this peer");
   return out.averaged;
+}
+
+bool SwarmPeer::averages_state_after(int64_t step) const {
+  return cfg_.group_size > 0 && (step + 1) % cfg_.average_state_every == 0;
+}
+
+// Note [Groups on a grid] (swarm/Averager.cpp): groups smaller than the swarm apply different averaged
+// gradients, so their weights part; every swarm.average_state_every steps the step's group also averages
+// its weights (as hivemind.Optimizer's average_state_every), in groups that change from round to round.
+// No matchmaking: the group is the one the gradient round just formed. The distance from the group's
+// average before it is reported (swarm_state_distance: relative L2), to see how far groups drift.
+at::Tensor SwarmPeer::average_state(int64_t step, const at::Tensor& flat, int64_t& wire_bytes) {
+  if (last_group_.size() <= 1) return flat;
+  const auto before = transport_->stats();
+  const uint64_t round = static_cast<uint64_t>(step + 1) | kParametersRound;
+  auto out = averager_->all_reduce(round, last_group_, flat, 1.0);
+  const auto after = transport_->stats();
+  wire_bytes += (after.bytes_sent - after.record_bytes_sent) - (before.bytes_sent - before.record_bytes_sent);
+  ++state_rounds_;
+  const double norm = out.averaged.norm().item<double>();
+  state_distance_ = norm > 0 ? (flat - out.averaged).norm().item<double>() / norm : 0.0;
+  if (!out.problem.empty()) log("swarm: step " + std::to_string(step + 1) + ": averaging the weights: " + out.problem);
+  return out.averaged;
+}
+
+uint64_t SwarmPeer::group_key_for(int64_t step) const {
+  if (cfg_.group_size <= 0) return 0;
+  const auto d = static_cast<uint64_t>(step % 2);
+  return 1 + (d << 32) + grid_[1 - d];  // never 0: that is "any group"
+}
+
+// The peers of one key are dealt round-robin over the next round's keys, from a start that depends on the
+// key and the round, so that the next round's keys get equal shares of every key's peers.
+void SwarmPeer::move_on_grid(int64_t step, int64_t place) {
+  if (cfg_.group_size <= 0) return;
+  const auto known = static_cast<double>(directory_->peers().size() + 1);
+  const auto keys =
+      static_cast<uint64_t>(std::max<int64_t>(1, std::llround(known / static_cast<double>(cfg_.group_size))));
+  const uint64_t start = (group_key_for(step) * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step)) >> 33;
+  grid_[static_cast<size_t>(step % 2)] = (start + static_cast<uint64_t>(place)) % keys;
 }
 
 void SwarmPeer::serve_state(int64_t step, const std::function<std::string()>& make_state) {
@@ -330,7 +374,10 @@ std::vector<PeerRecord> SwarmPeer::live_peers(bool starting) const {
 // download.
 std::vector<PeerRecord> SwarmPeer::donors_for(int64_t step, int64_t ahead, const std::vector<PeerRecord>& peers,
                                               bool starting, bool resync, bool& drifted) const {
-  auto majority = starting ? std::vector<PeerRecord>{} : drifted_from(digests_, transport_->key(), peers);
+  // With swarm.group_size the groups' weights differ between parameter averagings by design: digests are
+  // not compared (Note [Groups on a grid]).
+  auto majority =
+      starting || cfg_.group_size > 0 ? std::vector<PeerRecord>{} : drifted_from(digests_, transport_->key(), peers);
   // Only those of the majority on this peer's step or ahead: the others are taken once there (Note [A peer
   // never goes back]).
   majority.erase(std::remove_if(majority.begin(), majority.end(), [&](const PeerRecord& p) { return p.step < step; }),
@@ -376,7 +423,9 @@ void SwarmPeer::progress(int64_t step, int64_t samples) { announce_at(step, samp
 
 // This peer's record: on `step` with `samples` toward it, not ready (matchmaking announces readiness).
 void SwarmPeer::announce_at(int64_t step, int64_t samples, bool leaving) {
-  directory_->announce({{}, transport_->address(), step, samples, samples_per_s_, false, leaving, 0, last_group_size_});
+  PeerRecord r{{}, transport_->address(), step, samples, samples_per_s_, false, leaving, 0, last_group_size_};
+  r.group_key = group_key_for(step);
+  directory_->announce(r);
 }
 
 int64_t SwarmPeer::others_progress(int64_t step) const {
@@ -445,7 +494,9 @@ std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
           {"swarm_bytes_sent", static_cast<double>(s.bytes_sent)},
           {"swarm_bytes_received", static_cast<double>(s.bytes_received)},
           {"swarm_frames_refused", static_cast<double>(s.frames_refused)},
-          {"swarm_peers_seen", static_cast<double>(directory_->peers_seen())}};
+          {"swarm_peers_seen", static_cast<double>(directory_->peers_seen())},
+          {"swarm_state_rounds", static_cast<double>(state_rounds_)},
+          {"swarm_state_distance", state_distance_}};
 }
 
 }  // namespace cohort::swarm

@@ -7,6 +7,7 @@
 //     gradient = peer.average(step, gradient, samples, wire_bytes);
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +26,7 @@ namespace cohort::swarm {
 class Transport;
 class Directory;
 class Averager;
+struct Member;
 
 // The identity a peer runs with: swarm.token's, or with swarm.insecure a throwaway one under the
 // well-known insecure run key (Hivemind's default: no authentication). Throws ConfigError naming the key.
@@ -54,6 +56,11 @@ class SwarmPeer {
   // One round for `step`: the group's weighted mean of `flat` where it arrived (Note [What a round does
   // when a peer fails]); adds this round's bytes sent to `wire_bytes`. Logs what went wrong, if anything.
   at::Tensor average(int64_t step, const at::Tensor& flat, int64_t samples, int64_t& wire_bytes);
+  // With swarm.group_size: whether the weights after `step` are averaged (swarm.average_state_every), and
+  // that averaging: `flat` (the trainable parameters) averaged over the group of `step`'s round, equally
+  // weighted; adds the bytes sent to `wire_bytes`. A peer that averaged alone gets `flat` back.
+  bool averages_state_after(int64_t step) const;
+  at::Tensor average_state(int64_t step, const at::Tensor& flat, int64_t& wire_bytes);
 
   std::vector<std::pair<std::string, double>> figures() const;
 
@@ -78,6 +85,10 @@ class SwarmPeer {
   // another run answered it; warns when it has met nobody for long (Note [A peer that is alone says why]).
   void check_membership();
   void announce_at(int64_t step, int64_t samples, bool leaving = false);
+  // Note [Groups on a grid] (swarm/Averager.cpp): the group key this peer announces for `step`, and the
+  // move of its coordinate after that round, where it had `place` among its key's peers.
+  uint64_t group_key_for(int64_t step) const;
+  void move_on_grid(int64_t step, int64_t place);
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
   void wait_for_peers(int64_t count, double timeout_s);
   // The parts of catch_up: the peers it looks at, whom it downloads from, and the download itself.
@@ -106,6 +117,10 @@ class SwarmPeer {
   std::chrono::steady_clock::time_point since_{std::chrono::steady_clock::now()};
   std::chrono::steady_clock::time_point alone_since_{std::chrono::steady_clock::now()}, alone_warned_{};
   bool met_anyone_ = false;
+  std::array<uint64_t, 2> grid_{0, 0};  // this peer's coordinates (Note [Groups on a grid])
+  std::vector<Member> last_group_;      // the last round's group, in its order
+  int64_t state_rounds_ = 0;
+  double state_distance_ = 0;  // relative L2 distance of the weights from the group's average, last time
 };
 
 }  // namespace cohort::swarm

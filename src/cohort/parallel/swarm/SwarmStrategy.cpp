@@ -26,7 +26,9 @@ class SwarmStrategy : public Strategy {
                     : cfg.data.batch_size * cfg.train.grad_accum_steps * cfg.swarm.partitions * comm->size()),
         partition_(cfg.swarm.sampler == "partition"),
         samples_per_batch_(cfg.data.batch_size * comm->size()),
-        codec_(swarm::codec_from_name(cfg.swarm.compress, "swarm.compress")) {
+        codec_(swarm::codec_from_name(cfg.swarm.compress, "swarm.compress")),
+        averages_state_(cfg.swarm.group_size > 0),
+        average_state_every_(cfg.swarm.average_state_every) {
     // Inside the peer its workers are a ddp job; the swarm is between peers.
     TrainConfig local = cfg;
     local.dist.strategy = "ddp";
@@ -98,10 +100,11 @@ class SwarmStrategy : public Strategy {
     if (peer_) contribution = peer_->average(options.step, contribution, samples_, wire_bytes_);
     if (comm_->size() > 1) comm_->broadcast(contribution, 0, "swarm: the averaged gradient")->wait();
     write_gradients(contribution);
-    last_sync_ = {wire_bytes_, contribution.numel() * 4};
     accumulated_ = at::Tensor();
     batches_ = samples_ = 0;
     auto result = inner_->step(lr, options);
+    average_state(options.step);
+    last_sync_ = {wire_bytes_, contribution.numel() * 4};
     if (peer_) peer_->settled(options.step + 1, swarm::weights_digest(*model_));
     return result;
   }
@@ -147,6 +150,24 @@ class SwarmStrategy : public Strategy {
       if (p.grad().defined()) p.grad().zero_();
   }
 
+  // swarm.average_state_every with swarm.group_size: the step's group averages its trainable weights
+  // (Note [Groups on a grid] in swarm/Averager.cpp); the peer's other workers take its first worker's.
+  void average_state(int64_t step) {
+    if (!averages_state_ || (step + 1) % average_state_every_ != 0) return;
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> flat;
+    for (const auto& p : trainable_.params) flat.push_back(p.detach().reshape(-1).to(at::kFloat));
+    auto weights = at::cat(flat);
+    if (peer_) weights = peer_->average_state(step, weights, wire_bytes_);
+    if (comm_->size() > 1) comm_->broadcast(weights, 0, "swarm: the averaged weights")->wait();
+    int64_t offset = 0;
+    for (auto& p : trainable_.params) {
+      const auto n = p.numel();
+      p.detach().copy_(weights.slice(0, offset, offset + n).view(p.sizes()));
+      offset += n;
+    }
+  }
+
   // Whether the swarm averages now: the peer's first worker decides, its other workers follow.
   bool ready(int64_t step) {
     bool go = partition_;  // fixed per-peer batches: one batch per peer per step
@@ -180,6 +201,8 @@ class SwarmStrategy : public Strategy {
   bool partition_;
   int64_t samples_per_batch_;
   swarm::Codec codec_;
+  bool averages_state_;
+  int64_t average_state_every_;
   at::Tensor residual_;  // swarm.compress=int8: what the wire lost of the last contribution
   std::unique_ptr<Strategy> inner_;
   std::unique_ptr<swarm::SwarmPeer> peer_;
