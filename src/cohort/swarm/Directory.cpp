@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <algorithm>
 #include <optional>
 #include <random>
 
@@ -294,6 +295,15 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) 
     for (const auto& [key, entry] : records_)
       if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest)
         others.emplace_back(key, entry.sealed);
+    // Note [The heartbeat passes on a few records]: every record it knew went to every peer it knew, so
+    // each peer checked the signatures of every other's records once a second from every other peer:
+    // N^2 a peer, N^3 in all. At 32 peers on 2 cores that took most of the machine, and rounds failed for
+    // want of CPU (bench/scale.py, issue 41). A random kGossipRecords of them, drawn anew at each heartbeat,
+    // still reach a newcomer from every peer that knows it within a beat or two.
+    if (others.size() > kGossipRecords) {
+      std::shuffle(others.begin(), others.end(), gossip_random_);
+      others.resize(kGossipRecords);
+    }
   }
   for (const auto& peer : to) {
     Writer w;

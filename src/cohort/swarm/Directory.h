@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -132,6 +133,7 @@ class Directory {
   void take_in_foreign(const Message& m, const PeerKey& run_key);
 
   static constexpr double kMinDirectGapS = 0.05;  // non-urgent record changes go out at most this often
+  static constexpr size_t kGossipRecords = 8;     // others' records a heartbeat passes on, at most
 
   PeerIdentity me_;
   PeerKey run_public_key_;
@@ -171,6 +173,7 @@ class Directory {
   std::string identity_taken_;
   std::map<uint64_t, double> twins_answered_;                   // by session: when last answered
   std::map<std::pair<uint64_t, uint64_t>, double> introduced_;  // twin sessions: when introduced
+  std::minstd_rand gossip_random_{std::random_device{}()};  // which records a heartbeat passes on
   std::map<PeerKey, Refusal> refused_by_;                       // peers of another run that refused this one
   std::map<PeerKey, double> refusal_sent_;                      // peers of another run told: when
   std::set<PeerKey> seen_;
