@@ -212,8 +212,10 @@ Member Averager::say_ready(uint64_t round, PeerRecord mine) {
   Writer hello;
   hello.str(me.address).u64(mine.group_key);
   const auto body = hello.take();
+  // Only to the peers of its group key (all of them without swarm.group_size): the others would drop it.
   for (const auto& p : directory_.peers())
-    if (p.step == static_cast<int64_t>(round)) transport_.send(p.key, p.address, {MessageKind::kReady, round, 0}, body);
+    if (p.step == static_cast<int64_t>(round) && p.group_key == mine.group_key)
+      transport_.send(p.key, p.address, {MessageKind::kReady, round, 0}, body);
   return me;
 }
 
