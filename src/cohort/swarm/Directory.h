@@ -20,10 +20,11 @@
 // a swarm's steps waited on the lag. So the DHT is for finding peers (a record put every `dht_put_s`, read
 // every `dht_read_s`), and each change of a record goes to the known peers as one frame over the swarm's
 // transport (at once when the step, readiness or leaving changes; other changes
-// at most every 50 ms). The heartbeat, every announce_s, also carries the live records of the other
-// peers this one knows (each still sealed by its own peer), so that two peers who found each other in
-// the DHT learn everyone the other knows within announce_s, whatever their own view of the DHT (Note [The
-// heartbeat is its own clock] in Directory.cpp). A peer that knows others reads the DHT only every
+// at most every 50 ms). The heartbeat, every announce_s, also carries up to 8 live records of the other
+// peers this one knows, drawn anew each beat (each still sealed by its own peer), so that two peers who
+// found each other in the DHT learn everyone the other knows within a few beats, whatever their own view
+// of the DHT (Notes [The heartbeat is its own clock] and [The heartbeat passes on a few records] in
+// Directory.cpp). A peer that knows others reads the DHT only every
 // dht_read_known_s (the reads are most of what the DHT costs: with DiLoCo, more than the averaging); a
 // newcomer finds the live peers there, and by knocking on its initial peers (Note [A peer that knows
 // nobody knocks]), and tells them of itself directly.
