@@ -1,10 +1,10 @@
 #include "cohort/swarm/Directory.h"
 
 #include <opendht/dhtrunner.h>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <algorithm>
 #include <optional>
 #include <random>
 

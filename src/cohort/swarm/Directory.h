@@ -174,7 +174,7 @@ class Directory {
   std::string identity_taken_;
   std::map<uint64_t, double> twins_answered_;                   // by session: when last answered
   std::map<std::pair<uint64_t, uint64_t>, double> introduced_;  // twin sessions: when introduced
-  std::minstd_rand gossip_random_{std::random_device{}()};  // which records a heartbeat passes on
+  std::minstd_rand gossip_random_{std::random_device{}()};      // which records a heartbeat passes on
   std::map<PeerKey, Refusal> refused_by_;                       // peers of another run that refused this one
   std::map<PeerKey, double> refusal_sent_;                      // peers of another run told: when
   std::set<PeerKey> seen_;
