@@ -400,6 +400,57 @@ TEST(SwarmAverager, ASilentMemberIsLeftOutWithinTheTimeout) {
   }
 }
 
+// Note [A peer in two groups declines the other]: B was sent two groups for a round, {A, B} and {B, C}.
+// It averages in the first; C, left with B in the other, is told at once and does not wait out the
+// timeout for B's contribution and part.
+TEST(SwarmAverager, AMemberOfTwoGroupsDeclinesTheOtherAndNobodyWaitsForIt) {
+  Logs logs;
+  const auto run = generate_run_key();
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 66 + i, i ? peers[0]->transport.address() : "", logs));
+  const auto first = sorted({peers[0]->member(), peers[1]->member()});
+  const auto other = sorted({peers[1]->member(), peers[2]->member()});
+  // C's group reaches B as a leader's would: the members with their addresses.
+  Writer w;
+  w.u64(other.size());
+  for (const auto& m : other) w.raw(m.key.data(), m.key.size()).str(m.address);
+  w.u64(0);
+  peers[2]->transport.send(peers[1]->transport.key(), peers[1]->transport.address(), {MessageKind::kGroup, 5, 0},
+                           w.take());
+  ASSERT_TRUE(peers[1]->transport.receive({MessageKind::kGroup, 5, 0}, Clock::now() + 5s).has_value());
+  // Put back for the averager to find (receive took it): sent again, and waited for.
+  Writer again;
+  again.u64(other.size());
+  for (const auto& m : other) again.raw(m.key.data(), m.key.size()).str(m.address);
+  again.u64(0);
+  peers[2]->transport.send(peers[1]->transport.key(), peers[1]->transport.address(), {MessageKind::kGroup, 5, 0},
+                           again.take());
+  std::this_thread::sleep_for(200ms);
+  const double timeout = 10.0;
+  std::vector<RoundOutcome> out(3);
+  double c_seconds = 0;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&, i] {
+      Averager averager(peers[i]->transport, peers[i]->directory, {1.0, timeout, 2});
+      const auto t0 = Clock::now();
+      out[i] = averager.all_reduce(5, i == 2 ? other : first, torch::full({100}, float(i + 1)), 1.0);
+      if (i == 2) c_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
+  for (auto& t : threads) t.join();
+  // A and B averaged with each other: (1 + 2) / 2.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(out[i].problem.empty()) << out[i].problem;
+    EXPECT_TRUE(torch::allclose(out[i].averaged, torch::full({100}, 1.5f)));
+  }
+  // C kept its own values, named B, and did not wait for it.
+  EXPECT_LT(c_seconds, 2.0);
+  EXPECT_NE(out[2].problem.find(peer_name(peers[1]->transport.key()) + " (it joined another group)"), std::string::npos)
+      << out[2].problem;
+  EXPECT_TRUE(torch::equal(out[2].averaged, torch::full({100}, 3.0f)));
+}
+
 // Matchmaking through the DHT: three peers ready for the same step form one group and average.
 TEST(SwarmAverager, ReadyPeersFormOneGroupThroughTheDht) {
   Logs logs;
