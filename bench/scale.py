@@ -39,7 +39,7 @@ def descendants(pid):
     return kids + [d for k in kids for d in descendants(k)]
 
 
-def run_swarm(cohort, peers, group_size, steps, port, work):
+def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     procs, dirs = [], []
     for i in range(peers):
         d = os.path.join(work, f"p{i}")
@@ -50,7 +50,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work):
                 f"swarm.partitions={peers}", f"swarm.partition={i}", f"swarm.min_peers_to_start={peers}",
                 f"swarm.group_size={group_size}", "swarm.matchmaking_s=2", "swarm.averaging_timeout_s=10",
                 f"train.max_steps={steps}", "train.epochs=1000", "train.threads=1", "eval.enabled=false",
-                "log.every_steps=1", "log.progress=plain", "dist.timeout_s=300"]
+                "log.every_steps=1", "log.progress=plain", "dist.timeout_s=300"] + list(extra)
         if i:
             args.append(f"swarm.initial_peers=127.0.0.10:{port}")
         procs.append(subprocess.Popen(args, stdout=open(os.path.join(work, f"out{i}.txt"), "w"),
@@ -104,6 +104,8 @@ def main():
     ap.add_argument("--peers", default="4,8,16,32")
     ap.add_argument("--group-sizes", default="0,8")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for every peer (repeatable), e.g. --set swarm.announce_s=3")
     ap.add_argument("--out")
     a = ap.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -114,7 +116,7 @@ def main():
     for peers in [int(x) for x in a.peers.split(",")]:
         for gs in [int(x) for x in a.group_sizes.split(",")]:
             work = tempfile.mkdtemp(prefix=f"scale-{peers}-{gs}-")
-            row = run_swarm(a.cohort, peers, gs, a.steps, port, work)
+            row = run_swarm(a.cohort, peers, gs, a.steps, port, work, a.set)
             port += 1
             print(json.dumps(row), file=sys.stderr)
             rows.append(row)
@@ -131,7 +133,7 @@ def main():
             "faults at scale": "not built into this script yet",
         },
         "settings": {"model": "mlp", "local_batch": 32, "steps": a.steps, "matchmaking_s": 2,
-                     "averaging_timeout_s": 10, "sampler": "partition", "threads_per_peer": 1},
+                     "averaging_timeout_s": 10, "sampler": "partition", "threads_per_peer": 1, "set": a.set},
         "swarm": rows,
     }, a.out)
 
