@@ -111,6 +111,7 @@ class Transport {
   struct Outgoing {
     std::string address;
     std::vector<uint8_t> frame;
+    bool record = false;  // a kRecord frame (TransportStats::record_bytes_sent)
   };
   void run_io();
   void deliver(const uint8_t* data, size_t size);
