@@ -82,6 +82,14 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
                     sizes.append(r["swarm_group_size"])
                     times.append(r["swarm_round_seconds"])
     times.sort()
+    # Why peers failed: each failed peer's error line, the same ones counted once.
+    errors = {}
+    for i, c in enumerate(codes):
+        if c != 0:
+            with open(os.path.join(work, f"out{i}.txt"), errors="replace") as f:
+                lines = [l.strip() for l in f if "error" in l.lower()]
+            why = lines[0] if lines else f"exit code {c}"
+            errors[why] = errors.get(why, 0) + 1
     return {
         "peers": peers,
         "group_size": group_size,
@@ -95,6 +103,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         "averaging_bytes_per_peer_per_round": round(statistics.mean(avg_bytes)) if avg_bytes else None,
         "record_bytes_per_peer_per_s": round(statistics.mean(record_rate)) if record_rate else None,
         "peak_rss_mib_per_peer": round(peak / 1024, 1),
+        "errors": errors,
     }
 
 
@@ -120,7 +129,10 @@ def main():
             port += 1
             print(json.dumps(row), file=sys.stderr)
             rows.append(row)
-            shutil.rmtree(work, ignore_errors=True)
+            if row["peers_finished"] == peers:
+                shutil.rmtree(work, ignore_errors=True)
+            else:
+                row["logs"] = work  # kept: some peers failed
     emit({
         "bench": "scale",
         "commit": commit,
