@@ -411,21 +411,19 @@ TEST(SwarmAverager, AMemberOfTwoGroupsDeclinesTheOtherAndNobodyWaitsForIt) {
     peers.push_back(std::make_unique<Peer>(run, 66 + i, i ? peers[0]->transport.address() : "", logs));
   const auto first = sorted({peers[0]->member(), peers[1]->member()});
   const auto other = sorted({peers[1]->member(), peers[2]->member()});
-  // C's group reaches B as a leader's would: the members with their addresses.
-  Writer w;
-  w.u64(other.size());
-  for (const auto& m : other) w.raw(m.key.data(), m.key.size()).str(m.address);
-  w.u64(0);
-  peers[2]->transport.send(peers[1]->transport.key(), peers[1]->transport.address(), {MessageKind::kGroup, 5, 0},
-                           w.take());
+  // C's group reaches B as a leader's would: the members with their addresses. Sent twice: the first,
+  // taken here, shows the link is up; the second stays for B's averager to find.
+  const auto send_other_group = [&] {
+    Writer w;
+    w.u64(other.size());
+    for (const auto& m : other) w.raw(m.key.data(), m.key.size()).str(m.address);
+    w.u64(0);
+    peers[2]->transport.send(peers[1]->transport.key(), peers[1]->transport.address(), {MessageKind::kGroup, 5, 0},
+                             w.take());
+  };
+  send_other_group();
   ASSERT_TRUE(peers[1]->transport.receive({MessageKind::kGroup, 5, 0}, Clock::now() + 5s).has_value());
-  // Put back for the averager to find (receive took it): sent again, and waited for.
-  Writer again;
-  again.u64(other.size());
-  for (const auto& m : other) again.raw(m.key.data(), m.key.size()).str(m.address);
-  again.u64(0);
-  peers[2]->transport.send(peers[1]->transport.key(), peers[1]->transport.address(), {MessageKind::kGroup, 5, 0},
-                           again.take());
+  send_other_group();
   std::this_thread::sleep_for(200ms);
   const double timeout = 10.0;
   std::vector<RoundOutcome> out(3);

@@ -108,7 +108,7 @@ void SwarmPeer::wait_for_peers(int64_t count, double timeout_s) {
   auto next_report = start + std::chrono::seconds(5);
   while (std::chrono::steady_clock::now() < deadline) {
     const auto peers = directory_->fresh_peers(0.5);
-    check_membership();
+    check_membership(peers);
     seen = peers.size();
     // Where it stands every 5 s, so that a wait for peers that never come does not look like a hang.
     if (std::chrono::steady_clock::now() >= next_report && static_cast<int64_t>(seen) + 1 < count) {
@@ -153,11 +153,10 @@ void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << 
 //   naming its initial peers and what to check, and goes on. The others may not be up yet, and a peer
 //   that waits for company is what Hivemind's peers do too; swarm.min_peers_to_start makes it wait
 //   instead, and fail after dist.timeout_s.
-void SwarmPeer::check_membership() {
+void SwarmPeer::check_membership(const std::vector<PeerRecord>& peers) {
   if (const auto taken = directory_->identity_taken(); !taken.empty())
     throw ConfigError("swarm.token" + (cfg_.token.empty() ? std::string() : "=" + cfg_.token) + ": " + taken,
                       "give each peer its own token: cohort swarm token --key run.key --ttl 24h --out peerN.token");
-  const auto peers = directory_->peers();
   const auto now = std::chrono::steady_clock::now();
   if (!peers.empty()) {
     met_anyone_ = true;
@@ -202,12 +201,13 @@ void SwarmPeer::check_membership() {
 // in matchmaking, whose leader waits for every live peer on the step. A batch is this peer's own size;
 // a peer that dies mid-batch leaves the round short of the target, as Hivemind's is.
 bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t batch) {
-  check_membership();
+  const auto peers = directory_->peers();
+  check_membership(peers);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
   if (elapsed > 0) samples_per_s_ = samples / elapsed;
   announce_at(step, samples);
   int64_t total = samples;
-  for (const auto& p : directory_->peers()) {
+  for (const auto& p : peers) {
     if (p.leaving) continue;
     if (p.step == step) total += p.samples + (p.ready ? 0 : batch);
     if (p.step + 1 == step) total += batch;
@@ -312,7 +312,7 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   const bool starting = !started_;
   started_ = true;
   const auto peers = live_peers(starting);
-  if (starting) check_membership();
+  if (starting) check_membership(peers);
   const bool resync = out_of_step_ && !peers.empty();
   out_of_step_ = false;
   int64_t ahead = step;

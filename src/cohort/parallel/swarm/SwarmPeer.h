@@ -83,7 +83,8 @@ class SwarmPeer {
   void log(const std::string& line) const;
   // Stops this peer (ConfigError) when its identity is another live process's, or when only peers of
   // another run answered it; warns when it has met nobody for long (Note [A peer that is alone says why]).
-  void check_membership();
+  // `peers`: the live peers as the directory lists them now.
+  void check_membership(const std::vector<PeerRecord>& peers);
   void announce_at(int64_t step, int64_t samples, bool leaving = false);
   // Note [Groups on a grid] (swarm/Averager.cpp): the group key this peer announces for `step`, and the
   // move of its coordinate after that round, where it had `place` among its key's peers.
