@@ -11,6 +11,7 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <system_error>
 
 #include "cohort/util/AtomicFile.h"
@@ -189,6 +190,13 @@ std::string claimed_sender(const uint8_t* frame, size_t size) {
   return hex(frame + kPeerKeyAt, 4);
 }
 
+std::optional<Claimed> claimed_header(const uint8_t* frame, size_t size) {
+  if (frame == nullptr || size < kFrameHeaderBytes || std::memcmp(frame, kFrameMagic, sizeof kFrameMagic) != 0)
+    return std::nullopt;
+  const uint8_t* p = frame + sizeof kFrameMagic;
+  return Claimed{get<32>(p + 32), get_u64(p + kTokenBytes + 32)};
+}
+
 RunKey generate_run_key() {
   ensure_sodium();
   RunKey key;
@@ -308,13 +316,54 @@ std::chrono::seconds parse_ttl(const std::string& text) {
   return std::chrono::seconds(n * unit);
 }
 
+// Note [A token's signature is checked once]
+// Every frame and every record carries its sender's token, and open() checked the run key's signature on
+// it each time: two Ed25519 verifications per frame or record, where the token is one of a few hundred
+// that never change. At 64 swarm peers on 2 cores, libsodium took 74% of the machine (perf, issue 41),
+// and rounds failed for want of CPU. A token whose signature verified is remembered, by all of its
+// bytes and the run key that verified it, so it is checked once per process; its expiry is still checked
+// at every use. Only a good signature is remembered (a forged token costs its sender a verification each
+// time, as before), and the set is emptied when it reaches kMaxVerifiedTokens, far above any run's peers.
+namespace {
+class VerifiedTokens {
+ public:
+  static VerifiedTokens& instance() {
+    static VerifiedTokens tokens;
+    return tokens;
+  }
+  bool contains(const std::vector<uint8_t>& message, const Signature& signature) {
+    std::lock_guard lock(mutex_);
+    return verified_.count(whole(message, signature)) > 0;
+  }
+  void add(const std::vector<uint8_t>& message, const Signature& signature) {
+    std::lock_guard lock(mutex_);
+    if (verified_.size() >= kMaxVerifiedTokens) verified_.clear();
+    verified_.insert(whole(message, signature));
+  }
+
+ private:
+  static constexpr size_t kMaxVerifiedTokens = 65536;
+  static std::vector<uint8_t> whole(std::vector<uint8_t> message, const Signature& signature) {
+    message.insert(message.end(), signature.begin(), signature.end());
+    return message;
+  }
+  std::mutex mutex_;
+  std::set<std::vector<uint8_t>> verified_;
+};
+}  // namespace
+
 std::string check_token(const Token& token, const PublicKey& our_run_public_key, int64_t now_unix) {
   ensure_sodium();
   if (token.run_public_key != our_run_public_key) return kTokenOfAnotherRun;
   // The signature is checked before the expiry so that "expired" is only ever said of a token the run issued.
+  // The message holds the run key, so a token remembered for one run key is never taken for another's.
   std::vector<uint8_t> msg = token_message(token.run_public_key, token.peer_public_key, token.expires_unix);
-  if (crypto_sign_verify_detached(token.signature.data(), msg.data(), msg.size(), our_run_public_key.data()) != 0)
-    return "bad signature";
+  auto& verified = VerifiedTokens::instance();
+  if (!verified.contains(msg, token.signature)) {
+    if (crypto_sign_verify_detached(token.signature.data(), msg.data(), msg.size(), our_run_public_key.data()) != 0)
+      return "bad signature";
+    verified.add(msg, token.signature);
+  }
   if (now_unix >= token.expires_unix) return "expired at " + utc_time(token.expires_unix);
   return {};
 }
@@ -344,6 +393,11 @@ std::vector<uint8_t> seal(const PeerIdentity& me, const PublicKey& receiver_publ
 
 std::variant<Opened, std::string> open(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
                                        int64_t now_unix) {
+  return open_carried(data, size, our_run_public_key, now_unix, PublicKey{});
+}
+
+std::variant<Opened, std::string> open_carried(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
+                                               int64_t now_unix, const PublicKey& carrier) {
   ensure_sodium();
   if (data == nullptr || size < kFrameOverheadBytes)
     return "truncated frame: " + std::to_string(size) + " bytes, a frame has at least " +
@@ -368,7 +422,9 @@ std::variant<Opened, std::string> open(const uint8_t* data, size_t size, const P
   if (std::string reason = check_token(f.token, our_run_public_key, now_unix); !reason.empty())
     return "token refused: " + reason;
   const size_t signed_bytes = size - crypto_sign_BYTES;
-  if (crypto_sign_verify_detached(data + signed_bytes, data, signed_bytes, f.token.peer_public_key.data()) != 0)
+  const bool vouched = carrier != PublicKey{} && carrier == f.token.peer_public_key;
+  if (!vouched &&
+      crypto_sign_verify_detached(data + signed_bytes, data, signed_bytes, f.token.peer_public_key.data()) != 0)
     return std::string("bad frame signature");
   f.payload.assign(data + kFrameHeaderBytes, data + signed_bytes);
   return f;

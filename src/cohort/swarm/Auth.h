@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -96,6 +97,15 @@ std::string hex(const uint8_t* data, size_t size);
 // open() refused in the log; "unknown" when the frame is too short to say. Not a verified identity.
 std::string claimed_sender(const uint8_t* frame, size_t size);
 
+// What a frame claims in its header, unverified: its sender's peer key and its counter. For dropping a frame
+// that could not be newer than one already taken from that sender before paying for its signatures, never
+// for acting on it. Nothing when the frame is too short to say.
+struct Claimed {
+  PublicKey peer{};
+  uint64_t counter = 0;
+};
+std::optional<Claimed> claimed_header(const uint8_t* frame, size_t size);
+
 // Frame layout, all integers little-endian:
 //   "CSW1" | token (32 + 32 + 8 + 64) | receiver (32) | counter (8) | payload length (8) | payload | signature (64)
 // The signature is the sender's peer key over every byte before it.
@@ -120,6 +130,12 @@ struct Opened {
 // pass the result to a ReplayGuard.
 std::variant<Opened, std::string> open(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
                                        int64_t now_unix);
+// The same for a frame carried inside a frame of `carrier` that open() verified (a record in a kRecord
+// frame): when the inner frame is the carrier's own (its token names the carrier), the outer signature
+// already covers its bytes and its own signature is not checked again; the token still is. Anything else
+// is checked in full, as open() does.
+std::variant<Opened, std::string> open_carried(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
+                                               int64_t now_unix, const PublicKey& carrier);
 // The same, checked against the run key the frame's own token names: it proves only that a holder of a
 // token of *some* run sealed it. For telling a peer of another run why it is refused (Note [A peer of
 // another run is told so] in swarm/Directory.cpp), never for acting on what the frame says.

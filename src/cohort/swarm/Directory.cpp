@@ -139,7 +139,7 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
       Reader r(m.body);
       for (uint64_t n = r.u64(), i = 0; i < n && r.ok(); ++i) {
         const uint64_t size = r.u64();
-        if (const uint8_t* sealed = r.take(size)) take_in(sealed, size);
+        if (const uint8_t* sealed = r.take(size)) take_in(sealed, size, m.sender);
       }
     });
   if (transport_)
@@ -287,7 +287,7 @@ void Directory::run() {
 
 // A kRecord frame's body: the number of records, then each sealed record with its length.
 void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) {
-  std::vector<PeerRecord> to = peers();
+  std::vector<PeerRecord> to = with_others ? heartbeat_peers() : peers();
   std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
   if (with_others) {
     std::lock_guard lock(mutex_);
@@ -305,6 +305,7 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) 
       others.resize(kGossipRecords);
     }
   }
+  const double live_since = unix_now() - options_.record_ttl_s;
   for (const auto& peer : to) {
     Writer w;
     uint64_t count = 1;
@@ -312,8 +313,30 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) 
     w.u64(count).u64(mine.size()).raw(mine.data(), mine.size());
     for (const auto& [key, sealed] : others)
       if (key != peer.key) w.u64(sealed.size()).raw(sealed.data(), sealed.size());
-    transport_->send(peer.key, peer.address, {MessageKind::kRecord, 0, 0}, w.out());
+    // To a peer whose record expired, addressed to whoever is there now, as a knock is: another process may
+    // have taken its address.
+    const bool live = peer.written_unix >= live_since;
+    transport_->send(live ? peer.key : PeerKey{}, peer.address, {MessageKind::kRecord, 0, 0}, w.out());
   }
+}
+
+// Note [A peer whose record expired still hears the heartbeat]
+// A record that arrives after its TTL (a machine so loaded that frames wait seconds in queues) makes its
+// peer dead to the receiver, which then stopped sending to it; when both sides of a pair did so they never
+// met again. At 64 peers on 2 cores a swarm split so in two for good: 23 peers waited 300 s for the other
+// 41 to start, while those trained among themselves (bench/scale.py, issue 41). The heartbeat also goes
+// to the peers whose last record expired less than kHeartbeatAfterDeathS ago (and that did not say they
+// were leaving), so the two sides meet again at the first record that arrives in time; a dead peer costs
+// a minute of heartbeats to its address (addressed to whoever is there, as a knock is). Changes of step or
+// readiness go to the live peers only.
+std::vector<PeerRecord> Directory::heartbeat_peers() const {
+  std::lock_guard lock(mutex_);
+  const double oldest = unix_now() - options_.record_ttl_s - kHeartbeatAfterDeathS;
+  std::vector<PeerRecord> out;
+  for (const auto& [key, entry] : records_)
+    if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest && !entry.record.leaving)
+      out.push_back(entry.record);
+  return out;
 }
 
 // Note [A peer that knows nobody knocks]: a peer that knows no live peer sends its record, every
@@ -359,7 +382,7 @@ void Directory::start_read() {
       dht::InfoHash::get(key_),
       [this](const std::vector<std::shared_ptr<dht::Value>>& values) {
         for (const auto& value : values)
-          if (value) take_in(value->data.data(), value->data.size());
+          if (value) take_in(value->data.data(), value->data.size(), PublicKey{});
         return true;
       },
       [this](bool) {
@@ -370,8 +393,15 @@ void Directory::start_read() {
       });
 }
 
-void Directory::take_in(const uint8_t* data, size_t size) {
-  auto opened = open(data, size, run_public_key_, static_cast<int64_t>(std::time(nullptr)));
+void Directory::take_in(const uint8_t* data, size_t size, const PeerKey& carrier) {
+  // Most records a heartbeat passes on are already here, at the same counter: dropped before their
+  // signature is checked (Note [A token's signature is checked once] in swarm/Auth.cpp says what that costs).
+  if (const auto claimed = claimed_header(data, size)) {
+    std::lock_guard lock(mutex_);
+    const auto held = records_.find(claimed->peer);
+    if (held != records_.end() && claimed->counter <= held->second.counter) return;
+  }
+  auto opened = open_carried(data, size, run_public_key_, static_cast<int64_t>(std::time(nullptr)), carrier);
   if (auto* why = std::get_if<std::string>(&opened)) {
     const std::string line = "swarm: refused a record from peer " + claimed_sender(data, size) + ": " + *why;
     std::unique_lock lock(mutex_);

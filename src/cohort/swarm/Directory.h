@@ -124,17 +124,22 @@ class Directory {
   bool has_contact() const;
   // Sends `mine` (sealed) to every live peer, with the others' records when `with_others` (the heartbeat).
   void send_direct(const std::vector<uint8_t>& mine, bool with_others);
+  // The live peers and those whose record expired less than kHeartbeatAfterDeathS ago (Note [A peer whose
+  // record expired still hears the heartbeat]).
+  std::vector<PeerRecord> heartbeat_peers() const;
   // Sends `mine` to swarm.initial_peers and the peers seen (Note [A peer that knows nobody knocks]).
   void knock(const std::vector<uint8_t>& mine);
   void put(const std::vector<uint8_t>& sealed);
   void start_read();
-  // Takes in one sealed record, from the DHT or from its peer: kept when newer than the last of that peer.
-  void take_in(const uint8_t* data, size_t size);
+  // Takes in one sealed record, from the DHT (no carrier: all zero) or in a frame of `carrier`: kept when
+  // newer than the last of that peer. The carrier's own record is vouched for by its frame (open_carried).
+  void take_in(const uint8_t* data, size_t size, const PeerKey& carrier);
   // A record or a refusal from a peer of another run (Note [A peer of another run is told so]).
   void take_in_foreign(const Message& m, const PeerKey& run_key);
 
-  static constexpr double kMinDirectGapS = 0.05;  // non-urgent record changes go out at most this often
-  static constexpr size_t kGossipRecords = 8;     // others' records a heartbeat passes on, at most
+  static constexpr double kMinDirectGapS = 0.05;       // non-urgent record changes go out at most this often
+  static constexpr size_t kGossipRecords = 8;          // others' records a heartbeat passes on, at most
+  static constexpr double kHeartbeatAfterDeathS = 60;  // heartbeats still go to a peer this long after its TTL
 
   PeerIdentity me_;
   PeerKey run_public_key_;

@@ -321,6 +321,58 @@ TEST_F(SwarmAuthTest, HugeLengthFieldIsRefusedWithoutOverflow) {
   EXPECT_TRUE(contains(refusal(frame, run_.public_key), "truncated frame"));
 }
 
+TEST_F(SwarmAuthTest, ATokenVerifiedOnceIsStillRefusedWhenExpiredOrEdited) {
+  // check_token remembers a token whose signature verified (Note [A token's signature is checked once]):
+  // what it remembers must not let an expired or edited token through.
+  EXPECT_EQ(check_token(alice_.token, run_.public_key, kNow), "");
+  EXPECT_EQ(check_token(alice_.token, run_.public_key, kNow), "");
+  EXPECT_EQ(check_token(alice_.token, run_.public_key, kNow + 3600), "expired at 2023-11-14T23:13:20Z");
+  Token edited = alice_.token;
+  edited.expires_unix += 86400;
+  EXPECT_EQ(check_token(edited, run_.public_key, kNow), "bad signature");
+  Token other_peer = alice_.token;
+  other_peer.peer_public_key = bob_.token.peer_public_key;
+  EXPECT_EQ(check_token(other_peer, run_.public_key, kNow), "bad signature");
+  Token other_signature = alice_.token;
+  other_signature.signature = bob_.token.signature;
+  EXPECT_EQ(check_token(other_signature, run_.public_key, kNow), "bad signature");
+  // Remembered under one run key, a token is not good for another's.
+  const RunKey other = generate_run_key();
+  EXPECT_EQ(check_token(alice_.token, other.public_key, kNow), "signed by another run key");
+}
+
+TEST_F(SwarmAuthTest, AFrameCarriedByItsOwnSenderIsVouchedForByTheCarrier) {
+  std::vector<uint8_t> record = seal(alice_, kBroadcast, 9, payload_);
+  record[kFrameHeaderBytes + 1] ^= 0x01;  // its own signature no longer matches
+  const auto opened_by = [&](const PublicKey& carrier) {
+    auto opened = open_carried(record.data(), record.size(), run_.public_key, kNow, carrier);
+    const std::string* reason = std::get_if<std::string>(&opened);
+    return reason ? *reason : std::string();
+  };
+  // Inside a frame Alice sealed, her own record's bytes are hers: that frame's signature covers them.
+  EXPECT_EQ(opened_by(alice_.token.peer_public_key), "");
+  // Carried by anyone else, or read from the DHT (no carrier), it is checked in full.
+  EXPECT_EQ(opened_by(bob_.token.peer_public_key), "bad frame signature");
+  EXPECT_EQ(opened_by(PublicKey{}), "bad frame signature");
+  // Its token is checked even when it is vouched for.
+  auto expired = open_carried(record.data(), record.size(), run_.public_key, kNow + 7200, alice_.token.peer_public_key);
+  ASSERT_TRUE(std::holds_alternative<std::string>(expired));
+  EXPECT_TRUE(contains(std::get<std::string>(expired), "expired")) << std::get<std::string>(expired);
+}
+
+TEST_F(SwarmAuthTest, ClaimedHeaderReadsTheSenderAndCounterWithoutTrustingThem) {
+  const std::vector<uint8_t> frame = seal(alice_, bob_.token.peer_public_key, 1234, payload_);
+  const auto claimed = claimed_header(frame.data(), frame.size());
+  ASSERT_TRUE(claimed.has_value());
+  EXPECT_EQ(claimed->peer, alice_.token.peer_public_key);
+  EXPECT_EQ(claimed->counter, 1234u);
+  EXPECT_FALSE(claimed_header(frame.data(), 10).has_value());
+  EXPECT_FALSE(claimed_header(nullptr, 0).has_value());
+  std::vector<uint8_t> not_a_frame = frame;
+  not_a_frame[0] = 'X';
+  EXPECT_FALSE(claimed_header(not_a_frame.data(), not_a_frame.size()).has_value());
+}
+
 TEST_F(SwarmAuthTest, FrameWithAnotherPeersTokenIsRefused) {
   // Alice's frame presented under Bob's (valid) token: the frame signature is Alice's, not Bob's.
   std::vector<uint8_t> frame = seal(alice_, kBroadcast, 1, payload_);
