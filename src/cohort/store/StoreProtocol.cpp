@@ -308,7 +308,8 @@ std::string encode_auth_refused(std::string_view reason) {
 Mac decode_auth_reply(std::string_view payload) {
   if (payload.substr(0, 4) == std::string_view(kAuthRefused, 4))
     throw CommError("the rendezvous store refused this process: " + std::string(payload.substr(4)),
-                    "give every process the same secret: COHORT_TOKEN, or --token-file with the same file");
+                    "the reason above says what to change; a refused proof means another secret: give every "
+                    "process the same COHORT_TOKEN, or --token-file with the same file");
   Reader in(payload, "store handshake reply");
   in.magic(kAuthOk);
   auto mac = fixed<kMacBytes>(in);

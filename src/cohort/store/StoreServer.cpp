@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,13 +31,11 @@ using Clock = std::chrono::steady_clock;
 
 // A peer that connects and then sends nothing (or dribbles bytes) must not hold a slot forever.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
-// More connections than a job has threads that talk to the store: what is beyond is a flood. Kept well
-// under the usual 1024-descriptor limit, so a flood cannot starve the host process (rank 0's Gloo
-// sockets, its checkpoint files) of descriptors.
-constexpr size_t kMaxConnections = 512;
 // Connections that have not proved the secret yet: a stranger opening many of them evicts its own oldest
-// ones, never the job's authenticated connections.
+// ones, never the job's authenticated connections (Note [A crowd of ranks is not a flood]).
 constexpr size_t kMaxUnauthenticated = 64;
+// How long the oldest of them may wait before a newcomer evicts it: many times an honest handshake.
+constexpr auto kHandshakeGrace = std::chrono::milliseconds(500);
 // Past this much unsent reply data, stop reading a connection's requests until it reads its replies.
 constexpr size_t kMaxPendingOut = 2 * static_cast<size_t>(kMaxFrameBytes);
 // Refusals are logged one line each up to this many, then counted only: a port scan must not flood
@@ -82,6 +81,24 @@ struct Waiter {
 
 }  // namespace
 
+// Note [Descriptors for a thousand ranks]
+// The store used to keep 512 connections at most, under the usual soft limit of 1,024 descriptors. A rank
+// holds one or two connections (its calls and its heartbeat), so a job past about 256 ranks could not
+// start. The host raises its own soft descriptor limit to the hard one (as Go's runtime does at start;
+// Debian's hard limit is 1,048,576, or 524,288 under systemd), and keeps half of what it then has for
+// the store, so the process's Gloo sockets and checkpoint files still have the other half.
+static size_t connection_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return 512;
+  if (r.rlim_cur != RLIM_INFINITY && (r.rlim_max == RLIM_INFINITY || r.rlim_cur < r.rlim_max)) {
+    rlimit raised = r;
+    raised.rlim_cur = r.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : r.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) r = raised;
+  }
+  const rlim_t half = r.rlim_cur == RLIM_INFINITY ? rlim_t{1} << 19 : r.rlim_cur / 2;
+  return static_cast<size_t>(std::clamp<rlim_t>(half, 16, 65536));
+}
+
 struct StoreServer::Impl {
   std::string address;
   uint16_t port = 0;
@@ -91,6 +108,7 @@ struct StoreServer::Impl {
   int wake_fd = -1;
   std::atomic<int64_t> refused{0};
   Clock::time_point accept_paused_until{};
+  size_t max_connections = connection_limit();
   std::thread thread;
 
   std::map<int, Conn> conns;
@@ -282,8 +300,38 @@ struct StoreServer::Impl {
     }
   }
 
+  // Note [A crowd of ranks is not a flood]
+  // Past kMaxUnauthenticated connections waiting to prove the secret, a newcomer used to evict the oldest
+  // at once. That held off a stranger holding connections open, but 1,024 ranks connecting together
+  // evicted each other before any could answer its challenge, again at every retry: every rank failed
+  // after dist.timeout_s (bench/store_latency, issue 41; c10d's TCPStore took 0.43 s). Now the rest wait
+  // in the kernel's backlog while the oldest is younger than kHandshakeGrace (an honest proof takes one
+  // round trip), and only an older one is evicted: a crowd gets in as fast as it proves the secret, and
+  // strangers still cannot hold the door for more than the grace.
+  // Whether a newcomer may be accepted now: fewer than kMaxUnauthenticated connections wait to prove the
+  // secret, or the oldest of them has had its grace (and is dropped for it). If not, `resume` is when the
+  // oldest's grace ends.
+  bool make_room(Clock::time_point& resume) {
+    size_t unauthenticated = 0;
+    auto oldest = conns.end();
+    for (auto it = conns.begin(); it != conns.end(); ++it)
+      if (!it->second.authed && !it->second.closing) {
+        ++unauthenticated;
+        if (oldest == conns.end() || it->second.opened < oldest->second.opened) oldest = it;
+      }
+    if (unauthenticated < kMaxUnauthenticated || oldest == conns.end()) return true;
+    if (Clock::now() - oldest->second.opened < kHandshakeGrace) {
+      resume = std::min(resume, oldest->second.opened + kHandshakeGrace);
+      return false;
+    }
+    refuse(oldest->second, "too many connections waiting to prove the secret; the oldest is dropped", false);
+    return true;
+  }
+
   void accept_all() {
     for (;;) {
+      auto resume = Clock::time_point::max();
+      if (!make_room(resume)) return;
       sockaddr_in sa{};
       socklen_t len = sizeof sa;
       const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -292,20 +340,7 @@ struct StoreServer::Impl {
         if (errno == EMFILE || errno == ENFILE) accept_paused_until = Clock::now() + std::chrono::milliseconds(200);
         return;
       }
-      if (conns.size() >= kMaxConnections) {
-        close(fd);
-        ++refused;
-        continue;
-      }
-      size_t unauthenticated = 0;
-      auto oldest = conns.end();
-      for (auto it = conns.begin(); it != conns.end(); ++it)
-        if (!it->second.authed && !it->second.closing) {
-          ++unauthenticated;
-          if (oldest == conns.end() || it->second.opened < oldest->second.opened) oldest = it;
-        }
-      if (unauthenticated >= kMaxUnauthenticated && oldest != conns.end())
-        refuse(oldest->second, "too many connections waiting to prove the secret; the oldest is dropped", false);
+      const bool over = conns.size() >= max_connections;
       const int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       Conn c;
@@ -314,7 +349,13 @@ struct StoreServer::Impl {
       c.nonce = random_nonce();
       c.opened = Clock::now();
       c.out = frame(encode_hello(c.nonce));
-      conns.emplace(fd, std::move(c));
+      auto& added = conns.emplace(fd, std::move(c)).first->second;
+      if (over)
+        refuse(added,
+               "the store holds " + std::to_string(max_connections) + " connections, its limit (half of the " +
+                   std::to_string(2 * max_connections) + " descriptors ulimit -n allows rank 0's process): raise " +
+                   "ulimit -n (the hard limit) where rank 0 runs",
+               true);
     }
   }
 
@@ -324,6 +365,8 @@ struct StoreServer::Impl {
       const auto now = Clock::now();
       auto next = now + std::chrono::seconds(1);
       for (const auto& w : waiters) next = std::min(next, w.deadline);
+      const bool accepting = now >= accept_paused_until && make_room(next);
+      if (accept_paused_until > now) next = std::min(next, accept_paused_until);
       for (auto& [fd, c] : conns)
         if (!c.authed) {
           if (now - c.opened > kHandshakeTimeout && !c.closing) refuse(c, "it sent no handshake within 5 s", false);
@@ -345,7 +388,7 @@ struct StoreServer::Impl {
       }
       fds.clear();
       fds.push_back({wake_fd, POLLIN, 0});
-      fds.push_back({listen_fd, static_cast<short>(Clock::now() < accept_paused_until ? 0 : POLLIN), 0});
+      fds.push_back({listen_fd, static_cast<short>(accepting ? POLLIN : 0), 0});
       for (auto& [fd, c] : conns) {
         const bool read = !c.closing && c.out.size() < kMaxPendingOut;
         fds.push_back({fd, static_cast<short>((read ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
@@ -401,7 +444,7 @@ StoreServer::StoreServer(const std::string& bind_address, uint16_t port, std::st
           "on node 0, --master-addr must name one of its own addresses (see `ip -4 addr`)");
     throw CommError("cannot host the rendezvous store at " + where + ": " + std::strerror(err));
   }
-  if (listen(s.listen_fd, 512) != 0)
+  if (listen(s.listen_fd, SOMAXCONN) != 0)  // a job's ranks connect at once: Note [A crowd of ranks is not a flood]
     throw CommError("cannot listen for the rendezvous store at " + where + ": " + std::strerror(errno));
   socklen_t len = sizeof sa;
   getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&sa), &len);

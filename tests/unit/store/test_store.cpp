@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -247,6 +249,34 @@ TEST(AuthStore, StrangersHoldingConnectionsOpenCannotLockTheJobOut) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
   EXPECT_GE(s.server->refused(), 36);
   EXPECT_NE(s.joined().find("too many connections waiting to prove the secret"), std::string::npos) << s.joined();
+}
+
+TEST(AuthStore, AThousandRanksConnectingAtOnceAllGetIn) {
+  // Note [A crowd of ranks is not a flood]: 1,024 clients connecting together used to evict each other
+  // before any proved the secret, and every one failed. Each thread is a rank: it connects, sets its
+  // address, counts itself in, and waits for the last one.
+  Server s("secret");
+  constexpr int kRanks = 1024;
+  std::atomic<int> through{0};
+  std::mutex errors_mutex;
+  std::string first_error;
+  std::vector<std::thread> ranks;
+  for (int i = 0; i < kRanks; ++i)
+    ranks.emplace_back([&, i] {
+      try {
+        auto store = c10::make_intrusive<AuthStore>("127.0.0.1", s.server->port(), "secret", 60s);
+        store->set("address/" + std::to_string(i), b("10.0.0.1:29500"));
+        if (store->add("arrived", 1) == kRanks) store->set("go", b("1"));
+        store->get("go");
+        ++through;
+      } catch (const std::exception& e) {
+        std::lock_guard lock(errors_mutex);
+        if (first_error.empty()) first_error = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(through.load(), kRanks) << first_error;
+  EXPECT_EQ(s.server->refused(), 0) << s.joined();
 }
 
 TEST(AuthStore, AClientThatLeavesMidWaitDoesNotLeaveItsWaitBehind) {
