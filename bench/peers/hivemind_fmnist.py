@@ -97,6 +97,15 @@ def main():
     p.add_argument("--eval-every-steps", type=int, default=0); p.add_argument("--events", default="")
     p.add_argument("--run-id", default="fmnist"); p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stall-s", type=float, default=2.0, help="report opt.step() calls slower than this")
+    p.add_argument("--model", choices=["resnet", "mlp"], default="resnet",
+                   help="resnet: the shared peer's; mlp: cohort's model.name=mlp at its default width (784-32-32-10, "
+                        "ReLU), for bench/scale.py")
+    p.add_argument("--target-group-size", type=int, default=0,
+                   help="the averagers' target_group_size (0: Hivemind's default, None: every ready peer)")
+    p.add_argument("--start-peers", type=int, default=0,
+                   help="train only once the progress tracker sees this many peers (as cohort's "
+                        "swarm.min_peers_to_start), waiting at most --load-state-timeout")
+    p.add_argument("--epoch-events", action="store_true", help="one event per global epoch: {\"t\", \"epoch\"}")
     p.add_argument("--compression", choices=["none", "fp16", "int8"], default="none",
                    help="fp16: Float16Compression for the gradients and the background state averaging; "
                         "int8: Uniform8BitQuantization for the gradients, Float16Compression for the state")
@@ -112,7 +121,9 @@ def main():
     peer = shared_peer()
     x, y = peer.load("train"); xt, yt = peer.load("t10k")
     torch.manual_seed(0)  # identical initial weights on every peer, as in the shared peer
-    model = peer.net()
+    model = peer.net() if a.model == "resnet" else torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(784, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+        torch.nn.Linear(32, 10))
     T, B = a.target_batch_size, a.batch
     total_epochs = max(1, a.max_samples // T)
     lr_scale = T / 128
@@ -149,7 +160,21 @@ def main():
             matchmaking_time=a.matchmaking_time, averaging_timeout=a.averaging_timeout,
             load_state_timeout=a.load_state_timeout, extra_tensors=bn_stats,
             use_local_updates=False, delay_optimizer_step=False, delay_grad_averaging=False, verbose=False,
+            averager_opts=dict(target_group_size=a.target_group_size) if a.target_group_size else None,
             **compression(a.compression))
+        if a.start_peers > 1:
+            # Each peer signs in under one DHT key (a subkey each); training starts when all have. The progress
+            # tracker cannot say it: a peer appears there only once it reports progress, after its first step.
+            from hivemind.utils import get_dht_time
+            key, seen, deadline = f"{a.run_id}_started", 0, time.time() + a.load_state_timeout
+            while seen < a.start_peers:
+                if time.time() > deadline:
+                    raise RuntimeError(f"{seen} of {a.start_peers} peers seen within {a.load_state_timeout} s")
+                dht.store(key, subkey=a.peer_index, value=1, expiration_time=get_dht_time() + 600)
+                found = dht.get(key, latest=True)
+                seen = len(found.value) if found is not None and isinstance(found.value, dict) else 0
+                time.sleep(0.5)
+            emit(started=True, peers=seen)
 
         # This peer's sample order: the whole training set, its own seed per pass (pass * npeers + index, so no
         # two peers or passes share a permutation), consumed B samples at a time.
@@ -178,6 +203,8 @@ def main():
             ep = opt.local_epoch
             if ep != last_epoch:  # epoch may jump by more than one when this peer loads state from others
                 now = time.time()
+                if a.epoch_events:
+                    emit(epoch=ep)
                 stats["max_epoch_gap_s"] = max(stats["max_epoch_gap_s"], now - last_epoch_t)
                 last_epoch, last_epoch_t = ep, now
                 if a.eval_every_steps and (ep // a.eval_every_steps > last_eval // a.eval_every_steps
@@ -206,7 +233,10 @@ def main():
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the report short
         epoch = opt.local_epoch if opt is not None else 0
+        # The sum of the weights: peers that averaged every step end with the same one.
+        weights_sum = float(sum(p.detach().double().sum() for p in model.parameters()))
         emit(done=True, status=status, wall_s=round(time.time() - t0, 3), epoch=epoch, samples=epoch * T,
+             weights_sum=weights_sum,
              total_epochs=total_epochs, npeers=a.npeers, batch=B, target_batch_size=T,
              max_step_s=round(stats.pop("max_step_s"), 3), max_epoch_gap_s=round(stats.pop("max_epoch_gap_s"), 3),
              hivemind=hivemind.__version__, torch=torch.__version__, **stats)

@@ -391,5 +391,17 @@ TEST(Swarm, AnExpiredTokenOrNoneIsRefusedAtStart) {
   EXPECT_NE(r.output.find("cohort swarm keygen"), std::string::npos) << r.output;
 }
 
+TEST(Swarm, APeerWaitingForPeersThatNeverComeStopsAtTheTimeoutAndSaysWhatItSaw) {
+  SKIP_WITHOUT_SWARM();
+  const auto dir = fresh_dir("swarm-start-wait");
+  auto r = cohort_train(peer_args(dir, 31, 0, {"swarm.min_peers_to_start=3", "dist.timeout_s=3"}), 120);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("1 of the 3 peers swarm.min_peers_to_start asks for are live after dist.timeout_s = 3 s "
+                          "(at most 1 at once; 1 different peers seen)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("lower swarm.min_peers_to_start"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace cohort::testing

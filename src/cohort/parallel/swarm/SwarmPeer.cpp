@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
@@ -104,12 +105,13 @@ void SwarmPeer::wait_for_peers(int64_t count, double timeout_s) {
   if (count <= 1) return;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(timeout_s);
-  size_t seen = 0;
+  size_t seen = 0, most = 0;
   auto next_report = start + std::chrono::seconds(5);
   while (std::chrono::steady_clock::now() < deadline) {
     const auto peers = directory_->fresh_peers(0.5);
     check_membership(peers);
     seen = peers.size();
+    most = std::max(most, seen);
     // Where it stands every 5 s, so that a wait for peers that never come does not look like a hang.
     if (std::chrono::steady_clock::now() >= next_report && static_cast<int64_t>(seen) + 1 < count) {
       std::string names;
@@ -124,11 +126,17 @@ void SwarmPeer::wait_for_peers(int64_t count, double timeout_s) {
       return;
     }
   }
-  throw CommError(
-      "swarm: " + std::to_string(seen + 1) + " of the " + std::to_string(count) +
-          " peers swarm.min_peers_to_start asks for were found within dist.timeout_s = " + std::to_string(timeout_s) +
-          " s",
-      "start the other peers (with swarm.initial_peers naming a live one), or lower swarm.min_peers_to_start");
+  // How many were live at once at best, and how many were ever seen, tell peers that never came from peers
+  // that came but whose records arrived too late to count (a machine out of CPU: issue 41).
+  char within[32];
+  std::snprintf(within, sizeof within, "%g", timeout_s);
+  throw CommError("swarm: " + std::to_string(seen + 1) + " of the " + std::to_string(count) +
+                      " peers swarm.min_peers_to_start asks for are live after dist.timeout_s = " + within +
+                      " s (at most " + std::to_string(most + 1) + " at once; " +
+                      std::to_string(directory_->peers_seen() + 1) + " different peers seen)",
+                  "start the other peers (with swarm.initial_peers naming a live one), or lower "
+                  "swarm.min_peers_to_start; if more were seen than were ever live at once, the machines are "
+                  "too loaded for records to arrive within swarm.peer_ttl_s: raise it");
 }
 
 SwarmPeer::~SwarmPeer() {
