@@ -283,6 +283,43 @@ TEST(SwarmDirectory, ANewcomerKnockingOnOnePeerMeetsEveryPeerThroughItsHeartbeat
   EXPECT_EQ(seen, 3u);
 }
 
+// Note [A peer whose record expired still hears the heartbeat]: B falls silent for longer than the TTL
+// (its heartbeat is 100 s away), so A's and C's records of it expire. Before, they then stopped sending
+// to B (each still knows a live peer, so neither knocks), B's records of them expired in turn, and B's
+// next change went to nobody: B never met them again without the DHT (read here only every 100 s). Now
+// their heartbeats still reach B, so B still knows them, and B's next step reaches them at once.
+TEST(SwarmDirectory, APeerWhoseRecordExpiredMeetsTheOthersAgainAtItsNextChange) {
+  Logs logs;
+  const auto run = generate_run_key();
+  DirectoryOptions d;
+  d.announce_s = 0.2;
+  d.record_ttl_s = 1;
+  d.dht_put_s = d.dht_read_s = d.dht_read_known_s = 100;
+  DirectoryOptions silent = d;
+  silent.announce_s = 100;
+  Peer a(run, 81, "", logs, d), c(run, 83, a.transport.address(), logs, d);
+  Peer b(run, 82, a.transport.address(), logs, silent);
+  for (auto* p : {&a, &b, &c}) p->directory.announce({{}, p->transport.address(), 1, 0, 1.0, false, false, 0});
+  const auto step_of = [](Peer& viewer, const Peer& seen) {
+    for (const auto& r : viewer.directory.peers())
+      if (r.key == seen.transport.key()) return r.step;
+    return int64_t{-1};
+  };
+  auto deadline = Clock::now() + 10s;
+  while (Clock::now() < deadline && !(step_of(a, b) == 1 && step_of(b, a) == 1 && step_of(b, c) == 1))
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(step_of(a, b) == 1 && step_of(b, a) == 1 && step_of(b, c) == 1);
+  std::this_thread::sleep_for(2500ms);  // B sent nothing since: its record at A and C is past the TTL
+  EXPECT_EQ(step_of(a, b), -1);
+  EXPECT_EQ(step_of(a, c), 1);
+  EXPECT_EQ(step_of(b, a), 1) << "A's heartbeat no longer reaches B";
+  b.directory.announce({{}, b.transport.address(), 2, 0, 1.0, false, false, 0});
+  deadline = Clock::now() + 3s;
+  while (Clock::now() < deadline && !(step_of(a, b) == 2 && step_of(c, b) == 2)) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(step_of(a, b), 2);
+  EXPECT_EQ(step_of(c, b), 2);
+}
+
 // Every member contributes (rank + 1) everywhere with weight (rank + 1): the weighted mean of 1, 2, 3
 // with weights 1, 2, 3 is 14 / 6.
 TEST(SwarmAverager, AGroupAveragesByWeightAndEveryMemberGetsTheSameBits) {
