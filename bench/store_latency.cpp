@@ -60,7 +60,7 @@ nlohmann::json rendezvous(const std::function<c10::intrusive_ptr<c10d::Store>()>
       try {
         auto store = connect();
         store->set("address/" + std::to_string(i), address);
-        if (store->add("arrived", 1) == clients) store->set("go", {1});
+        if (store->add("arrived", 1) == clients) store->set("go", std::vector<uint8_t>{1});
         store->get("go");
       } catch (const std::exception& e) {
         ++failed;
