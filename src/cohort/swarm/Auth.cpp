@@ -321,9 +321,10 @@ std::chrono::seconds parse_ttl(const std::string& text) {
 // it each time: two Ed25519 verifications per frame or record, where the token is one of a few hundred
 // that never change. At 64 swarm peers on 2 cores, libsodium took 74% of the machine (perf, issue 41),
 // and rounds failed for want of CPU. A token whose signature verified is remembered, by all of its
-// bytes and the run key that verified it, so it is checked once per process; its expiry is still checked
-// at every use. Only a good signature is remembered (a forged token costs its sender a verification each
-// time, as before), and the set is emptied when it reaches kMaxVerifiedTokens, far above any run's peers.
+// bytes (the run key that signed it among them), so it is checked once per process; its expiry is still
+// checked at every use. Only a good signature is remembered (a forged token costs its sender a
+// verification each time, as before), and the set is emptied when it reaches kMaxVerifiedTokens, far
+// above any run's peers.
 namespace {
 class VerifiedTokens {
  public:
@@ -331,24 +332,33 @@ class VerifiedTokens {
     static VerifiedTokens tokens;
     return tokens;
   }
-  bool contains(const std::vector<uint8_t>& message, const Signature& signature) {
+  bool contains(const Token& token) {
+    const auto key = bytes(token);
     std::lock_guard lock(mutex_);
-    return verified_.count(whole(message, signature)) > 0;
+    return verified_.count(key) > 0;
   }
-  void add(const std::vector<uint8_t>& message, const Signature& signature) {
+  void add(const Token& token) {
+    const auto key = bytes(token);
     std::lock_guard lock(mutex_);
     if (verified_.size() >= kMaxVerifiedTokens) verified_.clear();
-    verified_.insert(whole(message, signature));
+    verified_.insert(key);
   }
 
  private:
   static constexpr size_t kMaxVerifiedTokens = 65536;
-  static std::vector<uint8_t> whole(std::vector<uint8_t> message, const Signature& signature) {
-    message.insert(message.end(), signature.begin(), signature.end());
-    return message;
+  // All of a token: its run key, peer key, expiry and signature (what the run key signed, and the signature).
+  using Bytes = std::array<uint8_t, kTokenBytes>;
+  static Bytes bytes(const Token& t) {
+    Bytes b{};
+    std::memcpy(b.data(), t.run_public_key.data(), 32);
+    std::memcpy(b.data() + 32, t.peer_public_key.data(), 32);
+    const auto expires = static_cast<uint64_t>(t.expires_unix);
+    for (size_t i = 0; i < 8; ++i) b[64 + i] = static_cast<uint8_t>(expires >> (8 * i));
+    std::memcpy(b.data() + 72, t.signature.data(), 64);
+    return b;
   }
   std::mutex mutex_;
-  std::set<std::vector<uint8_t>> verified_;
+  std::set<Bytes> verified_;
 };
 }  // namespace
 
@@ -356,13 +366,13 @@ std::string check_token(const Token& token, const PublicKey& our_run_public_key,
   ensure_sodium();
   if (token.run_public_key != our_run_public_key) return kTokenOfAnotherRun;
   // The signature is checked before the expiry so that "expired" is only ever said of a token the run issued.
-  // The message holds the run key, so a token remembered for one run key is never taken for another's.
+  // A remembered token holds its run key, which is ours here: it is never taken for another run's.
   std::vector<uint8_t> msg = token_message(token.run_public_key, token.peer_public_key, token.expires_unix);
   auto& verified = VerifiedTokens::instance();
-  if (!verified.contains(msg, token.signature)) {
+  if (!verified.contains(token)) {
     if (crypto_sign_verify_detached(token.signature.data(), msg.data(), msg.size(), our_run_public_key.data()) != 0)
       return "bad signature";
-    verified.add(msg, token.signature);
+    verified.add(token);
   }
   if (now_unix >= token.expires_unix) return "expired at " + utc_time(token.expires_unix);
   return {};
