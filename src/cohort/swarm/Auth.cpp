@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <system_error>
+#include <tuple>
 
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
@@ -332,33 +333,23 @@ class VerifiedTokens {
     static VerifiedTokens tokens;
     return tokens;
   }
-  bool contains(const Token& token) {
-    const auto key = bytes(token);
+  bool contains(const Token& t) {
     std::lock_guard lock(mutex_);
-    return verified_.count(key) > 0;
+    return verified_.count(key(t)) > 0;
   }
-  void add(const Token& token) {
-    const auto key = bytes(token);
+  void add(const Token& t) {
     std::lock_guard lock(mutex_);
     if (verified_.size() >= kMaxVerifiedTokens) verified_.clear();
-    verified_.insert(key);
+    verified_.insert(key(t));
   }
 
  private:
   static constexpr size_t kMaxVerifiedTokens = 65536;
-  // All of a token: its run key, peer key, expiry and signature (what the run key signed, and the signature).
-  using Bytes = std::array<uint8_t, kTokenBytes>;
-  static Bytes bytes(const Token& t) {
-    Bytes b{};
-    std::memcpy(b.data(), t.run_public_key.data(), 32);
-    std::memcpy(b.data() + 32, t.peer_public_key.data(), 32);
-    const auto expires = static_cast<uint64_t>(t.expires_unix);
-    for (size_t i = 0; i < 8; ++i) b[64 + i] = static_cast<uint8_t>(expires >> (8 * i));
-    std::memcpy(b.data() + 72, t.signature.data(), 64);
-    return b;
-  }
+  // All of a token: what the run key signed, and the signature.
+  using Key = std::tuple<PublicKey, PublicKey, int64_t, Signature>;
+  static Key key(const Token& t) { return {t.run_public_key, t.peer_public_key, t.expires_unix, t.signature}; }
   std::mutex mutex_;
-  std::set<Bytes> verified_;
+  std::set<Key> verified_;
 };
 }  // namespace
 
@@ -367,9 +358,9 @@ std::string check_token(const Token& token, const PublicKey& our_run_public_key,
   if (token.run_public_key != our_run_public_key) return kTokenOfAnotherRun;
   // The signature is checked before the expiry so that "expired" is only ever said of a token the run issued.
   // A remembered token holds its run key, which is ours here: it is never taken for another run's.
-  std::vector<uint8_t> msg = token_message(token.run_public_key, token.peer_public_key, token.expires_unix);
   auto& verified = VerifiedTokens::instance();
   if (!verified.contains(token)) {
+    const auto msg = token_message(token.run_public_key, token.peer_public_key, token.expires_unix);
     if (crypto_sign_verify_detached(token.signature.data(), msg.data(), msg.size(), our_run_public_key.data()) != 0)
       return "bad signature";
     verified.add(token);

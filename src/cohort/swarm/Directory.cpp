@@ -180,14 +180,15 @@ void Directory::announce_digest(int64_t step, uint64_t digest) {
   changed_.notify_all();
 }
 
-std::vector<PeerRecord> Directory::peers() const {
+std::vector<PeerRecord> Directory::peers() const { return written_since(unix_now() - options_.record_ttl_s); }
+
+std::vector<PeerRecord> Directory::written_since(double oldest_unix) const {
   std::lock_guard lock(mutex_);
-  const double oldest = unix_now() - options_.record_ttl_s;
-  std::vector<PeerRecord> live;
+  std::vector<PeerRecord> out;
   for (const auto& [key, entry] : records_)
-    if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest && !entry.record.leaving)
-      live.push_back(entry.record);
-  return live;
+    if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest_unix && !entry.record.leaving)
+      out.push_back(entry.record);
+  return out;
 }
 
 std::vector<PeerRecord> Directory::fresh_peers(double timeout_s) {
@@ -330,13 +331,7 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) 
 // a minute of heartbeats to its address (addressed to whoever is there, as a knock is). Changes of step or
 // readiness go to the live peers only.
 std::vector<PeerRecord> Directory::heartbeat_peers() const {
-  std::lock_guard lock(mutex_);
-  const double oldest = unix_now() - options_.record_ttl_s - kHeartbeatAfterDeathS;
-  std::vector<PeerRecord> out;
-  for (const auto& [key, entry] : records_)
-    if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest && !entry.record.leaving)
-      out.push_back(entry.record);
-  return out;
+  return written_since(unix_now() - options_.record_ttl_s - kHeartbeatAfterDeathS);
 }
 
 // Note [A peer that knows nobody knocks]: a peer that knows no live peer sends its record, every

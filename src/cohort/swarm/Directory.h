@@ -127,6 +127,8 @@ class Directory {
   // The live peers and those whose record expired less than kHeartbeatAfterDeathS ago (Note [A peer whose
   // record expired still hears the heartbeat]).
   std::vector<PeerRecord> heartbeat_peers() const;
+  // The other peers' records written since `oldest_unix`, of peers that did not say they were leaving.
+  std::vector<PeerRecord> written_since(double oldest_unix) const;
   // Sends `mine` to swarm.initial_peers and the peers seen (Note [A peer that knows nobody knocks]).
   void knock(const std::vector<uint8_t>& mine);
   void put(const std::vector<uint8_t>& sealed);
