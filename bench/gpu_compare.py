@@ -37,6 +37,12 @@ def parse_args():
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cuda-graph", action="store_true", help="pass --cuda-graph to both")
+    ap.add_argument("--cohort-loop", action="store_true",
+                    help="resnet50: also run cohort with --foreach false (the per-parameter optimizer loop) "
+                         "in every round, as impl cohort_loop")
+    ap.add_argument("--phases", action="store_true",
+                    help="resnet50: after the rounds, one run of each impl with --phases (a sync after each "
+                         "part of the step) per precision; the times per part go under \"phase_ms\"")
     ap.add_argument("--timeout", type=float, default=240, help="seconds one run may take")
     ap.add_argument("--deadline", type=float, default=0,
                     help="unix time after which no new run starts (0: none); skipped runs are reported")
@@ -78,8 +84,11 @@ class Runner:
         self.count = 0
 
     def command(self, impl, args):
-        base = shlex.split(self.a.cohort_bench) if impl == "cohort" else [self.a.python, self.a.peer]
+        cohort = impl.startswith("cohort")
+        base = shlex.split(self.a.cohort_bench) if cohort else [self.a.python, self.a.peer]
         extra = ["--device", self.a.device] + (["--cuda-graph"] if self.a.cuda_graph else [])
+        if impl == "cohort_loop":
+            extra += ["--foreach", "false"]
         return base + args + extra
 
     def run(self, impl, args, tag):
@@ -88,7 +97,7 @@ class Runner:
         if self.a.deadline and time.time() > self.a.deadline:
             self.failures += 1
             return {"error": "skipped: out of time (--deadline)", "command": shlex.join(cmd)}
-        if impl == "cohort" and not os.path.exists(cmd[0]):
+        if impl.startswith("cohort") and not os.path.exists(cmd[0]):
             self.failures += 1
             return {"error": f"{cmd[0]} not found (not built?)", "command": shlex.join(cmd)}
         self.count += 1
@@ -122,12 +131,11 @@ class Runner:
               f"{result.get('seconds', 0):.2f} s", file=sys.stderr)
         return result
 
-    def rounds(self, args, tag):
-        """--rounds rounds of (cohort, torch), the order swapped every round."""
-        runs = {"cohort": [], "torch": []}
+    def rounds(self, args, tag, impls=("cohort", "torch")):
+        """--rounds rounds of each impl, the order reversed every other round."""
+        runs = {impl: [] for impl in impls}
         for r in range(self.a.rounds):
-            order = ["cohort", "torch"] if r % 2 == 0 else ["torch", "cohort"]
-            for impl in order:
+            for impl in (impls if r % 2 == 0 else impls[::-1]):
                 runs[impl].append(self.run(impl, args, tag))
         return runs
 
@@ -168,12 +176,29 @@ def bench_resnet50(a, runner, smi):
         args = ["--model", a.r50_model, "--batch", str(a.r50_batch), "--image", str(a.r50_image),
                 "--classes", str(a.r50_classes), "--precision", precision, "--channels-last",
                 "--steps", str(a.r50_steps), "--warmup", str(a.r50_warmup)]
-        runs = runner.rounds(args, f"{a.r50_model}-{precision}")
+        impls = ("cohort", "torch") + (("cohort_loop",) if a.cohort_loop else ())
+        runs = runner.rounds(args, f"{a.r50_model}-{precision}", impls)
         c, t = summarize(runs["cohort"], "images_per_second"), summarize(runs["torch"], "images_per_second")
-        out["modes"][precision] = {"cohort_images_per_second": c, "torch_images_per_second": t,
-                                   "ratio_cohort_over_torch": ratio(c, t)}
+        mode = {"cohort_images_per_second": c, "torch_images_per_second": t,
+                "ratio_cohort_over_torch": ratio(c, t)}
+        if a.cohort_loop:
+            loop = summarize(runs["cohort_loop"], "images_per_second")
+            mode["cohort_loop_images_per_second"] = loop
+            mode["ratio_cohort_loop_over_torch"] = ratio(loop, t)
+        out["modes"][precision] = mode
         out.setdefault("torch_version", t.get("version"))
         out.setdefault("libtorch_version", c.get("version"))
+    if a.phases:
+        for precision in [p for p in a.precisions.split(",") if p]:
+            args = ["--model", a.r50_model, "--batch", str(a.r50_batch), "--image", str(a.r50_image),
+                    "--classes", str(a.r50_classes), "--precision", precision, "--channels-last",
+                    "--steps", str(a.r50_steps), "--warmup", str(a.r50_warmup), "--phases"]
+            impls = ("cohort", "torch") + (("cohort_loop",) if a.cohort_loop else ())
+            phases = {}
+            for impl in impls:
+                r = runner.run(impl, args, f"{a.r50_model}-{precision}-phases")
+                phases[impl] = r.get("phase_ms") or {"error": r.get("error", "no phase_ms in its JSON")}
+            out["modes"][precision]["phase_ms"] = phases
     return out
 
 

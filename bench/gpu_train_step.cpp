@@ -9,6 +9,7 @@
 //   build/bench/gpu_train_step --device cpu --model resnet18 --batch 4 --image 64 --steps 2   # CPU smoke run
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include <torch/torch.h>
@@ -36,9 +37,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-  std::string model = "resnet50", precision = "fp32", device = "cuda";
+  std::string model = "resnet50", precision = "fp32", device = "cuda", foreach = "auto";
   int64_t batch = 0, image = 0, classes = 0, steps = 50, warmup = 10, epochs = 0, dataset_size = 50000;
-  bool channels_last = false, cuda_graph = false;
+  bool channels_last = false, cuda_graph = false, phases = false;
 };
 
 void sync(const c10::Device& d) {
@@ -47,6 +48,28 @@ void sync(const c10::Device& d) {
 #endif
 }
 
+// --phases: the device is synchronized after each part of a step and the time since the last mark is
+// added to that part, so a gap between cohort and the peer can be placed (forward, backward, unscale,
+// optimizer, zero_grad). The syncs cost time themselves: these runs are not the images/s runs.
+struct PhaseTimer {
+  bool on = false;
+  c10::Device device{c10::kCPU};
+  Clock::time_point last;
+  std::map<std::string, double> seconds;
+  void start() {
+    if (!on) return;
+    sync(device);
+    last = Clock::now();
+  }
+  void mark(const char* phase) {
+    if (!on) return;
+    sync(device);
+    const auto now = Clock::now();
+    seconds[phase] += std::chrono::duration<double>(now - last).count();
+    last = now;
+  }
+};
+
 // One training step of the peer's definition, on `x`, `y` already on the device.
 struct Stepper {
   std::shared_ptr<cohort::models::Classifier> model;
@@ -54,15 +77,19 @@ struct Stepper {
   cohort::amp::MasterWeights masters;
   std::unique_ptr<cohort::optim::Optimizer> opt;
   double smoothing;
+  PhaseTimer phases;
 
   at::Tensor forward_backward(const at::Tensor& x, const at::Tensor& y) {
+    phases.start();
     at::Tensor logits;
     {
       auto autocast = mp.autocast();
       logits = mp.logits(model->forward(mp.input(x)));
     }
     auto loss = cohort::train::training_loss(logits, y, {smoothing});
+    phases.mark("forward");
     mp.scale(loss).backward();
+    phases.mark("backward");
     return loss;
   }
   void update() {
@@ -71,13 +98,16 @@ struct Stepper {
     for (const auto& g : opt->groups())
       for (const auto& p : g.params) grads.push_back(p.grad());
     const bool overflow = mp.scaling() && cohort::amp::unscale_and_check(grads, 1.0 / mp.loss_scale());
+    phases.mark("unscale");
     if (!overflow) {
       opt->step(0.01);
       masters.master_to_model();
     }
     mp.after_step(overflow, 0);
+    phases.mark("optimizer");
     opt->zero_grad();
     masters.zero_model_grads();
+    phases.mark("zero_grad");
   }
 };
 
@@ -98,6 +128,9 @@ int main(int argc, char** argv) {
   app.add_option("--dataset-size", a.dataset_size);
   app.add_option("--device", a.device)->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_flag("--cuda-graph", a.cuda_graph, "capture forward and backward in a CUDA graph (fp32, bf16)");
+  app.add_option("--foreach", a.foreach, "optim.foreach: multi-tensor SGD (auto: on for CUDA)")
+      ->check(CLI::IsMember({"auto", "true", "false"}));
+  app.add_flag("--phases", a.phases, "time forward, backward, unscale, optimizer and zero_grad apart (syncs)");
   CLI11_PARSE(app, argc, argv);
   const bool airbench = a.model == "airbench94";
   if (!a.batch) a.batch = airbench ? 1024 : 256;
@@ -119,10 +152,12 @@ int main(int argc, char** argv) {
     mp.prepare_model(*model);
     cohort::OptimConfig oc;
     oc.lr = 0.01, oc.momentum = 0.9, oc.nesterov = true, oc.weight_decay = 5e-4, oc.decay_norm_and_bias = true;
+    oc.foreach = a.foreach;
     cohort::amp::MasterWeights masters(model->named_parameters());
     auto opt = cohort::optim::make_optimizer(
         oc, cohort::optim::split_groups(masters.optimizer_params(), {oc.weight_decay, true, 1.0}));
-    Stepper step{model, mp, std::move(masters), std::move(opt), airbench ? 0.2 : 0.1};
+    const bool foreach = cohort::optim::use_foreach(a.foreach, opt->groups());
+    Stepper step{model, mp, std::move(masters), std::move(opt), airbench ? 0.2 : 0.1, PhaseTimer{}};
     const auto f32 = at::TensorOptions().device(device);
     auto prep = [&](at::Tensor x) { return cohort::train::images_to(x, device, a.channels_last); };
 
@@ -204,6 +239,8 @@ int main(int argc, char** argv) {
       if (a.cuda_graph) note = "--cuda-graph skipped: this build has no CUDA";
 #endif
       for (int64_t w = 0; w < a.warmup; ++w) run_step();
+      step.phases = PhaseTimer{a.phases && !graph_used, device, {}, {}};
+      if (a.phases && graph_used) note = "--phases skipped: the step is a graph replay";
       sync(device);
       const auto t0 = Clock::now();
       for (int64_t s = 0; s < a.steps; ++s) run_step();
@@ -219,6 +256,7 @@ int main(int argc, char** argv) {
                           {"classes", a.classes},
                           {"channels_last", a.channels_last},
                           {"cuda_graph", graph_used},
+                          {"foreach", foreach},
                           {"steps", timed_steps},
                           {"warmup", a.warmup},
                           {"epochs", a.epochs ? nlohmann::json(a.epochs) : nlohmann::json()},
@@ -235,6 +273,11 @@ int main(int argc, char** argv) {
     }
 #endif
     if (mp.scaling()) out["final_loss_scale"] = mp.loss_scale();
+    if (step.phases.on) {
+      nlohmann::json ms;
+      for (const auto& [phase, sec] : step.phases.seconds) ms[phase] = 1e3 * sec / static_cast<double>(timed_steps);
+      out["phase_ms"] = ms;
+    }
     if (!note.empty()) out["note"] = note;
     std::cout << out.dump() << std::endl;
   } catch (const std::exception& e) {

@@ -66,6 +66,11 @@ def parse_args(argv=None):
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--cuda-graph", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--foreach", choices=["auto", "true", "false"], default="auto",
+                    help="torch.optim.SGD's foreach (auto: None, PyTorch's default: on for CUDA)")
+    ap.add_argument("--phases", action="store_true",
+                    help="sync after forward, backward, unscale, optimizer and zero_grad and time each (as "
+                         "gpu_train_step --phases); not for the images/s runs")
     a = ap.parse_args(argv)
     airbench = a.model == "airbench94"
     a.batch = a.batch or (1024 if airbench else 256)
@@ -198,32 +203,51 @@ class Step:
             self.master = [p.detach().float().clone() for p in self.params]
             for m in self.master:
                 m.grad = torch.zeros_like(m)
+        foreach = {"auto": None, "true": True, "false": False}[a.foreach]
         self.opt = torch.optim.SGD(self.master or self.params, lr=0.01, momentum=0.9, nesterov=True,
-                                   weight_decay=5e-4)
+                                   weight_decay=5e-4, foreach=foreach)
         self.scaler = make_grad_scaler() if a.precision in ("fp16", "fp16-master") else None
         self.autocast = autocast_factory(a)
         self.graph = None
         self.note = None
+        self.phase_seconds = None  # {phase: seconds} while --phases timing is on
+        self.last = 0.0
+
+    def mark(self, phase):
+        if self.phase_seconds is None:
+            return
+        torch.cuda.synchronize() if self.a.device == "cuda" else None
+        now = time.perf_counter()
+        if phase is not None:
+            self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + now - self.last
+        self.last = now
 
     def _forward_backward(self, x, y, autocast):
         with autocast():
             loss = self.loss_fn(self.model(x).float(), y)
+        self.mark("forward")
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
+        self.mark("backward")
         return loss
 
     def _optimizer_step(self):
         if self.scaler is None:
+            self.mark("unscale")
             self.opt.step()
+            self.mark("optimizer")
             return
         if self.master is not None:
             foreach_copy_([m.grad for m in self.master], [p.grad for p in self.params])
-        self.scaler.step(self.opt)  # unscales, skips the step on inf/NaN
+        self.scaler.unscale_(self.opt)  # what scaler.step would do first; timed apart
+        self.mark("unscale")
+        self.scaler.step(self.opt)  # skips the step on inf/NaN
         self.scaler.update()
         if self.master is not None:
             foreach_copy_([p.data for p in self.params], self.master)
+        self.mark("optimizer")
 
     def _clear_grads(self):
         # The master copies keep their .grad tensors: each step overwrites them from the model's grads.
@@ -234,7 +258,9 @@ class Step:
                 p.grad = None
 
     def eager(self, x, y):
+        self.mark(None)
         self._clear_grads()
+        self.mark("zero_grad")
         self._forward_backward(x, y, self.autocast)
         self._optimizer_step()
 
@@ -356,6 +382,10 @@ def main(argv=None):
             step.capture(x, y)
         for _ in range(a.warmup):
             step.run(x, y)
+        if a.phases and not use_graph:
+            step.phase_seconds = {}
+        elif a.phases:
+            notes.append("--phases skipped: the step is a graph replay")
         sync(a)
         t0 = time.perf_counter()
         for _ in range(a.steps):
@@ -375,6 +405,7 @@ def main(argv=None):
         "classes": a.classes,
         "channels_last": a.channels_last,
         "cuda_graph": use_graph,
+        "foreach": a.foreach,
         "steps": timed_steps,
         "warmup": a.warmup,
         "epochs": a.epochs or None,
@@ -385,6 +416,8 @@ def main(argv=None):
         "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
         "torch": torch.__version__,
     }
+    if step.phase_seconds is not None:
+        out["phase_ms"] = {k: 1e3 * v / timed_steps for k, v in sorted(step.phase_seconds.items())}
     if step.scaler is not None:
         out["final_loss_scale"] = float(step.scaler.get_scale())
     if notes:

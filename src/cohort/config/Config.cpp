@@ -149,10 +149,11 @@ Field field(std::string key, S TrainConfig::*section, V S::*member, std::string 
 }
 
 // A switch that may also be left to cohort: "auto", or any spelling of a bool, stored as auto|true|false.
-Field auto_bool_field(std::string key, std::string TrainLoopConfig::*member, std::string help) {
+template <class Section>
+Field auto_bool_field(std::string key, Section TrainConfig::*section, std::string Section::*member, std::string help) {
   Field f;
-  f.info = KeyInfo{key, "string", TrainConfig{}.train.*member, std::move(help), {"auto", "true", "false"}};
-  f.set = [key, member](TrainConfig& cfg, const std::string& text) {
+  f.info = KeyInfo{key, "string", TrainConfig{}.*section.*member, std::move(help), {"auto", "true", "false"}};
+  f.set = [key, section, member](TrainConfig& cfg, const std::string& text) {
     std::string v = text;
     std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
     if (v != "auto") {
@@ -162,9 +163,9 @@ Field auto_bool_field(std::string key, std::string TrainLoopConfig::*member, std
         bad_value(key, text, "expected auto, true or false", key + "=auto");
       }
     }
-    cfg.train.*member = v;
+    cfg.*section.*member = v;
   };
-  f.get = [member](const TrainConfig& cfg) { return nlohmann::json(cfg.train.*member); };
+  f.get = [section, member](const TrainConfig& cfg) { return nlohmann::json(cfg.*section.*member); };
   return f;
 }
 
@@ -246,7 +247,7 @@ const std::vector<Field>& fields() {
       field("train.device", &T::train, &TrainLoopConfig::device,
             "where the model trains: cuda (GPU local_rank), cpu, or auto (cuda when LibTorch sees a GPU)",
             {"auto", "cpu", "cuda"}),
-      auto_bool_field("train.channels_last", &TrainLoopConfig::channels_last,
+      auto_bool_field("train.channels_last", &T::train, &TrainLoopConfig::channels_last,
                       "conv nets: keep weights and images in channels-last (NHWC) memory format; auto: on for "
                       "convolutional models on CPU and on GPUs with tensor cores"),
       field("train.cudnn_benchmark", &T::train, &TrainLoopConfig::cudnn_benchmark,
@@ -267,6 +268,9 @@ const std::vector<Field>& fields() {
       field("optim.beta1", &T::optim, &OptimConfig::beta1, "adamw: first-moment decay", {}, in_range(0, 1)),
       field("optim.beta2", &T::optim, &OptimConfig::beta2, "adamw: second-moment decay", {}, in_range(0, 1)),
       field("optim.eps", &T::optim, &OptimConfig::eps, "adamw: denominator epsilon", {}, positive<double>()),
+      auto_bool_field("optim.foreach", &T::optim, &OptimConfig::foreach,
+                      "multi-tensor updates: one call per operation per parameter group (torch.optim's foreach); "
+                      "auto: on for parameters on CUDA, off on CPU (docs/optimizer.md)"),
       field("optim.clip_grad_norm", &T::optim, &OptimConfig::clip_grad_norm,
             "clip gradients to this global L2 norm, computed across all shards (0: no clipping)", {},
             non_negative<double>()),

@@ -70,6 +70,7 @@ struct OptimConfig {
   double eps = 1e-8;
   double clip_grad_norm = 0.0;
   double norm_lr_scale = 1.0;
+  std::string foreach = "auto";  // auto | true | false: multi-tensor updates (optim/Sgd.cpp)
 };
 
 struct SchedConfig {

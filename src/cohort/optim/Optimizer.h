@@ -73,11 +73,16 @@ class Optimizer {
   std::pair<size_t, size_t> locate(const std::string& key, const std::string& kind) const;
   void check_shape(const std::string& key, const at::Tensor& t, const at::Tensor& p) const;
   bool frozen(size_t group, size_t index) const { return frozen_[group][index]; }
+  // The indices in group `group` of the parameters a step moves: those with a gradient, not frozen.
+  std::vector<size_t> live(size_t group) const;
 
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<bool>> frozen_;
 };
 
+// optim.foreach resolved for these parameters: "auto" is on where they are on CUDA (Note [One call per
+// operation per group] in Sgd.cpp).
+bool use_foreach(const std::string& setting, const std::vector<ParamGroup>& groups);
 std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& cfg, std::vector<ParamGroup> groups);
 
 }  // namespace cohort::optim

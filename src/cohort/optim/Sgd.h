@@ -11,6 +11,9 @@ namespace cohort::optim {
 struct SgdOptions {
   double momentum = 0.9;
   bool nesterov = false;
+  // Multi-tensor update: one at::_foreach_* call per operation per group instead of one per parameter
+  // (Note [One call per operation per group]).
+  bool foreach = false;
 };
 
 class Sgd : public Optimizer {
@@ -26,6 +29,9 @@ class Sgd : public Optimizer {
   std::vector<std::string> state_kinds() const override { return {"momentum_buffer"}; }
 
  private:
+  void step_each(size_t group, double lr);
+  void step_foreach(size_t group, double lr);
+
   SgdOptions options_;
   std::vector<std::vector<at::Tensor>> momentum_;  // per group, per param; undefined until first step
 };
@@ -36,6 +42,7 @@ struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  bool foreach = false;  // as SgdOptions::foreach
 };
 
 class AdamW : public Optimizer {
@@ -51,6 +58,10 @@ class AdamW : public Optimizer {
   int64_t steps() const { return step_; }
 
  private:
+  // One update of group `group`: step_size = lr / (1 - beta1^t), bias2_sqrt = sqrt(1 - beta2^t).
+  void step_each(size_t group, double lr, double step_size, double bias2_sqrt);
+  void step_foreach(size_t group, double lr, double step_size, double bias2_sqrt);
+
   AdamWOptions options_;
   int64_t step_ = 0;
   std::vector<std::vector<at::Tensor>> exp_avg_, exp_avg_sq_;

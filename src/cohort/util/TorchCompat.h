@@ -10,6 +10,7 @@
 
 #include <torch/version.h>
 
+#include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -39,6 +40,17 @@ inline constexpr bool kGlooHasFlatCollectives = COHORT_TORCH_AT_LEAST(2, 2);
 // 2.3 on; 1.13 has only the CUDA one (a dispatch error on CPU, FACTS.md), so GradScaler unscales CPU
 // gradients with ordinary ops there.
 inline constexpr bool kAmpUnscaleKernelOnCpu = COHORT_TORCH_AT_LEAST(2, 3);
+
+// self[i] += weight * (end[i] - self[i]) for every i: at::_foreach_lerp_ from 2.0 on; 1.13 has none, and
+// gets lerp's formula for weights under 0.5 in two multi-tensor calls (Note [One call per operation per
+// group] in optim/Sgd.cpp).
+inline void foreach_lerp_(at::TensorList self, at::TensorList end, double weight) {
+#if TORCH_VERSION_MAJOR >= 2
+  at::_foreach_lerp_(self, end, weight);
+#else
+  at::_foreach_add_(self, at::_foreach_sub(end, self), weight);
+#endif
+}
 
 // TCPStore options: 2.x adds useLibUV (default true). libuv's server rejects some clients built without
 // it; the classic socket server behaves the same in both versions, so we ask for it explicitly.
