@@ -130,11 +130,9 @@ int main(int argc, char** argv) {
         }
       }
       const double l = median(t_loop), m = median(t_multi);
-      nlohmann::json row = {{"model", model_name},         {"optim", optim},
-                            {"tensors", tensors},          {"elements", elements},
-                            {"loop_ms", 1e3 * l},          {"foreach_ms", 1e3 * m},
-                            {"foreach_over_loop", m / l},  {"loop_rounds_ms", t_loop},
-                            {"foreach_rounds_ms", t_multi}};
+      nlohmann::json row = {{"model", model_name},        {"optim", optim},           {"tensors", tensors},
+                            {"elements", elements},       {"loop_ms", 1e3 * l},       {"foreach_ms", 1e3 * m},
+                            {"foreach_over_loop", m / l}, {"loop_rounds_ms", t_loop}, {"foreach_rounds_ms", t_multi}};
       for (auto* key : {"loop_rounds_ms", "foreach_rounds_ms"})
         for (auto& v : row[key]) v = 1e3 * v.get<double>();
       std::cout << row.dump() << std::endl;

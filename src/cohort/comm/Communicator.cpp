@@ -14,7 +14,8 @@ class ThenHandle : public Handle {
     if (fn_) fn_();
     done_ = true;
   }
-  bool is_completed() override { return done_; }
+  // The communication is done: wait() would only run fn_.
+  bool is_completed() override { return done_ || !inner_ || inner_->is_completed(); }
 
  private:
   HandlePtr inner_;

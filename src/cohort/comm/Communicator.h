@@ -27,6 +27,8 @@ class Handle {
   virtual ~Handle() = default;
   // Blocks until the collective completes; throws CommError when it fails or times out.
   virtual void wait() = 0;
+  // The communication is done, so wait() returns without waiting for other ranks (it may still unpack
+  // a result on this thread). Never blocks.
   virtual bool is_completed() = 0;
 };
 using HandlePtr = std::shared_ptr<Handle>;

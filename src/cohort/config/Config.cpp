@@ -268,6 +268,9 @@ const std::vector<Field>& fields() {
       field("optim.beta1", &T::optim, &OptimConfig::beta1, "adamw: first-moment decay", {}, in_range(0, 1)),
       field("optim.beta2", &T::optim, &OptimConfig::beta2, "adamw: second-moment decay", {}, in_range(0, 1)),
       field("optim.eps", &T::optim, &OptimConfig::eps, "adamw: denominator epsilon", {}, positive<double>()),
+      field("optim.in_backward", &T::optim, &OptimConfig::in_backward,
+            "ddp: step each gradient bucket's parameters as soon as its all-reduce ends, while backward goes "
+            "on (PyTorch DDP's fused optimizer); not with clip_grad_norm or fp16 loss scaling"),
       auto_bool_field("optim.foreach", &T::optim, &OptimConfig::foreach,
                       "multi-tensor updates: one call per operation per parameter group (torch.optim's foreach); "
                       "auto: on for parameters on CUDA, off on CPU (docs/optimizer.md)"),
@@ -583,9 +586,35 @@ void validate_swarm(const TrainConfig& cfg) {
         "leave swarm.target_batch_size at 0 with swarm.sampler=partition");
 }
 
+// What the optimizer inside backward cannot combine with: Note [The optimizer inside backward] in
+// parallel/Strategy.cpp.
+void validate_in_backward(const TrainConfig& cfg) {
+  if (!cfg.optim.in_backward) return;
+  const auto& strategy = cfg.dist.strategy;
+  if (strategy == "swarm" || strategy == "diloco")
+    throw ConfigError("optim.in_backward=true steps each gradient bucket as its all-reduce ends; dist.strategy=" +
+                          strategy + " steps on the swarm's schedule, after its peers average",
+                      "set optim.in_backward=false with dist.strategy=" + strategy);
+  if (strategy != "ddp")
+    throw ConfigError("optim.in_backward=true is built for dist.strategy=ddp so far; " + strategy +
+                          " steps its shards after backward",
+                      "use dist.strategy=ddp, or optim.in_backward=false");
+  if (cfg.optim.clip_grad_norm > 0)
+    throw ConfigError(
+        "optim.clip_grad_norm needs the norm of every gradient before any parameter moves, and "
+        "optim.in_backward=true steps the first buckets before the last gradients exist",
+        "set optim.clip_grad_norm=0, or optim.in_backward=false");
+  if (cfg.amp.precision == "fp16" || cfg.amp.precision == "fp16-master")
+    throw ConfigError("amp.precision=" + cfg.amp.precision +
+                          " scales the loss, and an overflow in any gradient must skip the whole step; "
+                          "optim.in_backward=true moves the first buckets' parameters before the last gradients exist",
+                      "use amp.precision=bf16 or fp32 with optim.in_backward=true, or optim.in_backward=false");
+}
+
 }  // namespace
 
 void validate(const TrainConfig& cfg) {
+  validate_in_backward(cfg);
   validate_swarm(cfg);
   if (cfg.train.whiten_bias_epochs > 0 && cfg.model.name != "airbench")
     throw ConfigError(

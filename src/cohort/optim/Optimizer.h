@@ -50,7 +50,13 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
   // One update with learning rate `lr`; parameters without a gradient are left alone.
-  virtual void step(double lr) = 0;
+  void step(double lr);
+  // step() in pieces, for an optimizer stepped bucket by bucket during backward (optim.in_backward):
+  // begin_step() once per step (AdamW counts its steps there), then update() for each set of parameters,
+  // each parameter at most once per step. `which[g]` lists indices into groups()[g].params. Each parameter
+  // gets exactly the update step() would give it.
+  virtual void begin_step() {}
+  virtual void update(double lr, const std::vector<std::vector<size_t>>& which) = 0;
   void zero_grad();
   // The parameter (by name) is no longer updated and its state no longer advances, as if it stopped
   // requiring grad in PyTorch (airbench freezes its whitening bias after 3 epochs).
@@ -73,8 +79,8 @@ class Optimizer {
   std::pair<size_t, size_t> locate(const std::string& key, const std::string& kind) const;
   void check_shape(const std::string& key, const at::Tensor& t, const at::Tensor& p) const;
   bool frozen(size_t group, size_t index) const { return frozen_[group][index]; }
-  // The indices in group `group` of the parameters a step moves: those with a gradient, not frozen.
-  std::vector<size_t> live(size_t group) const;
+  // Those of `which` (indices into group `group`) that a step moves: with a gradient, not frozen.
+  std::vector<size_t> live(size_t group, const std::vector<size_t>& which) const;
 
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<bool>> frozen_;

@@ -22,15 +22,15 @@ class Sgd : public Optimizer {
 
   std::string name() const override { return "sgd"; }
   // p -= lr * update, with update as torch.optim.SGD computes it.
-  void step(double lr) override;
+  void update(double lr, const std::vector<std::vector<size_t>>& which) override;
   // Momentum buffers as "momentum_buffer.<param name>".
   NamedState state_dict() const override;
   void load_state_dict(const NamedState& state) override;
   std::vector<std::string> state_kinds() const override { return {"momentum_buffer"}; }
 
  private:
-  void step_each(size_t group, double lr);
-  void step_foreach(size_t group, double lr);
+  void step_each(size_t group, double lr, const std::vector<size_t>& live);
+  void step_foreach(size_t group, double lr, const std::vector<size_t>& live);
 
   SgdOptions options_;
   std::vector<std::vector<at::Tensor>> momentum_;  // per group, per param; undefined until first step
@@ -50,7 +50,8 @@ class AdamW : public Optimizer {
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
 
   std::string name() const override { return "adamw"; }
-  void step(double lr) override;
+  void begin_step() override;
+  void update(double lr, const std::vector<std::vector<size_t>>& which) override;
   // "exp_avg.<name>", "exp_avg_sq.<name>" and the scalar "step".
   NamedState state_dict() const override;
   void load_state_dict(const NamedState& state) override;
@@ -58,12 +59,13 @@ class AdamW : public Optimizer {
   int64_t steps() const { return step_; }
 
  private:
-  // One update of group `group`: step_size = lr / (1 - beta1^t), bias2_sqrt = sqrt(1 - beta2^t).
-  void step_each(size_t group, double lr, double step_size, double bias2_sqrt);
-  void step_foreach(size_t group, double lr, double step_size, double bias2_sqrt);
+  // One update of parameters `live` of group `group`, with this step's bias corrections.
+  void step_each(size_t group, double lr, const std::vector<size_t>& live);
+  void step_foreach(size_t group, double lr, const std::vector<size_t>& live);
 
   AdamWOptions options_;
   int64_t step_ = 0;
+  double bias1_ = 1, bias2_sqrt_ = 1;  // 1 - beta1^step and sqrt(1 - beta2^step), set by begin_step()
   std::vector<std::vector<at::Tensor>> exp_avg_, exp_avg_sq_;
 };
 

@@ -1,6 +1,7 @@
 #include "cohort/parallel/Strategy.h"
 
 #include <cmath>
+#include <map>
 
 #include "cohort/amp/GradScaler.h"
 #include "cohort/amp/MasterWeights.h"
@@ -41,6 +42,32 @@ double clip_full_gradients(const std::vector<at::Tensor>& params, double clip_no
   return norm;
 }
 
+// Note [The optimizer inside backward]
+// With optim.in_backward=true (ddp, more than one rank), each gradient bucket's parameters are stepped as
+// soon as the bucket's all-reduce has ended, while backward goes on, as PyTorch DDP's fused optimizer
+// (_register_fused_optim) does. The reducer tells the strategy when a bucket's averaged gradients are in
+// .grad (Reducer::set_on_bucket_reduced); the strategy then updates exactly those parameters
+// (Optimizer::update). Design documents' "bonus optimization": the optimizer's time hides behind the
+// communication of the later buckets.
+// - Same numbers: SGD and AdamW update each element from its own gradient and state, so stepping bucket
+//   by bucket gives every parameter the update a whole step gives it (AdamW counts one step, at the
+//   first bucket). Parity tests: tests/unit/parallel/test_in_backward.cpp.
+// - When: a bucket is finished during backward once its collective is done, else at backward's end; in
+//   bucket order, the same on every rank. A hook whose wait issues collectives (PowerSGD) is finished
+//   only at the end, where every rank waits in the same order.
+// - The learning rate is needed before backward: the loop calls prepare_step() before the last
+//   micro-batch's backward. Without it (or at world size 1, where there is no communication to hide),
+//   step() steps as always. Gradient accumulation steps on the last micro-batch only, the one that
+//   synchronizes.
+// - A parameter moves only after its bucket's gradients are complete, so backward no longer needs its
+//   value: every node that used it has run (as with torch's _apply_optimizer_in_backward).
+// - What cannot combine is refused in Config.cpp's validate: clipping by the global norm and fp16 loss
+//   scaling need every gradient before any parameter moves; the swarm and DiLoCo step on their own
+//   schedule; the sharded strategies are not built yet.
+// - Divergence: each bucket is checked for inf/NaN before it is stepped (the averaged gradients are the
+//   same on every rank, so every rank stops at the same bucket). The buckets before it have moved, and
+//   StepResult::updated_in_backward says so; the loop then stops without saving, as it does for any
+//   non-finite gradient in fp32 or bf16.
 class DdpStrategy : public Strategy {
  public:
   DdpStrategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, DdpOptions opts,
@@ -54,37 +81,37 @@ class DdpStrategy : public Strategy {
     // parameters themselves and nothing below changes.
     masters_ = amp::MasterWeights(model_->named_parameters());
     optimizer_ = optim::make_optimizer(cfg, optim::split_groups(masters_.optimizer_params(), group_rule(cfg)));
+    if (cfg.in_backward && comm_->size() > 1) start_stepping_in_backward();
   }
   void freeze(const std::string& name) override { optimizer_->freeze(name); }
   std::shared_ptr<void> gradient_sync(bool enabled) override {
     if (enabled) return nullptr;
     return std::make_shared<DistributedDataParallel::NoSync>(ddp_.no_sync());
   }
+  void prepare_step(double lr, const StepOptions& o) override {
+    if (bucket_members_.empty()) return;
+    in_backward_ = InBackward{};
+    in_backward_.armed = true;
+    in_backward_.lr = lr;
+    (void)o;
+  }
   StepResult step(double lr, const StepOptions& o) override {
-    // Gradients are already averaged and identical on every rank (an inf anywhere is an inf in the
-    // sum), so each rank's check and norm are the global ones, without communication.
-    // With loss scaling each rank also agrees explicitly: a flag reduced across ranks, not the averaged
-    // gradients alone, decides the skip (see Note [Every rank skips an overflowed step together]).
-    masters_.grads_to_master();
-    std::vector<at::Tensor> params, grads;
-    for (const auto& g : optimizer_->groups()) params.insert(params.end(), g.params.begin(), g.params.end());
-    for (const auto& p : params) grads.push_back(p.grad());
-    StepResult r;
-    r.nonfinite = amp::unscale_and_check(grads, 1.0 / o.loss_scale);
-    if (o.skip_nonfinite && comm_->size() > 1) {
-      auto flag = at::full({1}, r.nonfinite ? 1.0 : 0.0, at::kDouble);
-      comm_->all_reduce(flag, ReduceOp::kMax, "inf/NaN gradient flag")->wait();
-      r.nonfinite = flag.item<double>() > 0;
+    const InBackward done = in_backward_;
+    in_backward_ = InBackward{};
+    if (done.buckets_stepped > 0 || done.nonfinite) {
+      StepResult r;
+      r.nonfinite = done.nonfinite;
+      r.updated_in_backward = done.nonfinite && done.buckets_stepped > 0;
+      optimizer_->zero_grad();
+      return r;
     }
-    if (o.clip_norm > 0 && !r.nonfinite) r.grad_norm = clip_full_gradients(params, o.clip_norm);
-    r.skipped = r.nonfinite && o.skip_nonfinite;
-    if (!r.skipped) {
-      optimizer_->step(lr);
-      masters_.master_to_model();
-    }
-    optimizer_->zero_grad();
-    masters_.zero_model_grads();
-    return r;
+    return step_after_backward(lr, o);
+  }
+  // Under optim.in_backward: how many buckets of the last backward were stepped before it ended (the
+  // others at its end). Zero means no optimizer time was hidden.
+  std::vector<std::pair<std::string, double>> figures() const override {
+    if (bucket_members_.empty()) return {};
+    return {{"in_backward_early_buckets", static_cast<double>(ddp_.reducer().last_trace().finished_in_backward)}};
   }
   SyncBytes last_sync_bytes() const override {
     const auto& t = ddp_.reducer().last_trace();
@@ -114,11 +141,82 @@ class DdpStrategy : public Strategy {
   }
 
  private:
+  // What the backward under way has stepped (Note [The optimizer inside backward]).
+  struct InBackward {
+    bool armed = false;  // prepare_step() gave this step's learning rate
+    double lr = 0;
+    int64_t buckets_stepped = 0;
+    bool nonfinite = false;  // a bucket held inf or NaN: it and the later ones were not stepped
+  };
+
+  StepResult step_after_backward(double lr, const StepOptions& o) {
+    // Gradients are already averaged and identical on every rank (an inf anywhere is an inf in the
+    // sum), so each rank's check and norm are the global ones, without communication.
+    // With loss scaling each rank also agrees explicitly: a flag reduced across ranks, not the averaged
+    // gradients alone, decides the skip (see Note [Every rank skips an overflowed step together]).
+    masters_.grads_to_master();
+    std::vector<at::Tensor> params, grads;
+    for (const auto& g : optimizer_->groups()) params.insert(params.end(), g.params.begin(), g.params.end());
+    for (const auto& p : params) grads.push_back(p.grad());
+    StepResult r;
+    r.nonfinite = amp::unscale_and_check(grads, 1.0 / o.loss_scale);
+    if (o.skip_nonfinite && comm_->size() > 1) {
+      auto flag = at::full({1}, r.nonfinite ? 1.0 : 0.0, at::kDouble);
+      comm_->all_reduce(flag, ReduceOp::kMax, "inf/NaN gradient flag")->wait();
+      r.nonfinite = flag.item<double>() > 0;
+    }
+    if (o.clip_norm > 0 && !r.nonfinite) r.grad_norm = clip_full_gradients(params, o.clip_norm);
+    r.skipped = r.nonfinite && o.skip_nonfinite;
+    if (!r.skipped) {
+      optimizer_->step(lr);
+      masters_.master_to_model();
+    }
+    optimizer_->zero_grad();
+    masters_.zero_model_grads();
+    return r;
+  }
+
+  // Which optimizer parameters (per group, by index) each reducer bucket holds, matched by name.
+  void start_stepping_in_backward() {
+    COHORT_ASSERT(masters_.bytes() == 0, "optim.in_backward with fp16 master weights (Config.cpp refuses it)");
+    std::map<std::string, std::pair<size_t, size_t>> where;
+    const auto& groups = optimizer_->groups();
+    for (size_t gi = 0; gi < groups.size(); ++gi)
+      for (size_t i = 0; i < groups[gi].names.size(); ++i) where[groups[gi].names[i]] = {gi, i};
+    const auto& names = ddp_.parameter_names();
+    for (const auto& bucket : ddp_.reducer().plan()) {
+      std::vector<std::vector<size_t>> members(groups.size());
+      for (size_t index : bucket.params)
+        if (const auto it = where.find(names[index]); it != where.end())
+          members[it->second.first].push_back(it->second.second);
+      bucket_members_.push_back(std::move(members));
+    }
+    ddp_.reducer().set_on_bucket_reduced([this](size_t b) { step_bucket(b); });
+  }
+
+  void step_bucket(size_t b) {
+    auto& s = in_backward_;
+    if (!s.armed || s.nonfinite) return;
+    std::vector<at::Tensor> grads;
+    const auto& groups = optimizer_->groups();
+    for (size_t gi = 0; gi < groups.size(); ++gi)
+      for (size_t i : bucket_members_[b][gi]) grads.push_back(groups[gi].params[i].grad());
+    if (amp::unscale_and_check(grads, 1.0)) {
+      s.nonfinite = true;
+      return;
+    }
+    if (s.buckets_stepped == 0) optimizer_->begin_step();
+    optimizer_->update(s.lr, bucket_members_[b]);
+    ++s.buckets_stepped;
+  }
+
   std::shared_ptr<torch::nn::Module> model_;
   CommunicatorPtr comm_;
   DistributedDataParallel ddp_;
   amp::MasterWeights masters_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::vector<std::vector<std::vector<size_t>>> bucket_members_;  // [bucket][group] -> parameter indices
+  InBackward in_backward_;
 };
 
 }  // namespace

@@ -78,6 +78,8 @@ struct StepResult {
   // false: the batch was only accumulated (the swarm waits for its peers' samples); call step() again
   // after the next batch's backward. Every other strategy applies an update at every call.
   bool applied = true;
+  // optim.in_backward moved some parameters during backward before a non-finite bucket stopped it.
+  bool updated_in_backward = false;
 };
 
 class Strategy {
@@ -89,6 +91,10 @@ class Strategy {
   // Gradients produced while the returned guard lives are synchronized across ranks only if `enabled`
   // (gradient accumulation disables it on all but the last micro-batch).
   virtual std::shared_ptr<void> gradient_sync(bool enabled) = 0;
+  // Announces the update the next synchronized backward ends with, before that backward runs: a strategy
+  // that steps inside backward (optim.in_backward) needs its learning rate then. step() still follows,
+  // with the same arguments. Without this call every strategy steps in step().
+  virtual void prepare_step(double lr, const StepOptions& options) {}
   // Checks the gradients for inf/NaN across all ranks and shards, clips them by their global L2 norm,
   // updates the parameters (unless skipped) and clears the gradients. Collective.
   virtual StepResult step(double lr, const StepOptions& options) = 0;

@@ -116,6 +116,9 @@ AutoSettings resolve_auto(TrainConfig& cfg, const Hardware& hw) {
   AutoSettings s;
   s.precision =
       cfg.amp.precision == "auto" ? choose_precision(hw, fp16_master_unsuitable(cfg)) : kept(cfg.amp.precision);
+  // fp16 needs loss scaling, which the optimizer inside backward cannot use (Config.cpp's validate).
+  if (cfg.amp.precision == "auto" && cfg.optim.in_backward && s.precision.value.rfind("fp16", 0) == 0)
+    s.precision = {"fp32", s.precision.why + "; fp32 because optim.in_backward cannot use fp16 loss scaling", true};
   s.channels_last =
       cfg.train.channels_last == "auto" ? choose_channels_last(hw, cfg.model.name) : kept(cfg.train.channels_last);
   cfg.amp.precision = s.precision.value;

@@ -16,7 +16,8 @@
 // - Precision on CUDA: bf16 from compute capability 8.0 (Ampere) on; before that fp16-master (fp16
 //   weights, fp32 batch norm and master weights, dynamic loss scaling), or fp16 autocast where the run
 //   averages its own weights (train.lookahead) or compresses its gradients (dist.compress), which
-//   expect fp32 gradients.
+//   expect fp32 gradients; fp32 where the optimizer steps inside backward (optim.in_backward), which
+//   cannot use loss scaling.
 // - What stays fp32 whatever the precision: weights, gradients and optimizer state (except under
 //   fp16-master, whose masters are fp32), the loss and its softmax (from fp32 logits), batch-norm
 //   statistics, airbench's whitening eigendecomposition, the EMA/lookahead average and evaluation

@@ -130,6 +130,7 @@ class TrainingRun {
   double train_step(data::Loader* epoch_loader);
   data::Batch next_batch(data::Loader* epoch_loader);
   bool optimizer_step(double step_loss);
+  StepOptions step_options() const;
   void after_step(int64_t epoch, int64_t step_in_epoch, double step_loss);
   void save(const std::string& tag, int64_t epoch_of_next);
   bool stop_requested();
@@ -255,6 +256,8 @@ double TrainingRun::train_step(data::Loader* epoch_loader) {
     }
     auto loss = training_loss(logits, labels, cfg_.loss);
     clock_.switch_to(Phase::kBackward);
+    // optim.in_backward steps during the last micro-batch's backward: Note [The optimizer inside backward].
+    if (micro == plan_.accum - 1) job_.strategy->prepare_step(plan_.schedule.lr(step_), step_options());
     precision.scale(plan_.accum > 1 ? loss / static_cast<double>(plan_.accum) : loss).backward();
     if (step_ == first_step_) state_bytes_ = max_bytes(state_bytes_, job_.strategy->state_bytes());
     const double l = loss.item<double>();
@@ -285,9 +288,7 @@ data::Batch TrainingRun::next_batch(data::Loader* epoch_loader) {
 bool TrainingRun::optimizer_step(double step_loss) {
   auto& precision = *job_.precision;
   clock_.switch_to(Phase::kOptimizer);
-  const auto stepped = job_.strategy->step(
-      plan_.schedule.lr(step_),
-      {cfg_.optim.clip_grad_norm, precision.scaling(), precision.loss_scale(), step_, step_ + 1 == plan_.stop_step});
+  const auto stepped = job_.strategy->step(plan_.schedule.lr(step_), step_options());
   if (!stepped.applied) return false;
   // Under loss scaling an overflow skips the step on every rank and lowers the scale. In fp32 or bf16 a
   // non-finite gradient is divergence, not an overflow to skip: stop with the last good checkpoint kept
@@ -296,7 +297,10 @@ bool TrainingRun::optimizer_step(double step_loss) {
   if (stepped.nonfinite && !precision.scaling())
     throw Error("step " + std::to_string(step_ + 1) +
                     ": the gradient holds inf or NaN (loss of this rank's last batch: " + std::to_string(step_loss) +
-                    "); the weights were not updated",
+                    (stepped.updated_in_backward
+                         ? "); optim.in_backward had already updated the parameters of the buckets before the "
+                           "first non-finite one, in memory only: nothing was saved"
+                         : "); the weights were not updated"),
                 "lower optim.lr or set optim.clip_grad_norm, and check the data; resume from the last checkpoint with "
                 "--resume " +
                     run_dir_.string());
@@ -311,6 +315,11 @@ bool TrainingRun::optimizer_step(double step_loss) {
   // The run ends on the average itself (decay 1: the weights become the average).
   if (lookahead && step_ == plan_.total_steps) lookahead->lookahead(*job_.model, 1.0);
   return true;
+}
+
+StepOptions TrainingRun::step_options() const {
+  const auto& precision = *job_.precision;
+  return {cfg_.optim.clip_grad_norm, precision.scaling(), precision.loss_scale(), step_, step_ + 1 == plan_.stop_step};
 }
 
 // Progress, the log window when one ends, and the periodic save.

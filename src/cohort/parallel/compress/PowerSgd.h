@@ -45,6 +45,8 @@ class PowerSgdHook : public CommHook {
   std::string name() const override { return "powersgd"; }
   void attach(const std::vector<GradBucket>& buckets, Communicator& comm) override;
   HandlePtr run(Communicator& comm, GradBucket& bucket) override;
+  // The P all-reduce's wait launches the Q all-reduce.
+  bool wait_issues_collectives() const override { return true; }
   void end_of_backward() override { ++iter_; }
   HookState state_dict(Communicator& comm) override;
   void load_state_dict(const HookState& state, Communicator& comm) override;

@@ -45,6 +45,9 @@ class CommHook {
   // Launches the bucket's communication and returns at once; the reducer waits on the handles in
   // bucket order after backward. Collectives must be issued in the same order on every rank.
   virtual HandlePtr run(Communicator& comm, GradBucket& bucket) = 0;
+  // Whether the handle run() returns issues collectives of its own when waited for (PowerSGD's second
+  // all-reduce). Such buckets are waited for only after backward, in bucket order on every rank.
+  virtual bool wait_issues_collectives() const { return false; }
   // After every bucket of a synchronized backward has been waited for: one optimizer step is done.
   virtual void end_of_backward() {}
   // The state a resumed run needs to continue bit for bit. A collective: every rank calls it, at the

@@ -78,7 +78,11 @@ void Reducer::on_gradient_ready(size_t index) {
   if (!in_backward_) begin_backward();
   mark_ready(index);
   trace_.last_hook_s = since_start();
-  if (options_.overlap) launch_ready_buckets();
+  if (!options_.overlap) return;
+  launch_ready_buckets();
+  // A hook whose wait() issues collectives of its own (PowerSGD) is finished only after backward, when
+  // every rank finishes its buckets in the same order (Note [Buckets launch in the same order on every rank]).
+  if (on_bucket_reduced_ && !hook_->wait_issues_collectives()) finish_completed_buckets();
 }
 
 void Reducer::begin_backward() {
@@ -86,6 +90,7 @@ void Reducer::begin_backward() {
   start_ = std::chrono::steady_clock::now();
   trace_ = BackwardTrace{};
   next_to_launch_ = 0;
+  next_to_finish_ = 0;
   std::fill(ready_.begin(), ready_.end(), false);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b].pending = plan_[b].params.size();
@@ -125,6 +130,26 @@ void Reducer::launch(size_t b) {
   trace_.bytes_dense += gb.buffer.numel() * static_cast<int64_t>(gb.buffer.element_size());
 }
 
+void Reducer::finish_completed_buckets() {
+  while (next_to_finish_ < next_to_launch_ && buckets_[next_to_finish_].handle->is_completed()) {
+    finish(next_to_finish_++);
+    ++trace_.finished_in_backward;
+  }
+}
+
+void Reducer::finish(size_t b) {
+  buckets_[b].handle->wait();
+  for (size_t k = 0; k < plan_[b].params.size(); ++k) {
+    auto& p = params_[plan_[b].params[k]];
+    const auto& avg = buckets_[b].grad.grads[k];
+    if (p.grad().defined())
+      p.mutable_grad().copy_(avg);
+    else
+      p.mutable_grad() = avg.clone();
+  }
+  if (on_bucket_reduced_) on_bucket_reduced_(b);
+}
+
 void Reducer::finalize() {
   in_backward_ = false;
   trace_.finalize_s = since_start();
@@ -152,17 +177,7 @@ void Reducer::finalize() {
   }
   launch_ready_buckets();
   COHORT_ASSERT(next_to_launch_ == buckets_.size(), "every bucket launched by the end of backward");
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    buckets_[b].handle->wait();
-    for (size_t k = 0; k < plan_[b].params.size(); ++k) {
-      auto& p = params_[plan_[b].params[k]];
-      const auto& avg = buckets_[b].grad.grads[k];
-      if (p.grad().defined())
-        p.mutable_grad().copy_(avg);
-      else
-        p.mutable_grad() = avg.clone();
-    }
-  }
+  while (next_to_finish_ < buckets_.size()) finish(next_to_finish_++);
   hook_->end_of_backward();
   if (after_sync_) after_sync_();
 }

@@ -39,6 +39,7 @@ struct BackwardTrace {
   std::vector<double> bucket_launch_s;  // per bucket, in launch order
   double last_hook_s = 0;               // when the last gradient was produced
   double finalize_s = 0;                // when backward finished and the reducer began waiting
+  int64_t finished_in_backward = 0;     // buckets handed to on_bucket_reduced before backward finished
   int64_t bytes_reduced = 0;            // bytes this rank put into collectives (after compression)
   int64_t bytes_dense = 0;              // the buckets' own size: what an uncompressed all-reduce sends
 };
@@ -65,6 +66,11 @@ class Reducer {
   // Runs at the end of every synchronized backward, after gradients are written (DDP waits for the
   // buffer broadcast here).
   void set_after_sync(std::function<void()> fn) { after_sync_ = std::move(fn); }
+  // Runs once per bucket of a synchronized backward, in bucket order, as soon as that bucket's averaged
+  // gradients are in its parameters' .grad: during backward when its collective finished before
+  // backward did, else at its end (optim.in_backward steps the bucket's parameters here; Note [The
+  // optimizer inside backward] in parallel/Strategy.cpp). Without it, gradients are written at the end.
+  void set_on_bucket_reduced(std::function<void(size_t bucket)> fn) { on_bucket_reduced_ = std::move(fn); }
   const std::vector<BucketSpec>& plan() const { return plan_; }
   const BackwardTrace& last_trace() const { return trace_; }
 
@@ -84,6 +90,11 @@ class Reducer {
   void mark_ready(size_t index);
   void launch_ready_buckets();
   void launch(size_t b);
+  // Waits for bucket b (next_to_finish_), writes its average into the parameters' .grad and tells
+  // on_bucket_reduced_.
+  void finish(size_t b);
+  // finish() for the launched buckets whose collectives are done, in order, without blocking.
+  void finish_completed_buckets();
   void finalize();
   double since_start() const;
 
@@ -96,11 +107,13 @@ class Reducer {
   std::vector<std::pair<size_t, size_t>> locator_;  // param -> (bucket, position in bucket)
   std::vector<bool> ready_;
   size_t next_to_launch_ = 0;
+  size_t next_to_finish_ = 0;
   bool in_backward_ = false;
   bool sync_enabled_ = true;
   std::shared_ptr<CommHook> hook_;
   std::function<void()> before_sync_;
   std::function<void()> after_sync_;
+  std::function<void(size_t)> on_bucket_reduced_;
   std::shared_ptr<HookState> hook_state_;
   std::vector<std::shared_ptr<void>> grad_accumulators_;
   std::chrono::steady_clock::time_point start_;
