@@ -283,7 +283,8 @@ class GlooCommunicatorImpl : public Communicator {
 }  // namespace
 
 CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                         const std::string& local_address, std::chrono::milliseconds timeout) {
+                                         const std::string& local_address, std::chrono::milliseconds timeout,
+                                         int threads) {
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->timeout = timeout;
   try {
@@ -294,9 +295,9 @@ CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>& 
         "set COHORT_SOCKET_IFNAME (or GLOO_SOCKET_IFNAME) to the network interface that reaches "
         "the other machines");
   }
-  // Two threads are plenty: DDP keeps at most a few buckets in flight, and on a small machine every
-  // extra Gloo thread competes with compute for a core.
-  opts->threads = 2;
+  // Two by default: DDP keeps at most a few buckets in flight, and on a small machine every extra Gloo
+  // thread competes with compute for a core. One under optim.in_backward (rendezvous's caller decides).
+  opts->threads = threads;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   try {
     pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);

@@ -15,9 +15,9 @@ namespace cohort {
 class GlooCommunicator {
  public:
   // `local_address` is the address this rank's Gloo pairs bind to: the interface that reaches the
-  // other ranks (loopback for single-machine jobs).
+  // other ranks (loopback for single-machine jobs). `threads`: collectives Gloo runs at once.
   static CommunicatorPtr create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                const std::string& local_address, std::chrono::milliseconds timeout);
+                                const std::string& local_address, std::chrono::milliseconds timeout, int threads = 2);
 };
 
 }  // namespace cohort

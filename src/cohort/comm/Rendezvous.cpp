@@ -117,7 +117,8 @@ std::string local_address_for(const std::string& master_addr) {
   return local;
 }
 
-World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono::milliseconds timeout) {
+World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono::milliseconds timeout,
+                 int gloo_threads) {
   World world;
   world.info = info;
   const std::string who = "rank " + std::to_string(info.rank);
@@ -172,8 +173,9 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
     throw CommError(who + ": unknown backend '" + backend + "'", "use dist.backend=gloo, or nccl on GPUs");
   try {
     if (backend == "gloo")
-      world.comm = GlooCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", world.store),
-                                            info.rank, info.world_size, local_address_for(info.master_addr), timeout);
+      world.comm =
+          GlooCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", world.store), info.rank,
+                                   info.world_size, local_address_for(info.master_addr), timeout, gloo_threads);
     else
       world.comm = nccl_communicator(world, timeout);
   } catch (const CommError& e) {

@@ -26,7 +26,9 @@ struct World {
   CommunicatorPtr comm;
 };
 
-World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono::milliseconds timeout);
+// `gloo_threads`: how many collectives the Gloo backend runs at once (GlooCommunicator::create).
+World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono::milliseconds timeout,
+                 int gloo_threads = 2);
 
 // Whether `host` names this machine's loopback interface.
 bool is_loopback(const std::string& host);

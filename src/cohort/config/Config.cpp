@@ -314,6 +314,10 @@ const std::vector<Field>& fields() {
       field("dist.bucket_mb", &T::dist, &DistConfig::bucket_mb, "gradient bucket size, MiB", {}, positive<double>()),
       field("dist.first_bucket_mb", &T::dist, &DistConfig::first_bucket_mb,
             "first bucket's size, MiB (small, so communication starts early)", {}, positive<double>()),
+      field("dist.last_bucket_mb", &T::dist, &DistConfig::last_bucket_mb,
+            "last bucket's size, MiB: the first parameters, whose gradients come last (0: dist.first_bucket_mb "
+            "under optim.in_backward, whose last bucket's step nothing hides; else no small last bucket)",
+            {}, non_negative<double>()),
       field("dist.timeout_s", &T::dist, &DistConfig::timeout_s,
             "seconds a collective or rendezvous may wait before failing", {}, positive<double>()),
       field("dist.overlap", &T::dist, &DistConfig::overlap,

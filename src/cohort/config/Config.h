@@ -96,6 +96,7 @@ struct DistConfig {
   std::string backend = "gloo";
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
+  double last_bucket_mb = 0.0;  // 0: first_bucket_mb under optim.in_backward, else none (BucketPlan.h)
   double timeout_s = 300.0;
   bool overlap = true;
   bool find_unused_parameters = false;

@@ -28,6 +28,12 @@ struct BucketSpec {
 // dtype uses the smaller `first_cap_bytes` so the first all-reduce starts early in backward. The
 // returned order is the launch order: the reducer launches bucket i only after buckets 0..i-1, on every
 // rank, so collectives pair up across ranks even when gradients arrive in a different order.
-std::vector<BucketSpec> plan_buckets(const std::vector<ParamSpec>& params, int64_t cap_bytes, int64_t first_cap_bytes);
+//
+// With `last_cap_bytes` > 0 the last bucket of each dtype is small too: the first parameters in
+// registration order, up to that cap, whose gradients come last. The optimizer inside backward steps each
+// bucket while the later ones are still being reduced, so the last bucket's step is the one nothing
+// hides (Note [The optimizer inside backward] in parallel/Strategy.cpp).
+std::vector<BucketSpec> plan_buckets(const std::vector<ParamSpec>& params, int64_t cap_bytes, int64_t first_cap_bytes,
+                                     int64_t last_cap_bytes = 0);
 
 }  // namespace cohort

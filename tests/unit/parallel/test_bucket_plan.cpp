@@ -47,3 +47,25 @@ TEST(BucketPlan, OversizedParamGetsItsOwnBucketAndPlanIsDeterministic) {
   EXPECT_EQ(a[1].params, (std::vector<size_t>{0}));
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].params, b[i].params);
 }
+
+TEST(BucketPlan, ALastCapMakesTheLastBucketTheFirstParametersUpToIt) {
+  // 10 float params of 100 elements (400 B). First cap 800 B, then 2000 B, last cap 800 B: params 0 and 1
+  // (the first registered, whose gradients come last) form the last bucket, in arrival order; the rest
+  // are planned as without it.
+  std::vector<ParamSpec> ps(10, ParamSpec{"p", {100}, at::kFloat});
+  const auto plan = plan_buckets(ps, 2000, 800, 800);
+  ASSERT_EQ(plan.size(), 4u);
+  EXPECT_EQ(plan[0].params, (std::vector<size_t>{9, 8}));
+  EXPECT_EQ(plan[1].params, (std::vector<size_t>{7, 6, 5, 4, 3}));
+  EXPECT_EQ(plan[2].params, (std::vector<size_t>{2}));
+  EXPECT_EQ(plan[3].params, (std::vector<size_t>{1, 0}));
+  EXPECT_EQ(plan[3].offsets, (std::vector<int64_t>{0, 100}));
+  // Mixed dtypes: one small last bucket per dtype; every parameter exactly once.
+  std::vector<ParamSpec> mixed;
+  for (int i = 0; i < 12; ++i) mixed.push_back({"p", {100}, i % 2 ? at::kDouble : at::kFloat});
+  std::multiset<size_t> seen;
+  for (const auto& b : plan_buckets(mixed, 2000, 800, 800))
+    for (size_t k : b.params) seen.insert(k);
+  EXPECT_EQ(seen.size(), mixed.size());
+  for (size_t i = 0; i < mixed.size(); ++i) EXPECT_EQ(seen.count(i), 1u);
+}

@@ -14,6 +14,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   ReducerOptions ro;
   ro.bucket_cap_bytes = static_cast<int64_t>(options_.bucket_mb * (1 << 20));
   ro.first_bucket_cap_bytes = static_cast<int64_t>(options_.first_bucket_mb * (1 << 20));
+  ro.last_bucket_cap_bytes = static_cast<int64_t>(options_.last_bucket_mb * (1 << 20));
   ro.overlap = options_.overlap;
   ro.find_unused_parameters = options_.find_unused_parameters;
   reducer_ = std::make_unique<Reducer>(std::move(trainable.params), names_, comm_, ro);

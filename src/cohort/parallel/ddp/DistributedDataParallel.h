@@ -25,6 +25,7 @@ namespace cohort {
 struct DdpOptions {
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
+  double last_bucket_mb = 0.0;  // > 0: the last bucket holds the first parameters up to this (BucketPlan.h)
   bool overlap = true;
   bool find_unused_parameters = false;
   // Batch-norm running statistics follow rank 0 after every synchronized backward, as PyTorch's DDP

@@ -27,7 +27,8 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
   std::vector<ParamSpec> specs;
   for (size_t i = 0; i < params_.size(); ++i)
     specs.push_back({names_[i], params_[i].sizes().vec(), params_[i].scalar_type()});
-  plan_ = plan_buckets(specs, options_.bucket_cap_bytes, options_.first_bucket_cap_bytes);
+  plan_ =
+      plan_buckets(specs, options_.bucket_cap_bytes, options_.first_bucket_cap_bytes, options_.last_bucket_cap_bytes);
   locator_.resize(params_.size());
   for (size_t b = 0; b < plan_.size(); ++b) {
     Bucket bucket;
@@ -128,6 +129,12 @@ void Reducer::launch(size_t b) {
   trace_.bucket_launch_s.push_back(since_start());
   trace_.bytes_reduced += gb.wire_bytes;
   trace_.bytes_dense += gb.buffer.numel() * static_cast<int64_t>(gb.buffer.element_size());
+}
+
+bool Reducer::reducing_after(size_t b) {
+  for (size_t j = b + 1; j < buckets_.size(); ++j)
+    if (!buckets_[j].launched || !buckets_[j].handle->is_completed()) return true;
+  return false;
 }
 
 void Reducer::finish_completed_buckets() {

@@ -27,6 +27,7 @@ namespace cohort {
 struct ReducerOptions {
   int64_t bucket_cap_bytes = 25ll << 20;
   int64_t first_bucket_cap_bytes = 1ll << 20;
+  int64_t last_bucket_cap_bytes = 0;  // > 0: a small last bucket too (plan_buckets)
   // Launch buckets during backward (true) or all of them after it (false, for measuring the overlap).
   bool overlap = true;
   // Parameters without a gradient in a synchronized backward are reduced as zeros instead of failing.
@@ -73,6 +74,10 @@ class Reducer {
   void set_on_bucket_reduced(std::function<void(size_t bucket)> fn) { on_bucket_reduced_ = std::move(fn); }
   const std::vector<BucketSpec>& plan() const { return plan_; }
   const BackwardTrace& last_trace() const { return trace_; }
+
+  // Whether a collective of a bucket after `b` in this backward is still under way or not yet launched:
+  // work that stepping bucket b overlaps with. Never blocks.
+  bool reducing_after(size_t b);
 
   // Called by the autograd hook of parameter `index` once its gradient is accumulated.
   void on_gradient_ready(size_t index);
