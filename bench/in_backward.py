@@ -21,7 +21,7 @@ worker, --batch images per worker.
 
   sudo python3 bench/in_backward.py --rates 1gbit,100mbit --models resnet18,resnet50 --out bench/results/in_backward.json
 """
-import argparse, json, os, secrets, shutil, subprocess, sys, tempfile, time
+import argparse, json, os, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import slow_network as link  # noqa: E402  the namespaces, the veth pair and tc
@@ -30,21 +30,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_cohort(a, model, optim, in_backward, port):
-    run_dir = tempfile.mkdtemp(prefix="cohort-inb-")
-    common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", link.ADDR[0], "--master-port", str(port),
-              "--run-dir", run_dir, f"model.name={model}", f"data.image_size={a.image}",
-              f"data.batch_size={a.batch}", f"train.max_steps={a.steps}", f"optim.name={optim}",
-              f"optim.in_backward={'true' if in_backward else 'false'}", "eval.enabled=false",
-              "ckpt.save_best=false", "log.every_steps=1000", "train.threads=1", "dist.timeout_s=300",
-              "amp.precision=fp32", "train.channels_last=false", "data.augment=false"]
-    env = dict(os.environ, COHORT_TOKEN=secrets.token_hex(32))
-    procs = [subprocess.Popen(["ip", "netns", "exec", link.NS[i], a.cohort, "train", "--node-rank", str(i)] + common,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) for i in range(2)]
-    outs = [p.communicate(timeout=3600)[0] for p in procs]
-    if any(p.returncode != 0 for p in procs):
-        sys.exit(f"cohort {model} {optim} in_backward={in_backward} failed:\n" + "\n".join(o[-3000:] for o in outs))
-    s = json.load(open(os.path.join(run_dir, "summary.json")))
-    shutil.rmtree(run_dir, ignore_errors=True)
+    args = [f"model.name={model}", f"data.image_size={a.image}", f"data.batch_size={a.batch}",
+            f"train.max_steps={a.steps}", f"optim.name={optim}", f"optim.in_backward={'true' if in_backward else 'false'}",
+            "eval.enabled=false", "ckpt.save_best=false", "log.every_steps=1000", "train.threads=1",
+            "dist.timeout_s=300", "amp.precision=fp32", "train.channels_last=false", "data.augment=false"]
+    s = link.train_on_two_nodes(a.cohort, port, args, f"cohort {model} {optim} in_backward={in_backward}")
     seconds = s["time_breakdown"]["seconds"]
     return {"step_seconds": round(s["train_seconds"] / s["steps"], 4),
             "optimizer_seconds_per_step": round(seconds["optimizer"] / s["steps"], 4),

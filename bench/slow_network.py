@@ -38,21 +38,28 @@ def setup(rate):
            "burst", "256kb", "latency", "200ms")
 
 
-def run(a, name, extra, port):
+def train_on_two_nodes(cohort, port, args, what):
+    """`cohort train` with --nnodes 2, one worker in each namespace; returns rank 0's summary.json."""
     run_dir = tempfile.mkdtemp(prefix="cohort-slow-")
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", ADDR[0], "--master-port", str(port),
-              "--run-dir", run_dir, "model.name=resnet18", f"data.batch_size={a.batch}", f"train.max_steps={a.steps}",
-              "eval.enabled=false", "ckpt.save_best=false", "log.every_steps=1000", "train.threads=1",
-              "dist.timeout_s=120", "amp.precision=fp32", "train.channels_last=false"] + extra  # figures comparable with earlier runs
+              "--run-dir", run_dir] + args
     # Two "machines" share the rendezvous store over a routable address, so cohort asks for a shared secret.
     env = dict(os.environ, COHORT_TOKEN=secrets.token_hex(32))
-    procs = [subprocess.Popen(["ip", "netns", "exec", NS[i], a.cohort, "train", "--node-rank", str(i)] + common,
+    procs = [subprocess.Popen(["ip", "netns", "exec", NS[i], cohort, "train", "--node-rank", str(i)] + common,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) for i in range(2)]
-    outs = [p.communicate(timeout=1200)[0] for p in procs]
+    outs = [p.communicate(timeout=3600)[0] for p in procs]
     if any(p.returncode != 0 for p in procs):
-        sys.exit(f"{name} failed:\n" + "\n".join(o[-3000:] for o in outs))
+        sys.exit(f"{what} failed:\n" + "\n".join(o[-3000:] for o in outs))
     s = json.load(open(os.path.join(run_dir, "summary.json")))
     shutil.rmtree(run_dir, ignore_errors=True)
+    return s
+
+
+def run(a, name, extra, port):
+    args = ["model.name=resnet18", f"data.batch_size={a.batch}", f"train.max_steps={a.steps}",
+            "eval.enabled=false", "ckpt.save_best=false", "log.every_steps=1000", "train.threads=1",
+            "dist.timeout_s=120", "amp.precision=fp32", "train.channels_last=false"] + extra  # comparable with earlier runs
+    s = train_on_two_nodes(a.cohort, port, args, name)
     return {"step_seconds": round(s["train_seconds"] / s["steps"], 3),
             "sync_bytes_per_step": s["sync_bytes_per_step"],
             "sync_bytes_per_step_uncompressed": s["sync_bytes_per_step_uncompressed"]}

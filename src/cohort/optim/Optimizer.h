@@ -56,7 +56,7 @@ class Optimizer {
   // each parameter at most once per step. `which[g]` lists indices into groups()[g].params. Each parameter
   // gets exactly the update step() would give it.
   virtual void begin_step() {}
-  virtual void update(double lr, const std::vector<std::vector<size_t>>& which) = 0;
+  void update(double lr, const std::vector<std::vector<size_t>>& which);
   void zero_grad();
   // The parameter (by name) is no longer updated and its state no longer advances, as if it stopped
   // requiring grad in PyTorch (airbench freezes its whitening bias after 3 epochs).
@@ -79,6 +79,9 @@ class Optimizer {
   std::pair<size_t, size_t> locate(const std::string& key, const std::string& kind) const;
   void check_shape(const std::string& key, const at::Tensor& t, const at::Tensor& p) const;
   bool frozen(size_t group, size_t index) const { return frozen_[group][index]; }
+  // One update of the parameters `live` of group `group` (each with a gradient, not frozen), at that
+  // group's learning rate `lr`: what each optimizer implements.
+  virtual void update_group(size_t group, double lr, const std::vector<size_t>& live) = 0;
   // Those of `which` (indices into group `group`) that a step moves: with a gradient, not frozen.
   std::vector<size_t> live(size_t group, const std::vector<size_t>& which) const;
 

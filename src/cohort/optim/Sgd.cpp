@@ -138,17 +138,19 @@ void Optimizer::step(double lr) {
   update(lr, every);
 }
 
-void Sgd::update(double lr, const std::vector<std::vector<size_t>>& which) {
+void Optimizer::update(double lr, const std::vector<std::vector<size_t>>& which) {
   at::NoGradGuard no_grad;
   for (size_t gi = 0; gi < groups_.size() && gi < which.size(); ++gi) {
     const auto idx = live(gi, which[gi]);
-    if (idx.empty()) continue;
-    const double glr = lr * groups_[gi].lr_scale;
-    if (options_.foreach)
-      step_foreach(gi, glr, idx);
-    else
-      step_each(gi, glr, idx);
+    if (!idx.empty()) update_group(gi, lr * groups_[gi].lr_scale, idx);
   }
+}
+
+void Sgd::update_group(size_t gi, double glr, const std::vector<size_t>& live) {
+  if (options_.foreach)
+    step_foreach(gi, glr, live);
+  else
+    step_each(gi, glr, live);
 }
 
 void Sgd::step_each(size_t gi, double glr, const std::vector<size_t>& idx) {
@@ -238,17 +240,11 @@ void AdamW::begin_step() {
   bias2_sqrt_ = std::sqrt(1 - std::pow(options_.beta2, static_cast<double>(step_)));
 }
 
-void AdamW::update(double lr, const std::vector<std::vector<size_t>>& which) {
-  at::NoGradGuard no_grad;
-  for (size_t gi = 0; gi < groups_.size() && gi < which.size(); ++gi) {
-    const auto idx = live(gi, which[gi]);
-    if (idx.empty()) continue;
-    const double glr = lr * groups_[gi].lr_scale;
-    if (options_.foreach)
-      step_foreach(gi, glr, idx);
-    else
-      step_each(gi, glr, idx);
-  }
+void AdamW::update_group(size_t gi, double glr, const std::vector<size_t>& live) {
+  if (options_.foreach)
+    step_foreach(gi, glr, live);
+  else
+    step_each(gi, glr, live);
 }
 
 void AdamW::step_each(size_t gi, double glr, const std::vector<size_t>& idx) {

@@ -100,12 +100,11 @@ class DdpStrategy : public Strategy {
     if (enabled) return nullptr;
     return std::make_shared<DistributedDataParallel::NoSync>(ddp_.no_sync());
   }
-  void prepare_step(double lr, const StepOptions& o) override {
+  void prepare_step(double lr, const StepOptions&) override {
     if (bucket_members_.empty()) return;
     in_backward_ = InBackward{};
     in_backward_.armed = true;
     in_backward_.lr = lr;
-    (void)o;
   }
   StepResult step(double lr, const StepOptions& o) override {
     const InBackward done = in_backward_;
