@@ -60,8 +60,8 @@ double clip_full_gradients(const std::vector<at::Tensor>& params, double clip_no
 //   last bucket's step hides behind nothing. Under in_backward the last bucket is by default as small as
 //   the first (dist.last_bucket_mb): the first parameters in registration order, whose gradients come
 //   last (plan_buckets). Another bucketing sums in another order in a ring of 3 or more ranks, so runs
-//   with and without in_backward agree to rounding there, and bitwise with the same dist.last_bucket_mb. figures()
-//   reports the seconds of bucket steps that did and did not overlap a later reduction.
+//   with and without in_backward agree to rounding there, and bitwise with the same dist.last_bucket_mb.
+//   figures() reports the seconds of bucket steps that did and did not overlap a later reduction.
 // - One collective at a time: with Gloo's default two threads, two buckets share the link and finish
 //   together near the end, and their steps then overlap nothing. With one thread (Setup.cpp's join_world)
 //   each bucket finishes at the link's full rate while the next one is sent. ResNet-50, AdamW, 1 Gbit/s
