@@ -269,8 +269,9 @@ const std::vector<Field>& fields() {
       field("optim.beta2", &T::optim, &OptimConfig::beta2, "adamw: second-moment decay", {}, in_range(0, 1)),
       field("optim.eps", &T::optim, &OptimConfig::eps, "adamw: denominator epsilon", {}, positive<double>()),
       field("optim.in_backward", &T::optim, &OptimConfig::in_backward,
-            "ddp: step each gradient bucket's parameters as soon as its all-reduce ends, while backward goes "
-            "on (PyTorch DDP's fused optimizer); not with clip_grad_norm or fp16 loss scaling"),
+            "step each gradient bucket's parameters (ddp) or each unit's slice (zero1, zero2, fsdp) as soon as "
+            "its reduction ends, while backward goes on (PyTorch DDP's fused optimizer); not with clip_grad_norm "
+            "or fp16 loss scaling"),
       auto_bool_field("optim.foreach", &T::optim, &OptimConfig::foreach,
                       "multi-tensor updates: one call per operation per parameter group (torch.optim's foreach); "
                       "auto: on for parameters on CUDA, off on CPU (docs/optimizer.md)"),
@@ -599,10 +600,6 @@ void validate_in_backward(const TrainConfig& cfg) {
     throw ConfigError("optim.in_backward=true steps each gradient bucket as its all-reduce ends; dist.strategy=" +
                           strategy + " steps on the swarm's schedule, after its peers average",
                       "set optim.in_backward=false with dist.strategy=" + strategy);
-  if (strategy != "ddp")
-    throw ConfigError("optim.in_backward=true is built for dist.strategy=ddp so far; " + strategy +
-                          " steps its shards after backward",
-                      "use dist.strategy=ddp, or optim.in_backward=false");
   if (cfg.optim.clip_grad_norm > 0)
     throw ConfigError(
         "optim.clip_grad_norm needs the norm of every gradient before any parameter moves, and "

@@ -71,7 +71,7 @@ struct OptimConfig {
   double clip_grad_norm = 0.0;
   double norm_lr_scale = 1.0;
   std::string foreach = "auto";  // auto | true | false: multi-tensor updates (optim/Sgd.cpp)
-  bool in_backward = false;      // step each DDP bucket as its all-reduce ends (parallel/Strategy.cpp)
+  bool in_backward = false;      // step each bucket or shard as its reduction ends (parallel/Strategy.cpp)
 };
 
 struct SchedConfig {

@@ -75,7 +75,9 @@ double clip_full_gradients(const std::vector<at::Tensor>& params, double clip_no
 //   value: every node that used it has run (as with torch's _apply_optimizer_in_backward).
 // - What cannot combine is refused in Config.cpp's validate: clipping by the global norm and fp16 loss
 //   scaling need every gradient before any parameter moves; the swarm and DiLoCo step on their own
-//   schedule; the sharded strategies are not built yet.
+//   schedule.
+// - zero1, zero2 and fsdp step each unit's slice as its reduce-scatter ends instead: Note [Sharded
+//   steps inside backward] in shard/ShardedStrategy.cpp.
 // - Divergence: each bucket is checked for inf/NaN before it is stepped (the averaged gradients are the
 //   same on every rank, so every rank stops at the same bucket). The buckets before it have moved, and
 //   StepResult::updated_in_backward says so; the loop then stops without saving, as it does for any
@@ -283,6 +285,7 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<
     o.bucket_mb = cfg.dist.bucket_mb;
     o.fsdp_unit = cfg.dist.fsdp_unit;
     o.broadcast_buffers = cfg.dist.broadcast_buffers;
+    o.in_backward = cfg.optim.in_backward;
     return make_sharded_strategy(std::move(model), std::move(comm), o);
   }
   DdpOptions opts;

@@ -140,12 +140,17 @@ void FlatUnits::launch_reduce(size_t u, at::Tensor flat, SyncBytes& bytes) {
       comm_.reduce_scatter(s.grad_shard, flat, ReduceOp::kSum, who_ + " unit " + std::to_string(u) + " gradients");
 }
 
+bool FlatUnits::reduce_done(size_t u) const { return !units_[u].reduce || units_[u].reduce->is_completed(); }
+
+void FlatUnits::wait_reduce(size_t u) {
+  auto& s = units_[u];
+  if (s.reduce) s.reduce->wait();
+  s.reduce.reset();
+  s.reduce_src = at::Tensor();
+}
+
 void FlatUnits::wait_reduces() {
-  for (auto& s : units_) {
-    if (s.reduce) s.reduce->wait();
-    s.reduce.reset();
-    s.reduce_src = at::Tensor();
-  }
+  for (size_t u = 0; u < units_.size(); ++u) wait_reduce(u);
 }
 
 void FlatUnits::zero_grads() {

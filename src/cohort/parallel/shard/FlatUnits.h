@@ -73,6 +73,9 @@ class FlatUnits {
   // Averages `flat` (the unit's full gradient) across ranks into the unit's grad_shard: divided by the
   // world size first, then reduce-scattered. Adds what it sends to `bytes`.
   void launch_reduce(size_t u, at::Tensor flat, SyncBytes& bytes);
+  // Whether unit u's reduce-scatter is over (or none is in flight); never blocks.
+  bool reduce_done(size_t u) const;
+  void wait_reduce(size_t u);
   void wait_reduces();
   void zero_grads();
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "cohort/checkpoint/Names.h"
 #include "cohort/util/Error.h"
@@ -13,6 +14,7 @@ OptimizerSlices::OptimizerSlices(const OptimConfig& cfg, const ShardPlan& plan, 
     : plan_(plan), units_(units), names_(trainable.names) {
   const auto rule = group_rule(cfg);
   auto all = optim::make_groups(rule);
+  std::vector<std::tuple<size_t, size_t, size_t>> where;  // per piece: unit, group in `all`, index there
   for (size_t u = 0; u < units_.size(); ++u) {
     for (const auto& r : plan_.ranges(u, rank)) {
       auto piece = units_[u].master.narrow(0, r.shard_offset, r.length).detach();
@@ -20,14 +22,21 @@ OptimizerSlices::OptimizerSlices(const OptimConfig& cfg, const ShardPlan& plan, 
       // 16-bit units get float32 gradients at each step (Note [Sharding 16-bit weights]).
       if (!units_[u].sixteen_bit()) piece.mutable_grad() = units_[u].grad_shard.narrow(0, r.shard_offset, r.length);
       auto& g = all[optim::group_index(names_[r.param], trainable.params[r.param].dim(), rule)];
+      where.emplace_back(u, static_cast<size_t>(&g - all.data()), g.params.size());
       g.names.push_back(names_[r.param]);
       g.params.push_back(piece);
       slots_.push_back({u, r, piece});
     }
   }
   std::vector<optim::ParamGroup> groups;
-  for (auto& g : all)
-    if (!g.params.empty()) groups.push_back(std::move(g));
+  std::vector<size_t> kept(all.size());  // index in `groups` of each non-empty group of `all`
+  for (size_t gi = 0; gi < all.size(); ++gi)
+    if (!all[gi].params.empty()) {
+      kept[gi] = groups.size();
+      groups.push_back(std::move(all[gi]));
+    }
+  members_.assign(units_.size(), std::vector<std::vector<size_t>>(groups.size()));
+  for (const auto& [u, gi, i] : where) members_[u][kept[gi]].push_back(i);
   optimizer_ = optim::make_optimizer(cfg, std::move(groups));
 }
 
@@ -38,6 +47,16 @@ void OptimizerSlices::step(double lr, const std::vector<at::Tensor>& grads) {
   optimizer_->step(lr);
   for (auto& slot : slots_)
     if (units_[slot.unit].sixteen_bit()) slot.piece.mutable_grad().reset();
+}
+
+void OptimizerSlices::update(double lr, size_t unit, const at::Tensor& grad) {
+  const bool copy = units_[unit].sixteen_bit();
+  for (auto& slot : slots_)
+    if (copy && slot.unit == unit)
+      slot.piece.mutable_grad() = grad.narrow(0, slot.range.shard_offset, slot.range.length);
+  optimizer_->update(lr, members_[unit]);
+  for (auto& slot : slots_)
+    if (copy && slot.unit == unit) slot.piece.mutable_grad().reset();
 }
 
 void OptimizerSlices::fill_save(checkpoint::ShardedSave& save) const {

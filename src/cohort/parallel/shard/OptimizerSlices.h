@@ -27,6 +27,10 @@ class OptimizerSlices {
 
   // Updates the masters from `grads` (one float32 gradient slice per unit, already unscaled and clipped).
   void step(double lr, const std::vector<at::Tensor>& grads);
+  // step() one unit at a time (optim.in_backward): begin_step() once per step, then update() for each
+  // unit, at most once per step, with its float32 gradient slice. Each slice gets step()'s update.
+  void begin_step() { optimizer_->begin_step(); }
+  void update(double lr, size_t unit, const at::Tensor& grad);
   void freeze(const std::string& name) { optimizer_->freeze(name); }
   int64_t state_bytes() const { return optimizer_->state_bytes(); }
 
@@ -49,6 +53,7 @@ class OptimizerSlices {
   FlatUnits& units_;
   std::vector<std::string> names_;
   std::vector<Slot> slots_;
+  std::vector<std::vector<std::vector<size_t>>> members_;  // [unit][group] -> indices of its pieces there
   std::unique_ptr<optim::Optimizer> optimizer_;
 };
 

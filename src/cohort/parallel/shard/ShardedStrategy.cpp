@@ -1,6 +1,8 @@
 #include "cohort/parallel/shard/ShardedStrategy.h"
 
+#include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "cohort/amp/GradScaler.h"
 #include "cohort/models/Models.h"
@@ -43,6 +45,24 @@ models::Classifier* unit_model(torch::nn::Module& model, const StagePolicy& poli
   return classifier;
 }
 
+// Note [Sharded steps inside backward]
+// With optim.in_backward=true, zero1, zero2 and fsdp step each unit's slice as soon as that unit's
+// reduce-scatter has ended, while backward goes on (the ddp form: Note [The optimizer inside backward] in
+// parallel/Strategy.cpp). The unit runner hands the units over in the order they were reduced
+// (UnitRunner::set_on_unit_reduced); step() then checks, across ranks, that no slice was non-finite and
+// gathers the updated parameters, as the plain step ends.
+// - Same numbers: a slice gets the update the plain step gives it, from the same reduce-scatter.
+// - Safe during backward: the optimizer updates the float32 master slices, never the gathered
+//   parameters backward still reads; those change only at the gather in step().
+// - zero1 keeps whole gradients (its memory is ddp's), but under in_backward its units are reduced
+//   during backward, as zero2's are, so there is something for the step to hide behind. PyTorch's
+//   ZeroRedundancyOptimizer(overlap_with_ddp=True) likewise steps each shard after DDP's bucket all-reduce.
+// - Each rank holds only its slice, so an inf or NaN is seen by one rank: it stops stepping its own
+//   slices there, and step()'s all-reduce of the flag tells every rank. Slices stepped before it have
+//   moved (StepResult::updated_in_backward); the loop stops as it does for any non-finite gradient in
+//   fp32 or bf16. The collectives stay the same on every rank whatever each stepped.
+// - What stays exposed: the gather of every unit at the step, as in the plain step, and the last unit's
+//   slice step. Stepping is 1/world of ddp's optimizer work, so there is less to hide.
 class ShardedImpl : public ShardedStrategy {
  public:
   ShardedImpl(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, ShardedOptions options)
@@ -62,7 +82,8 @@ class ShardedImpl : public ShardedStrategy {
     units_ = std::make_unique<shard::FlatUnits>(plan_, trainable_, *comm_,
                                                 shard::UnitOptions{policy_.units_stay_gathered, policy_.full_gradients},
                                                 name(), &trace_);
-    if (!policy_.full_gradients)
+    // zero1 reduces in backward only to step there.
+    if (!policy_.full_gradients || steps_in_backward())
       runner_ = std::make_unique<shard::UnitRunner>(plan_, *units_, std::move(layout.blocks), trainable_, sync_bytes_,
                                                     trace_);
     if (classifier_) classifier_->set_unit_runner(runner_.get());
@@ -94,6 +115,7 @@ class ShardedImpl : public ShardedStrategy {
 
   void build_optimizer(const OptimConfig& cfg) override {
     slices_ = std::make_unique<shard::OptimizerSlices>(cfg, plan_, *units_, trainable_, comm_->rank());
+    if (steps_in_backward()) runner_->set_on_unit_reduced([this](size_t u) { step_unit(u); });
   }
   void freeze(const std::string& name) override { slices_->freeze(name); }
 
@@ -105,10 +127,19 @@ class ShardedImpl : public ShardedStrategy {
     return std::shared_ptr<void>(nullptr, [this, previous](void*) { runner_->set_sync(previous); });
   }
 
+  void prepare_step(double lr, const StepOptions&) override {
+    if (!steps_in_backward()) return;
+    in_backward_ = InBackward{};
+    in_backward_.armed = true;
+    in_backward_.lr = lr;
+  }
+
   StepResult step(double lr, const StepOptions& o) override {
     COHORT_ASSERT(slices_, "build_optimizer before step");
     at::NoGradGuard no_grad;
-    if (policy_.full_gradients) reduce_full_gradients();
+    const InBackward done = std::exchange(in_backward_, InBackward{});
+    if (done.units_finished > 0) return finish_step_in_backward(done);
+    if (policy_.full_gradients && !runner_) reduce_full_gradients();  // zero1's runner reduced them in backward
     if (options_.broadcast_buffers) broadcast_from_rank0(buffers_, *comm_, name() + " buffers");
     std::vector<at::Tensor> grads;  // float32: the shards themselves, or copies of 16-bit ones
     for (size_t u = 0; u < units_->size(); ++u) grads.push_back((*units_)[u].grad_shard.to(at::kFloat));
@@ -117,6 +148,15 @@ class ShardedImpl : public ShardedStrategy {
     units_->zero_grads();
     if (!r.skipped) units_->regather_persistent();  // a skipped step left the slices, so the gathers, current
     return r;
+  }
+
+  // Under optim.in_backward, as ddp's: units stepped before the last backward ended, and the seconds of
+  // slice steps that overlapped a later unit's reduction (hidden) or did not (exposed, an upper bound).
+  std::vector<std::pair<std::string, double>> figures() const override {
+    if (!steps_in_backward()) return {};
+    return {{"in_backward_early_units", static_cast<double>(runner_->finished_in_backward())},
+            {"in_backward_hidden_seconds", hidden_seconds_},
+            {"in_backward_exposed_seconds", exposed_seconds_}};
   }
 
   SyncBytes last_sync_bytes() const override { return sync_bytes_; }
@@ -149,6 +189,49 @@ class ShardedImpl : public ShardedStrategy {
   }
 
  private:
+  // What the backward under way has stepped (Note [Sharded steps inside backward]).
+  struct InBackward {
+    bool armed = false;  // prepare_step() gave this step's learning rate
+    double lr = 0;
+    size_t units_finished = 0;  // handed over by the runner, stepped or not
+    size_t units_stepped = 0;
+    bool nonfinite = false;  // this rank's slice of a unit held inf or NaN: it and later ones not stepped
+  };
+
+  bool steps_in_backward() const { return options_.in_backward && comm_->size() > 1; }
+
+  void step_unit(size_t u) {
+    auto& s = in_backward_;
+    if (!s.armed) return;
+    ++s.units_finished;
+    if (s.nonfinite) return;
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> grad{(*units_)[u].grad_shard.to(at::kFloat)};
+    if (amp::unscale_and_check(grad, 1.0)) {
+      s.nonfinite = true;
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (s.units_stepped++ == 0) slices_->begin_step();
+    slices_->update(s.lr, u, grad.front());
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    (runner_->reducing_after(u) ? hidden_seconds_ : exposed_seconds_) += took;
+  }
+
+  // Every unit was stepped (or stopped at a non-finite slice) during backward: agree on the flag, then
+  // gather the updated parameters, the same collectives as step_after_backward's.
+  StepResult finish_step_in_backward(const InBackward& done) {
+    if (options_.broadcast_buffers) broadcast_from_rank0(buffers_, *comm_, name() + " buffers");
+    auto t = at::tensor({done.nonfinite ? 1.0 : 0.0, done.units_stepped > 0 ? 1.0 : 0.0}, at::kDouble);
+    comm_->all_reduce(t, ReduceOp::kSum, "gradient check")->wait();
+    StepResult r;
+    r.nonfinite = t[0].item<double>() > 0;
+    r.updated_in_backward = r.nonfinite && t[1].item<double>() > 0;
+    units_->zero_grads();
+    units_->regather_persistent();
+    return r;
+  }
+
   // Each rank sees only its slices, so an inf in one rank's slice must reach every rank: one all-reduce
   // carries both the sum (finite exactly when every element is) and the squared norm. Shards are
   // disjoint and padding is zero, so the squares summed over ranks are the full norm's.
@@ -206,6 +289,8 @@ class ShardedImpl : public ShardedStrategy {
   std::unique_ptr<shard::FlatUnits> units_;
   std::unique_ptr<shard::OptimizerSlices> slices_;
   std::unique_ptr<shard::UnitRunner> runner_;
+  InBackward in_backward_;
+  double hidden_seconds_ = 0, exposed_seconds_ = 0;  // slice steps in backward since the start
 };
 
 }  // namespace

@@ -11,6 +11,8 @@
 //          gradient is ready (overlapping the rest of backward) and then dropped: only the slice stays.
 //   fsdp   as zero2, and a unit's full parameters exist only while it runs: gathered before its forward
 //          (the next unit's gather prefetched), freed after it, gathered again for its backward.
+// With optim.in_backward each unit's slice is stepped as soon as its reduce-scatter ends (zero1's too,
+// reduced during backward then), and the step only gathers the updated parameters.
 //
 //   auto strategy = cohort::make_sharded_strategy(model, comm, {.stage = cohort::ShardStage::kFsdp});
 //   strategy->build_optimizer(cfg.optim);
@@ -35,6 +37,9 @@ struct ShardedOptions {
   double bucket_mb = 25.0;          // zero1/zero2: unit size
   std::string fsdp_unit = "block";  // fsdp: models::Classifier::units policy
   bool broadcast_buffers = true;    // batch-norm statistics follow rank 0 at every step, as with ddp
+  // optim.in_backward: each unit's slice is stepped as its reduce-scatter ends, while backward goes on;
+  // zero1 then reduces during backward too (Note [Sharded steps inside backward]).
+  bool in_backward = false;
 };
 
 // The sharded strategy's own view, for tests and benchmarks.

@@ -50,6 +50,9 @@ void UnitRunner::begin_backward() {
     pending_[u] = plan_.unit(u).params.size();
     reduced_[u] = false;
   }
+  order_.clear();
+  next_to_finish_ = 0;
+  if (pass_ == Pass::kBackwardSynced) finished_in_backward_ = 0;
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
 }
 
@@ -66,14 +69,19 @@ void UnitRunner::on_gradient_ready(size_t i) {
   if (pass_ == Pass::kIdle) begin_backward();
   const size_t u = plan_.unit_of(i);
   if (pending_[u] > 0 && --pending_[u] == 0) unit_backward_done(u);
+  if (on_unit_reduced_ && pass_ == Pass::kBackwardSynced) finish_completed_units();
 }
 
 // Every gradient of unit u is in: average and reduce-scatter them (only the slice stays), drop the full
-// gradients and, under fsdp, the parameters.
+// gradients and, under fsdp, the parameters. zero1's gradients are views of the unit's flat gradient,
+// reduced in place and kept.
 void UnitRunner::unit_backward_done(size_t u) {
   if (reduced_[u]) return;
   reduced_[u] = true;
-  if (pass_ == Pass::kBackwardSynced) {
+  if (pass_ == Pass::kBackwardSynced && units_[u].flat_grad.defined()) {
+    units_.launch_reduce(u, units_[u].flat_grad, bytes_);
+    order_.push_back(u);
+  } else if (pass_ == Pass::kBackwardSynced) {
     const auto& unit = plan_.unit(u);
     auto flat = at::zeros({unit.padded}, units_[u].grad_shard.options());
     for (size_t k = 0; k < unit.params.size(); ++k) {
@@ -82,6 +90,7 @@ void UnitRunner::unit_backward_done(size_t u) {
       p.mutable_grad().reset();
     }
     units_.launch_reduce(u, flat, bytes_);
+    order_.push_back(u);
   }
   if (!units_[u].persistent) units_.free(u);
 }
@@ -90,8 +99,35 @@ void UnitRunner::finish_backward() {
   // Units with a parameter that got no gradient never completed: reduce them now (zeros for the missing).
   for (size_t u = 0; u < units_.size(); ++u)
     if (!reduced_[u]) unit_backward_done(u);
+  if (on_unit_reduced_)
+    while (next_to_finish_ < order_.size()) finish_unit(order_[next_to_finish_++]);
   units_.wait_reduces();
   pass_ = Pass::kIdle;
+}
+
+// In reduction order, so every rank hands its units over in the same order (what the strategy does with
+// them issues no collective, so the moment each rank does it may differ).
+void UnitRunner::finish_completed_units() {
+  while (next_to_finish_ < order_.size() && units_.reduce_done(order_[next_to_finish_])) {
+    finish_unit(order_[next_to_finish_++]);
+    ++finished_in_backward_;
+  }
+}
+
+void UnitRunner::finish_unit(size_t u) {
+  units_.wait_reduce(u);
+  on_unit_reduced_(u);
+}
+
+bool UnitRunner::reducing_after(size_t u) const {
+  for (size_t v = 0; v < units_.size(); ++v)
+    if (!reduced_[v]) return true;
+  bool after = false;
+  for (size_t v : order_) {
+    if (after && !units_.reduce_done(v)) return true;
+    after = after || v == u;
+  }
+  return false;
 }
 
 void UnitRunner::gather_block(size_t b) {
