@@ -7,10 +7,16 @@
 //
 //   build-gpu/bench/gpu_train_step --model resnet50 --batch 256 --precision bf16 --channels-last --steps 50
 //   build/bench/gpu_train_step --device cpu --model resnet18 --batch 4 --image 64 --steps 2   # CPU smoke run
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/record_function.h>
 
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
@@ -39,7 +45,61 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string model = "resnet50", precision = "fp32", device = "cuda", foreach = "auto";
   int64_t batch = 0, image = 0, classes = 0, steps = 50, warmup = 10, epochs = 0, dataset_size = 50000;
-  bool channels_last = false, cuda_graph = false, phases = false;
+  bool channels_last = false, cuda_graph = false, phases = false, count_ops = false;
+};
+
+// --count-ops: ATen operator calls in the timed steps, seen through the dispatcher's RecordFunction as
+// PyTorch's profiler sees them (autograd's nodes and user scopes are not operators), per step and by
+// name. Two counts: every call, nested ones included (an operator that calls another, as mul_ calls
+// mul.out in 1.13, counts twice); and the top-level calls, those not made inside another operator: what
+// the program and autograd's nodes ask for. The peer counts its profiler's "aten::" events alike.
+class OpCount {
+ public:
+  void start() {
+    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&OpCount::enter, &OpCount::leave)
+                                        .needsInputs(false)
+                                        .scopes({at::RecordScope::FUNCTION}));
+  }
+  void stop() { at::removeCallback(handle_); }
+  nlohmann::json report(int64_t steps) const {
+    std::lock_guard<std::mutex> lock(tally().mutex);
+    const double per = 1.0 / static_cast<double>(steps);
+    nlohmann::json all, top;
+    double n_all = 0, n_top = 0;
+    for (const auto& [name, n] : tally().all) all[name] = n * per, n_all += n * per;
+    for (const auto& [name, n] : tally().top) top[name] = n * per, n_top += n * per;
+    return {{"ops_per_step", n_all},
+            {"top_level_ops_per_step", n_top},
+            {"distinct_ops", tally().all.size()},
+            {"ops_per_step_by_name", all},
+            {"top_level_ops_per_step_by_name", top}};
+  }
+
+ private:
+  struct Tally {
+    std::mutex mutex;
+    std::map<std::string, int64_t> all, top;
+  };
+  static Tally& tally() {
+    static Tally t;
+    return t;
+  }
+  static int& depth() {  // ATen calls open on this thread
+    thread_local int d = 0;
+    return d;
+  }
+  static bool aten(const at::RecordFunction& fn) { return std::string(fn.name()).rfind("aten::", 0) == 0; }
+  static std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
+    if (!aten(fn)) return nullptr;
+    std::lock_guard<std::mutex> lock(tally().mutex);
+    ++tally().all[fn.name()];
+    if (depth()++ == 0) ++tally().top[fn.name()];
+    return nullptr;
+  }
+  static void leave(const at::RecordFunction& fn, at::ObserverContext*) {
+    if (aten(fn)) --depth();
+  }
+  at::CallbackHandle handle_ = 0;
 };
 
 void sync(const c10::Device& d) {
@@ -131,6 +191,8 @@ int main(int argc, char** argv) {
   app.add_option("--foreach", a.foreach, "optim.foreach: multi-tensor SGD (auto: on for CUDA)")
       ->check(CLI::IsMember({"auto", "true", "false"}));
   app.add_flag("--phases", a.phases, "time forward, backward, unscale, optimizer and zero_grad apart (syncs)");
+  app.add_flag("--count-ops", a.count_ops,
+               "count ATen operator calls per timed step (slows the step: not for images/s)");
   CLI11_PARSE(app, argc, argv);
   const bool airbench = a.model == "airbench94";
   if (!a.batch) a.batch = airbench ? 1024 : 256;
@@ -162,6 +224,7 @@ int main(int argc, char** argv) {
     auto prep = [&](at::Tensor x) { return cohort::train::images_to(x, device, a.channels_last); };
 
     bool graph_used = false;
+    OpCount ops;
     std::string note;
     double seconds = 0;
     int64_t timed_steps = 0;
@@ -183,6 +246,7 @@ int main(int argc, char** argv) {
         step.update();
       }
       sync(device);
+      if (a.count_ops) ops.start();
       const auto t0 = Clock::now();
       for (int64_t e = 0; e < a.epochs; ++e) {
         perm = torch::randperm(a.dataset_size, f32.dtype(at::kLong));
@@ -242,12 +306,14 @@ int main(int argc, char** argv) {
       step.phases = PhaseTimer{a.phases && !graph_used, device, {}, {}};
       if (a.phases && graph_used) note = "--phases skipped: the step is a graph replay";
       sync(device);
+      if (a.count_ops) ops.start();
       const auto t0 = Clock::now();
       for (int64_t s = 0; s < a.steps; ++s) run_step();
       sync(device);
       seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       timed_steps = a.steps;
     }
+    if (a.count_ops) ops.stop();
     nlohmann::json out = {{"impl", "cohort"},
                           {"model", a.model},
                           {"precision", a.precision},
@@ -278,6 +344,7 @@ int main(int argc, char** argv) {
       for (const auto& [phase, sec] : step.phases.seconds) ms[phase] = 1e3 * sec / static_cast<double>(timed_steps);
       out["phase_ms"] = ms;
     }
+    if (a.count_ops) out.update(ops.report(timed_steps));
     if (!note.empty()) out["note"] = note;
     std::cout << out.dump() << std::endl;
   } catch (const std::exception& e) {

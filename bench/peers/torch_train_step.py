@@ -38,6 +38,7 @@ Smoke run on a CPU (Debian's PyTorch 1.13 works):
       --image 64 --precision fp32
 """
 import argparse
+import collections
 import contextlib
 import json
 import sys
@@ -68,6 +69,8 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--foreach", choices=["auto", "true", "false"], default="auto",
                     help="torch.optim.SGD's foreach (auto: None, PyTorch's default: on for CUDA)")
+    ap.add_argument("--count-ops", action="store_true",
+                    help="count ATen operator calls per timed step with the profiler (slows the step: not for images/s)")
     ap.add_argument("--phases", action="store_true",
                     help="sync after forward, backward, unscale, optimizer and zero_grad and time each (as "
                          "gpu_train_step --phases); not for the images/s runs")
@@ -298,6 +301,41 @@ class Step:
             self._optimizer_step()
 
 
+class OpCount:
+    """--count-ops: ATen operator calls in the timed steps, as the profiler records them (only "aten::"
+    events: autograd's nodes and the optimizer's scopes are not operators), per step and by name. Every
+    call, nested ones included, and the top-level calls: those with no "aten::" event above them.
+    gpu_train_step --count-ops counts the same calls through RecordFunction."""
+
+    def __init__(self, on):
+        self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if on else None
+
+    def start(self):
+        if self.prof is not None:
+            self.prof.__enter__()
+
+    def stop(self):
+        if self.prof is not None:
+            self.prof.__exit__(None, None, None)
+
+    def report(self, steps):
+        def nested(e):
+            p = e.cpu_parent
+            while p is not None:
+                if p.name.startswith("aten::"):
+                    return True
+                p = p.cpu_parent
+            return False
+
+        events = [e for e in self.prof.events() if e.name.startswith("aten::")]
+        every = collections.Counter(e.name for e in events)
+        top = collections.Counter(e.name for e in events if not nested(e))
+        return {"ops_per_step": sum(every.values()) / steps, "top_level_ops_per_step": sum(top.values()) / steps,
+                "distinct_ops": len(every),
+                "ops_per_step_by_name": {n: c / steps for n, c in every.most_common()},
+                "top_level_ops_per_step_by_name": {n: c / steps for n, c in top.most_common()}}
+
+
 def sync(a):
     if a.device == "cuda":
         torch.cuda.synchronize()
@@ -330,6 +368,7 @@ def main(argv=None):
     step = Step(a, model, input_dtype)
 
     notes = []
+    ops = OpCount(a.count_ops)
     use_graph = a.cuda_graph and a.device == "cuda"
     if a.cuda_graph and not use_graph:
         notes.append("--cuda-graph skipped: CUDA graphs need --device cuda")
@@ -368,6 +407,7 @@ def main(argv=None):
                 step.run(x, y)
                 warm += 1
         sync(a)
+        ops.start()
         t0 = time.perf_counter()
         for _ in range(a.epochs):
             for x, y in batches():
@@ -387,6 +427,7 @@ def main(argv=None):
         elif a.phases:
             notes.append("--phases skipped: the step is a graph replay")
         sync(a)
+        ops.start()
         t0 = time.perf_counter()
         for _ in range(a.steps):
             step.run(x, y)
@@ -394,6 +435,7 @@ def main(argv=None):
         seconds = time.perf_counter() - t0
         timed_steps = a.steps
 
+    ops.stop()
     if step.note:
         notes.append(step.note)
     out = {
@@ -420,6 +462,8 @@ def main(argv=None):
         out["phase_ms"] = {k: 1e3 * v / timed_steps for k, v in sorted(step.phase_seconds.items())}
     if step.scaler is not None:
         out["final_loss_scale"] = float(step.scaler.get_scale())
+    if a.count_ops:
+        out.update(ops.report(timed_steps))
     if notes:
         out["note"] = "; ".join(notes)
     print(json.dumps(out))
