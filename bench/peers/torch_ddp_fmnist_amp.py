@@ -24,7 +24,7 @@ def worker(rank, a):
     if a.nproc > 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(a.port))
         dist.init_process_group("gloo", rank=rank, world_size=a.nproc)
-    torch.manual_seed(0)
+    torch.manual_seed(a.seed)
     x, y = peer.load("train")
     xt, yt = peer.load("t10k")
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
@@ -37,7 +37,7 @@ def worker(rank, a):
     t0 = time.time()
     seen = 0
     for ep in range(a.epochs):
-        g.manual_seed(ep)
+        g.manual_seed(ep + 1000 * a.seed)  # seed 0: the shared peer's order
         perm = torch.randperm(len(x), generator=g)
         mine = perm[rank::a.nproc][: steps_per_epoch * a.batch]
         model.train()
@@ -64,7 +64,7 @@ def worker(rank, a):
             correct += (m(xt[i:i + 1000].contiguous(memory_format=fmt)).argmax(1) == yt[i:i + 1000]).sum().item()
     if rank == 0:
         print(json.dumps(dict(peer="pytorch-%s-ddp" % torch.__version__, bf16=a.bf16, channels_last=a.channels_last,
-                              nproc=a.nproc, threads=a.threads, batch=a.batch, epochs=a.epochs,
+                              nproc=a.nproc, threads=a.threads, seed=a.seed, batch=a.batch, epochs=a.epochs,
                               limit_steps=a.limit_steps, train_s=round(train_s, 2),
                               images_per_s=round(seen * a.nproc / train_s, 1), test_acc=correct / len(xt))))
     if a.nproc > 1:
@@ -81,6 +81,7 @@ if __name__ == "__main__":
     p.add_argument("--port", type=int, default=29541)
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--seed", type=int, default=0, help="weights and data order (0: the shared peer's)")
     a = p.parse_args()
     if not os.path.exists(SHARED):
         sys.exit("the shared peer is missing: " + SHARED)

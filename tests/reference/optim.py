@@ -8,8 +8,9 @@ do not (optim.decay_norm_and_bias=false); with optim.norm_lr_scale=s and every p
 group of the parameters named *norm* gets lr x s and weight decay / s (airbench). One difference is deliberate and pinned below:
 the step schedule after a warmup decays at absolute epochs (30, 60 for 30-epoch steps, as Goyal et al.),
 where torch's SequentialLR([LinearLR, StepLR]) restarts StepLR's count at the end of the warmup; cohort
-equals StepLR run from step 0. OneCycle here is OneCycleLR(cycle_momentum=False): cohort does not cycle
-momentum. The trainer's loss, cross-entropy with label smoothing (loss.label_smoothing), gives
+equals StepLR run from step 0. OneCycle is OneCycleLR(cycle_momentum=False), cohort's default, and with
+sched.cycle_momentum=true OneCycleLR's own default, the momentum cycle (SGD's momentum, AdamW's beta1,
+0.95 -> 0.85 -> 0.95). The trainer's loss, cross-entropy with label smoothing (loss.label_smoothing), gives
 torch.nn.functional.cross_entropy's loss and gradient with respect to the logits.
 
   optim.py TOOL WORKDIR
@@ -52,7 +53,8 @@ def torch_run(case, init, grads):
     sched = case["sched"]
     if sched == "onecycle":
         s = lr_scheduler.OneCycleLR(opt, max_lr=[g["lr"] for g in gs], total_steps=STEPS, pct_start=0.3,
-                                    anneal_strategy="cos", cycle_momentum=False, div_factor=25, final_div_factor=1e4)
+                                    anneal_strategy="cos", cycle_momentum=case.get("cycle_momentum", False),
+                                    base_momentum=0.85, max_momentum=0.95, div_factor=25, final_div_factor=1e4)
     elif sched == "cosine":
         main = lr_scheduler.CosineAnnealingLR(opt, T_max=STEPS - warm, eta_min=0.0)
         s = lr_scheduler.SequentialLR(opt, [lr_scheduler.LinearLR(opt, 0.1, 1.0, total_iters=warm), main],
@@ -81,7 +83,8 @@ def cohort_keys(case):
          f"sched.name={case['sched']}", f"sched.warmup_epochs={case.get('warmup_epochs', 0)}",
          "sched.warmup_start_factor=0.1", "sched.step_epochs=2", "sched.gamma=0.1",
          f"optim.norm_lr_scale={case.get('norm_scale', 1.0)}",
-         f"optim.decay_norm_and_bias={str(case.get('decay_all', False)).lower()}"]
+         f"optim.decay_norm_and_bias={str(case.get('decay_all', False)).lower()}",
+         f"sched.cycle_momentum={str(case.get('cycle_momentum', False)).lower()}"]
     if case["optim"] == "sgd":
         k += [f"optim.momentum={case['momentum']}", f"optim.nesterov={str(case['nesterov']).lower()}"]
     return k
@@ -104,6 +107,9 @@ CASES = [
          wd=5e-4, sched="onecycle", norm_scale=64.0, decay_all=True),
     dict(name="adamw, cosine + warmup", optim="adamw", lr=1e-3, wd=0.05, sched="cosine", warmup_epochs=1),
     dict(name="adamw, onecycle", optim="adamw", lr=3e-3, wd=0.1, sched="onecycle"),
+    dict(name="sgd nesterov, onecycle cycling momentum", optim="sgd", momentum=0.9, nesterov=True, lr=0.2, wd=5e-4,
+         sched="onecycle", cycle_momentum=True),
+    dict(name="adamw, onecycle cycling beta1", optim="adamw", lr=3e-3, wd=0.1, sched="onecycle", cycle_momentum=True),
 ]
 
 

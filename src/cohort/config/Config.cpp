@@ -294,6 +294,15 @@ const std::vector<Field>& fields() {
             positive<double>()),
       field("sched.final_div_factor", &T::sched, &SchedConfig::final_div_factor,
             "onecycle: final lr = initial lr / this", {}, positive<double>()),
+      field(
+          "sched.cycle_momentum", &T::sched, &SchedConfig::cycle_momentum,
+          "onecycle: momentum (adamw: beta1) from sched.max_momentum down to sched.base_momentum while the lr "
+          "rises and back while it falls, as PyTorch's OneCycleLR (its default; not cohort's, see docs/optimizer.md); "
+          "optim.momentum and optim.beta1 are then unused"),
+      field("sched.base_momentum", &T::sched, &SchedConfig::base_momentum,
+            "onecycle with cycle_momentum: the momentum at the peak lr", {}, in_range(0, 1)),
+      field("sched.max_momentum", &T::sched, &SchedConfig::max_momentum,
+            "onecycle with cycle_momentum: the momentum at the start and the end", {}, in_range(0, 1)),
       field("sched.step_epochs", &T::sched, &SchedConfig::step_epochs, "step: decay every this many epochs", {},
             positive<double>()),
       field("sched.gamma", &T::sched, &SchedConfig::gamma, "step: decay factor", {}, positive<double>()),
@@ -651,6 +660,10 @@ void validate(const TrainConfig& cfg) {
     throw ConfigError("config key 'dist.first_bucket_mb' (" + std::to_string(cfg.dist.first_bucket_mb) +
                           ") is larger than dist.bucket_mb (" + std::to_string(cfg.dist.bucket_mb) + ")",
                       "make the first bucket smaller than the others");
+  if (cfg.sched.name == "onecycle" && cfg.sched.cycle_momentum && cfg.sched.base_momentum > cfg.sched.max_momentum)
+    throw ConfigError("sched.base_momentum (" + std::to_string(cfg.sched.base_momentum) +
+                          ") is above sched.max_momentum (" + std::to_string(cfg.sched.max_momentum) + ")",
+                      "set sched.base_momentum <= sched.max_momentum, or sched.cycle_momentum=false");
   if (cfg.sched.name == "onecycle" && cfg.sched.warmup_epochs > 0)
     throw ConfigError("config key 'sched.warmup_epochs' does not apply to sched.name=onecycle",
                       "onecycle warms up over sched.pct_start of training; set that instead");

@@ -56,6 +56,9 @@ class Optimizer {
   // each parameter at most once per step. `which[g]` lists indices into groups()[g].params. Each parameter
   // gets exactly the update step() would give it.
   virtual void begin_step() {}
+  // This step's momentum: SGD's momentum, AdamW's beta1 (what OneCycleLR cycles; Schedule::momentum).
+  // Stays until set again.
+  virtual void set_momentum(double momentum) = 0;
   void update(double lr, const std::vector<std::vector<size_t>>& which);
   void zero_grad();
   // The parameter (by name) is no longer updated and its state no longer advances, as if it stopped

@@ -20,16 +20,25 @@ Schedule::Schedule(const SchedConfig& cfg, double peak_lr, int64_t total_steps, 
       warmup_steps_(cfg.name == "onecycle" ? 0
                                            : static_cast<int64_t>(std::llround(cfg.warmup_epochs * steps_per_epoch))) {}
 
+// OneCycleLR's two phases: from `start` to `turn` until step pct_start * total - 1, then to `end` at
+// step total - 1, each a cosine.
+double Schedule::one_cycle(int64_t step, double start, double turn, double end) const {
+  const double up_end = cfg_.pct_start * static_cast<double>(total_) - 1.0;
+  const double down_end = static_cast<double>(total_) - 1.0;
+  const double s = static_cast<double>(std::min(step, total_ - 1));
+  if (s <= up_end) return cos_anneal(start, turn, up_end > 0 ? s / up_end : 1.0);
+  return cos_anneal(turn, end, (s - up_end) / std::max(down_end - up_end, 1.0));
+}
+
+double Schedule::momentum(int64_t step) const {
+  if (cfg_.name != "onecycle" || !cfg_.cycle_momentum) return -1;
+  return one_cycle(step, cfg_.max_momentum, cfg_.base_momentum, cfg_.max_momentum);
+}
+
 double Schedule::lr(int64_t step) const {
   if (cfg_.name == "onecycle") {
-    // OneCycleLR's phase ends: pct_start * total - 1 and total - 1.
     const double initial = peak_ / cfg_.div_factor;
-    const double final_lr = initial / cfg_.final_div_factor;
-    const double up_end = cfg_.pct_start * static_cast<double>(total_) - 1.0;
-    const double down_end = static_cast<double>(total_) - 1.0;
-    const double s = static_cast<double>(std::min(step, total_ - 1));
-    if (s <= up_end) return cos_anneal(initial, peak_, up_end > 0 ? s / up_end : 1.0);
-    return cos_anneal(peak_, final_lr, (s - up_end) / std::max(down_end - up_end, 1.0));
+    return one_cycle(step, initial, peak_, initial / cfg_.final_div_factor);
   }
   if (step < warmup_steps_) {
     const double f = cfg_.warmup_start_factor + (1.0 - cfg_.warmup_start_factor) * step / warmup_steps_;

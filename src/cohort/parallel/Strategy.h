@@ -65,6 +65,7 @@ struct StepOptions {
   double loss_scale = 1.0;      // the gradients are divided by this first (amp::GradScaler's scale)
   int64_t step = 0;             // the step this update makes, counted from 0 (the swarm's round)
   bool last = false;            // the run's last step (train.max_steps or the schedule's end): DiLoCo closes its round
+  double momentum = -1;  // this step's SGD momentum or AdamW beta1 (Schedule::momentum); < 0: the optimizer's own
 };
 
 // The sum of squares of the defined tensors, in float64 on their device: one host sync for whoever

@@ -319,7 +319,8 @@ bool TrainingRun::optimizer_step(double step_loss) {
 
 StepOptions TrainingRun::step_options() const {
   const auto& precision = *job_.precision;
-  return {cfg_.optim.clip_grad_norm, precision.scaling(), precision.loss_scale(), step_, step_ + 1 == plan_.stop_step};
+  return {cfg_.optim.clip_grad_norm,    precision.scaling(),           precision.loss_scale(), step_,
+          step_ + 1 == plan_.stop_step, plan_.schedule.momentum(step_)};
 }
 
 // Progress, the log window when one ends, and the periodic save.

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "cohort/config/Config.h"
 #include "cohort/optim/Schedule.h"
 #include "cohort/optim/Sgd.h"
 #include "cohort/util/Error.h"
@@ -156,6 +157,29 @@ TEST(Schedule, OneCycleFollowsPyTorch) {
   // Half-way up the cosine: mean of initial and peak.
   EXPECT_NEAR(s.lr(12), (1.0 / 25 + 1.0) / 2, 1e-12);
   for (int i = 25; i < 100; ++i) EXPECT_LE(s.lr(i), s.lr(i - 1));
+}
+
+// OneCycleLR(cycle_momentum=True): momentum falls from max to base while the lr rises, then comes back.
+// tests/reference/optim.py checks the whole run against torch's, SGD and AdamW.
+TEST(Schedule, OneCycleCyclesTheMomentumAsPyTorchDoes) {
+  cohort::SchedConfig c;    // onecycle
+  c.cycle_momentum = true;  // momentum 0.95 -> 0.85 -> 0.95
+  c.pct_start = 0.25;
+  cohort::optim::Schedule s(c, 1.0, 100, 10);
+  EXPECT_NEAR(s.momentum(0), 0.95, 1e-12);
+  EXPECT_NEAR(s.momentum(12), 0.90, 1e-12);  // half-way down while the lr is half-way up
+  EXPECT_NEAR(s.momentum(24), 0.85, 1e-12);  // the peak lr
+  EXPECT_NEAR(s.momentum(99), 0.95, 1e-12);
+  for (int i = 25; i < 100; ++i) EXPECT_GE(s.momentum(i), s.momentum(i - 1));
+  c.cycle_momentum = false;
+  EXPECT_EQ(cohort::optim::Schedule(c, 1.0, 100, 10).momentum(24), -1) << "the optimizer keeps its own";
+  c.cycle_momentum = true;
+  c.name = "cosine";
+  EXPECT_EQ(cohort::optim::Schedule(c, 1.0, 100, 10).momentum(24), -1) << "only onecycle cycles it";
+  cohort::TrainConfig cfg;
+  cfg.sched.cycle_momentum = true;
+  cfg.sched.base_momentum = 0.97;
+  EXPECT_THROW(cohort::config::validate(cfg), cohort::ConfigError) << "base above max";
 }
 
 TEST(Schedule, WarmupCosineStepConstant) {

@@ -32,6 +32,7 @@ class OptimizerSlices {
   void begin_step() { optimizer_->begin_step(); }
   void update(double lr, size_t unit, const at::Tensor& grad);
   void freeze(const std::string& name) { optimizer_->freeze(name); }
+  void set_momentum(double momentum) { optimizer_->set_momentum(momentum); }
   int64_t state_bytes() const { return optimizer_->state_bytes(); }
 
   // This rank's masters and optimizer state by unit, and the layout's optimizer fields.
