@@ -314,7 +314,7 @@ CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>& 
 #else
 
 CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>&, int rank, int, const std::string&,
-                                         std::chrono::milliseconds) {
+                                         std::chrono::milliseconds, int) {
   throw CommError("rank " + std::to_string(rank) +
                       ": dist.backend=gloo is not available: this cohort was built "
                       "without gloo's headers",
