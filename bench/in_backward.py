@@ -17,9 +17,11 @@ For each link, model and optimizer:
     in_backward_exposed_seconds). A bucket step counts as exposed unless a later reduction was still under
     way when it ended, so this is a lower bound of what was hidden.
 Models as cohort trains Fashion-MNIST resized to --image pixels (data.image_size), fp32, one thread per
-worker, --batch images per worker.
+worker, --batch images per worker. --strategy zero1, zero2 or fsdp runs cohort's sharded strategy instead
+of ddp (each unit's slice stepped as its reduce-scatter ends); the peer is DDP's, so it is skipped there.
 
   sudo python3 bench/in_backward.py --rates 1gbit,100mbit --models resnet18,resnet50 --out bench/results/in_backward.json
+  sudo python3 bench/in_backward.py --rates 1gbit --models resnet50 --strategy zero2 --steps 8
 """
 import argparse, json, os, subprocess, sys, time
 
@@ -33,13 +35,15 @@ def run_cohort(a, model, optim, in_backward, port):
     args = [f"model.name={model}", f"data.image_size={a.image}", f"data.batch_size={a.batch}",
             f"train.max_steps={a.steps}", f"optim.name={optim}", f"optim.in_backward={'true' if in_backward else 'false'}",
             "eval.enabled=false", "ckpt.save_best=false", "log.every_steps=1000", "train.threads=1",
-            "dist.timeout_s=300", "amp.precision=fp32", "train.channels_last=false", "data.augment=false"]
-    s = link.train_on_two_nodes(a.cohort, port, args, f"cohort {model} {optim} in_backward={in_backward}")
+            "dist.timeout_s=300", "amp.precision=fp32", "train.channels_last=false", "data.augment=false",
+            f"dist.strategy={a.strategy}"]
+    s = link.train_on_two_nodes(a.cohort, port, args, f"cohort {a.strategy} {model} {optim} in_backward={in_backward}")
     seconds = s["time_breakdown"]["seconds"]
     return {"step_seconds": round(s["train_seconds"] / s["steps"], 4),
             "optimizer_seconds_per_step": round(seconds["optimizer"] / s["steps"], 4),
             "comm_seconds_per_step": round(seconds["comm"] / s["steps"], 4),
-            "in_backward_early_buckets": s.get("in_backward_early_buckets"),
+            # ddp counts buckets, the sharded strategies units.
+            "in_backward_early_buckets": s.get("in_backward_early_buckets", s.get("in_backward_early_units")),
             "in_backward_hidden_seconds_per_step": per_step(s.get("in_backward_hidden_seconds"), s["steps"]),
             "in_backward_exposed_seconds_per_step": per_step(s.get("in_backward_exposed_seconds"), s["steps"])}
 
@@ -84,12 +88,13 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--image", type=int, default=64)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--strategy", default="ddp", choices=["ddp", "zero1", "zero2", "fsdp"])
     ap.add_argument("--out")
     a = ap.parse_args()
     a.cohort = os.path.abspath(a.cohort)
     if os.geteuid() != 0:
         sys.exit("bench/in_backward.py needs root for ip netns and tc")
-    res = {"bench": "in_backward", "link": "veth between two network namespaces, tc tbf each way",
+    res = {"bench": "in_backward", "strategy": a.strategy, "link": "veth between two network namespaces, tc tbf each way",
            "data": f"fashion-mnist resized to {a.image} px, fp32, 1 thread per worker",
            "batch_per_worker": a.batch, "steps": a.steps, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "command": " ".join(sys.argv), "runs": []}
@@ -103,7 +108,7 @@ def main():
                     for inb in (False, True):
                         port += 1
                         row["cohort_in_backward" if inb else "cohort_plain"] = run_cohort(a, model, optim, inb, port)
-                    if not a.no_peer:
+                    if not a.no_peer and a.strategy == "ddp":
                         for mode in ("plain", "fused"):
                             port += 1
                             row["torch_" + mode] = run_peer(a, model, optim, mode, port)

@@ -294,11 +294,11 @@ const std::vector<Field>& fields() {
             positive<double>()),
       field("sched.final_div_factor", &T::sched, &SchedConfig::final_div_factor,
             "onecycle: final lr = initial lr / this", {}, positive<double>()),
-      field(
-          "sched.cycle_momentum", &T::sched, &SchedConfig::cycle_momentum,
-          "onecycle: momentum (adamw: beta1) from sched.max_momentum down to sched.base_momentum while the lr "
-          "rises and back while it falls, as PyTorch's OneCycleLR (its default; not cohort's, see docs/default-job.md); "
-          "optim.momentum and optim.beta1 are then unused"),
+      field("sched.cycle_momentum", &T::sched, &SchedConfig::cycle_momentum,
+            "onecycle: momentum (adamw: beta1) from sched.max_momentum down to sched.base_momentum while the lr "
+            "rises and back while it falls, as PyTorch's OneCycleLR (its default; not cohort's, see "
+            "docs/default-job.md); "
+            "optim.momentum and optim.beta1 are then unused"),
       field("sched.base_momentum", &T::sched, &SchedConfig::base_momentum,
             "onecycle with cycle_momentum: the momentum at the peak lr", {}, in_range(0, 1)),
       field("sched.max_momentum", &T::sched, &SchedConfig::max_momentum,
