@@ -21,9 +21,12 @@ namespace fs = std::filesystem;
 World join_world(const TrainConfig& cfg, const WorldInfo& info) {
   at::set_num_threads(worker_threads(cfg, info));
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
-  // One Gloo collective at a time under optim.in_backward, so each bucket's step overlaps the next one's
-  // transfer: Note [The optimizer inside backward] in parallel/Strategy.cpp.
-  World world = rendezvous(info, cfg.dist.backend, timeout, cfg.optim.in_backward ? 1 : 2);
+  // One Gloo collective at a time under ddp's optim.in_backward, so each bucket's step overlaps the next
+  // one's transfer: Note [The optimizer inside backward] in parallel/Strategy.cpp. Not for the sharded
+  // strategies: their gathers at the step then queue one behind another (Note [Sharded steps inside
+  // backward]).
+  const bool one_at_a_time = cfg.optim.in_backward && cfg.dist.strategy == "ddp";
+  World world = rendezvous(info, cfg.dist.backend, timeout, one_at_a_time ? 1 : 2);
   const char* torch_debug = std::getenv("TORCH_DISTRIBUTED_DEBUG");
   if (cfg.dist.debug == "detail" || (torch_debug && std::string(torch_debug) == "DETAIL")) world.comm->set_debug(true);
   return world;

@@ -63,6 +63,9 @@ models::Classifier* unit_model(torch::nn::Module& model, const StagePolicy& poli
 //   fp32 or bf16. The collectives stay the same on every rank whatever each stepped.
 // - What stays exposed: the gather of every unit at the step, as in the plain step, and the last unit's
 //   slice step. Stepping is 1/world of ddp's optimizer work, so there is less to hide.
+// - Gloo keeps its two threads here (ddp's in_backward takes one, train/Setup.cpp): with one, the gathers
+//   at the step queue one behind another, and zero2's ResNet-50 step over a 1 Gbit/s link took 27% longer
+//   than the plain step; with two it is as fast (bench/in_backward.py --strategy zero2).
 class ShardedImpl : public ShardedStrategy {
  public:
   ShardedImpl(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, ShardedOptions options)
