@@ -51,6 +51,7 @@ struct UnitTrace {
 struct UnitOptions {
   bool persistent = true;       // every unit stays gathered (zero1, zero2); else only gathered around use (fsdp)
   bool full_gradients = false;  // zero1: .grad are views of one flat gradient per unit, reduced at the step
+                                // (during backward under optim.in_backward)
 };
 
 class FlatUnits {

@@ -20,7 +20,8 @@ namespace {
 struct StagePolicy {
   const char* name;
   bool units_stay_gathered;  // else gathered around each use and freed after it (FSDP)
-  bool full_gradients;       // gradients stay whole through backward and are reduced at the step (ZeRO-1)
+  bool full_gradients;       // gradients stay whole through backward and are reduced at the step (ZeRO-1;
+                             // during backward under optim.in_backward)
   bool runs_model_units;     // the model calls the runner around each block (FSDP)
 };
 constexpr StagePolicy kZero1{"zero1", true, true, false};
@@ -122,7 +123,8 @@ class ShardedImpl : public ShardedStrategy {
   }
   void freeze(const std::string& name) override { slices_->freeze(name); }
 
-  // zero1 reduces at the step only, so accumulating backward passes need nothing from it.
+  // zero1 without optim.in_backward reduces at the step only (no runner), so accumulating backward passes
+  // need nothing from it.
   std::shared_ptr<void> gradient_sync(bool enabled) override {
     if (enabled || !runner_) return nullptr;
     const bool previous = runner_->sync();
@@ -224,7 +226,8 @@ class ShardedImpl : public ShardedStrategy {
   }
 
   // Every unit was stepped (or stopped at a non-finite slice) during backward: agree on the flag, then
-  // gather the updated parameters, the same collectives as step_after_backward's.
+  // gather the updated parameters: the same collectives as step()'s plain path (buffers, the flag's
+  // all-reduce, the gathers).
   StepResult finish_step_in_backward(const InBackward& done) {
     if (options_.broadcast_buffers) broadcast_from_rank0(buffers_, *comm_, name() + " buffers");
     auto t = at::tensor({done.nonfinite ? 1.0 : 0.0, done.units_stepped > 0 ? 1.0 : 0.0}, at::kDouble);
