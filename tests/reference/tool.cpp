@@ -76,7 +76,7 @@ int optim_steps(const std::string& in, const std::string& out, int64_t steps, in
       for (const auto& [name, g] : file.tensors)
         if (name == "g" + std::to_string(s) + "." + p.key()) p.value().mutable_grad() = g.clone();
     lrs[s] = schedule.lr(s);
-    if (const double m = schedule.momentum(s); m >= 0) opt->set_momentum(m);
+    opt->set_momentum(schedule.momentum(s));
     opt->step(schedule.lr(s));
     ema.update(module);
   }

@@ -1,6 +1,6 @@
 // Over 450 lines on purpose: about half is fields(), the declarative table of every key with its help,
 // choices and check (one place to read them all, and what --help and the README print); the rest parses
-// values, TOML files and overrides against it.
+// values, TOML files and overrides against it. What combinations are refused is Validate.cpp's.
 #include "cohort/config/Config.h"
 
 #include <algorithm>
@@ -559,121 +559,6 @@ void apply_override(TrainConfig& cfg, const std::string& assignment) {
     throw ConfigError("override '" + assignment + "' is not of the form key=value",
                       "write for example data.batch_size=64");
   set(cfg, trim(assignment.substr(0, eq)), trim(assignment.substr(eq + 1)));
-}
-
-namespace {
-
-// The swarm's own constraints: what it does not combine with, and its partition.
-void validate_swarm(const TrainConfig& cfg) {
-  if (cfg.dist.strategy != "swarm" && cfg.dist.strategy != "diloco") return;
-  const auto& s = cfg.swarm;
-  if (cfg.amp.precision == "fp16" || cfg.amp.precision == "fp16-master")
-    throw ConfigError("dist.strategy=" + cfg.dist.strategy + " does not take amp.precision=" + cfg.amp.precision +
-                          " (its loss scale would have to agree across peers)",
-                      "use amp.precision=bf16 or fp32 with the swarm");
-  if (cfg.dist.strategy == "swarm" && s.sampler == "random" && cfg.train.grad_accum_steps != 1)
-    throw ConfigError(
-        "dist.strategy=swarm accumulates batches itself up to swarm.target_batch_size; "
-        "train.grad_accum_steps is " +
-            std::to_string(cfg.train.grad_accum_steps),
-        "set train.grad_accum_steps=1 and choose swarm.target_batch_size");
-  if (s.group_size > 0 && s.min_group_size > s.group_size)
-    throw ConfigError("swarm.min_group_size=" + std::to_string(s.min_group_size) +
-                          " is above swarm.group_size=" + std::to_string(s.group_size) + ": no group could ever form",
-                      "lower swarm.min_group_size, or raise swarm.group_size (0: every ready peer)");
-  if (s.group_size > 0 && cfg.dist.strategy == "diloco")
-    throw ConfigError(
-        "swarm.group_size is not built for dist.strategy=diloco yet: its outer rounds average over "
-        "every ready peer",
-        "leave swarm.group_size at 0 with diloco");
-  if (s.partition >= s.partitions)
-    throw ConfigError("swarm.partition=" + std::to_string(s.partition) +
-                          " is not below swarm.partitions=" + std::to_string(s.partitions),
-                      "number the peers 0 .. swarm.partitions - 1");
-  if (s.sampler == "partition" && s.target_batch_size != 0 &&
-      s.target_batch_size != cfg.data.batch_size * cfg.train.grad_accum_steps * s.partitions)
-    throw ConfigError(
-        "swarm.sampler=partition takes one batch per peer per step, so swarm.target_batch_size must "
-        "be data.batch_size x train.grad_accum_steps x swarm.partitions = " +
-            std::to_string(cfg.data.batch_size * cfg.train.grad_accum_steps * s.partitions) + ", got " +
-            std::to_string(s.target_batch_size),
-        "leave swarm.target_batch_size at 0 with swarm.sampler=partition");
-}
-
-// What the optimizer inside backward cannot combine with: Note [The optimizer inside backward] in
-// parallel/Strategy.cpp.
-void validate_in_backward(const TrainConfig& cfg) {
-  if (!cfg.optim.in_backward) return;
-  const auto& strategy = cfg.dist.strategy;
-  if (strategy == "swarm" || strategy == "diloco")
-    throw ConfigError("optim.in_backward=true steps each gradient bucket as its all-reduce ends; dist.strategy=" +
-                          strategy + " steps on the swarm's schedule, after its peers average",
-                      "set optim.in_backward=false with dist.strategy=" + strategy);
-  if (cfg.optim.clip_grad_norm > 0)
-    throw ConfigError(
-        "optim.clip_grad_norm needs the norm of every gradient before any parameter moves, and "
-        "optim.in_backward=true steps the first buckets before the last gradients exist",
-        "set optim.clip_grad_norm=0, or optim.in_backward=false");
-  if (cfg.amp.precision == "fp16" || cfg.amp.precision == "fp16-master")
-    throw ConfigError("amp.precision=" + cfg.amp.precision +
-                          " scales the loss, and an overflow in any gradient must skip the whole step; "
-                          "optim.in_backward=true moves the first buckets' parameters before the last gradients exist",
-                      "use amp.precision=bf16 or fp32 with optim.in_backward=true, or optim.in_backward=false");
-}
-
-}  // namespace
-
-void validate(const TrainConfig& cfg) {
-  validate_in_backward(cfg);
-  validate_swarm(cfg);
-  if (cfg.train.whiten_bias_epochs > 0 && cfg.model.name != "airbench")
-    throw ConfigError(
-        "train.whiten_bias_epochs applies to model.name=airbench (its whitening layer), not " + cfg.model.name,
-        "remove train.whiten_bias_epochs, or set model.name=airbench");
-  if (cfg.dist.strategy != "ddp" && cfg.dist.compress != "none")
-    throw ConfigError(
-        "dist.compress=" + cfg.dist.compress + " works with dist.strategy=ddp only, not " + cfg.dist.strategy,
-        "set dist.compress=none, or dist.strategy=ddp");
-  if (cfg.data.device_resident && cfg.data.name == "imagefolder")
-    throw ConfigError(
-        "data.device_resident keeps an in-memory dataset on the device; data.name=imagefolder is "
-        "decoded from JPEG files batch by batch",
-        "remove data.device_resident, or use fashion-mnist, mnist or cifar10");
-  // The lookahead average writes the weights directly; sharded strategies update their master slices
-  // and would overwrite it at the next step.
-  if (cfg.dist.strategy != "ddp" && cfg.train.lookahead)
-    throw ConfigError("train.lookahead works with dist.strategy=ddp only, not " + cfg.dist.strategy,
-                      "use dist.strategy=ddp with train.lookahead (airbench's model is small enough to replicate)");
-  if (cfg.amp.precision == "fp16-master" && cfg.train.lookahead)
-    throw ConfigError("train.lookahead averages the model's own weights, which amp.precision=fp16-master keeps in fp16",
-                      "use amp.precision=fp16 with train.lookahead");
-  // As torch.cuda.amp.GradScaler: a growth that does not grow or a backoff that does not shrink (or
-  // zeroes the scale) would turn an overflow into a skip on every step.
-  if (cfg.amp.growth_factor <= 1.0)
-    throw ConfigError("config key 'amp.growth_factor' must be > 1, got " + std::to_string(cfg.amp.growth_factor),
-                      "the loss scale grows by this factor; the default is 2");
-  if (cfg.amp.backoff_factor <= 0.0 || cfg.amp.backoff_factor >= 1.0)
-    throw ConfigError("config key 'amp.backoff_factor' must be between 0 and 1 (exclusive), got " +
-                          std::to_string(cfg.amp.backoff_factor),
-                      "the loss scale shrinks by this factor after an overflow; the default is 0.5");
-  if (cfg.dist.first_bucket_mb > cfg.dist.bucket_mb)
-    throw ConfigError("config key 'dist.first_bucket_mb' (" + std::to_string(cfg.dist.first_bucket_mb) +
-                          ") is larger than dist.bucket_mb (" + std::to_string(cfg.dist.bucket_mb) + ")",
-                      "make the first bucket smaller than the others");
-  if (cfg.sched.name == "onecycle" && cfg.sched.cycle_momentum && cfg.sched.base_momentum > cfg.sched.max_momentum)
-    throw ConfigError("sched.base_momentum (" + std::to_string(cfg.sched.base_momentum) +
-                          ") is above sched.max_momentum (" + std::to_string(cfg.sched.max_momentum) + ")",
-                      "set sched.base_momentum <= sched.max_momentum, or sched.cycle_momentum=false");
-  if (cfg.sched.name == "onecycle" && cfg.sched.warmup_epochs > 0)
-    throw ConfigError("config key 'sched.warmup_epochs' does not apply to sched.name=onecycle",
-                      "onecycle warms up over sched.pct_start of training; set that instead");
-  if (cfg.eval.tta > 2)
-    throw ConfigError("config key 'eval.tta' must be 0, 1 or 2, got " + std::to_string(cfg.eval.tta),
-                      "eval.tta=2 is airbench's multi-view test-time augmentation");
-  if (!cfg.ckpt.upload.empty() &&
-      (cfg.ckpt.upload.rfind("s3://", 0) != 0 || cfg.ckpt.upload.size() <= 5 || cfg.ckpt.upload[5] == '/'))
-    throw ConfigError("config key 'ckpt.upload' must be s3://bucket[/prefix], got '" + cfg.ckpt.upload + "'",
-                      "for example ckpt.upload=s3://my-bucket/cohort-runs");
 }
 
 TrainConfig load_from_string(std::string_view toml_text, const std::string& source,

@@ -57,8 +57,10 @@ class Optimizer {
   // gets exactly the update step() would give it.
   virtual void begin_step() {}
   // This step's momentum: SGD's momentum, AdamW's beta1 (what OneCycleLR cycles; Schedule::momentum).
-  // Stays until set again.
-  virtual void set_momentum(double momentum) = 0;
+  // Stays until set again. A negative value (Schedule::momentum when not cycling) keeps the current one.
+  void set_momentum(double momentum) {
+    if (momentum >= 0) use_momentum(momentum);
+  }
   void update(double lr, const std::vector<std::vector<size_t>>& which);
   void zero_grad();
   // The parameter (by name) is no longer updated and its state no longer advances, as if it stopped
@@ -85,6 +87,7 @@ class Optimizer {
   // One update of the parameters `live` of group `group` (each with a gradient, not frozen), at that
   // group's learning rate `lr`: what each optimizer implements.
   virtual void update_group(size_t group, double lr, const std::vector<size_t>& live) = 0;
+  virtual void use_momentum(double momentum) = 0;
   // Those of `which` (indices into group `group`) that a step moves: with a gradient, not frozen.
   std::vector<size_t> live(size_t group, const std::vector<size_t>& which) const;
 

@@ -2,7 +2,7 @@
 //
 //   cohort::optim::Schedule sched(cfg.sched, /*peak_lr=*/0.2, /*total_steps=*/1404, /*steps_per_epoch=*/468);
 //   double lr = sched.lr(step);
-//   if (double m = sched.momentum(step); m >= 0) optimizer.set_momentum(m);
+//   optimizer.set_momentum(sched.momentum(step));   // -1 when not cycling: the optimizer keeps its own
 //
 // onecycle follows torch.optim.lr_scheduler.OneCycleLR (cosine, two phases, and by default its momentum
 // cycle); cosine, step and constant start with an optional linear warmup from peak x

@@ -23,7 +23,7 @@ class Sgd : public Optimizer {
   std::string name() const override { return "sgd"; }
   // p -= lr * update, with update as torch.optim.SGD computes it.
   void update_group(size_t group, double lr, const std::vector<size_t>& live) override;
-  void set_momentum(double momentum) override { options_.momentum = momentum; }
+  void use_momentum(double momentum) override { options_.momentum = momentum; }
   // Momentum buffers as "momentum_buffer.<param name>".
   NamedState state_dict() const override;
   void load_state_dict(const NamedState& state) override;
@@ -52,7 +52,7 @@ class AdamW : public Optimizer {
 
   std::string name() const override { return "adamw"; }
   void begin_step() override;
-  void set_momentum(double beta1) override { options_.beta1 = beta1; }
+  void use_momentum(double beta1) override { options_.beta1 = beta1; }
   void update_group(size_t group, double lr, const std::vector<size_t>& live) override;
   // "exp_avg.<name>", "exp_avg_sq.<name>" and the scalar "step".
   NamedState state_dict() const override;

@@ -104,7 +104,7 @@ class DdpStrategy : public Strategy {
   }
   void prepare_step(double lr, const StepOptions& o) override {
     if (bucket_members_.empty()) return;
-    if (o.momentum >= 0) optimizer_->set_momentum(o.momentum);
+    optimizer_->set_momentum(o.momentum);
     in_backward_ = InBackward{};
     in_backward_.armed = true;
     in_backward_.lr = lr;
@@ -185,7 +185,7 @@ class DdpStrategy : public Strategy {
     if (o.clip_norm > 0 && !r.nonfinite) r.grad_norm = clip_full_gradients(params, o.clip_norm);
     r.skipped = r.nonfinite && o.skip_nonfinite;
     if (!r.skipped) {
-      if (o.momentum >= 0) optimizer_->set_momentum(o.momentum);
+      optimizer_->set_momentum(o.momentum);
       optimizer_->step(lr);
       masters_.master_to_model();
     }

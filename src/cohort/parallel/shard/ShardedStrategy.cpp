@@ -134,7 +134,7 @@ class ShardedImpl : public ShardedStrategy {
 
   void prepare_step(double lr, const StepOptions& o) override {
     if (!steps_in_backward()) return;
-    if (o.momentum >= 0) slices_->set_momentum(o.momentum);
+    slices_->set_momentum(o.momentum);
     in_backward_ = InBackward{};
     in_backward_.armed = true;
     in_backward_.lr = lr;
@@ -150,8 +150,10 @@ class ShardedImpl : public ShardedStrategy {
     std::vector<at::Tensor> grads;  // float32: the shards themselves, or copies of 16-bit ones
     for (size_t u = 0; u < units_->size(); ++u) grads.push_back((*units_)[u].grad_shard.to(at::kFloat));
     StepResult r = check_and_clip(grads, o);
-    if (!r.skipped && o.momentum >= 0) slices_->set_momentum(o.momentum);
-    if (!r.skipped) slices_->step(lr, grads);
+    if (!r.skipped) {
+      slices_->set_momentum(o.momentum);
+      slices_->step(lr, grads);
+    }
     units_->zero_grads();
     if (!r.skipped) units_->regather_persistent();  // a skipped step left the slices, so the gathers, current
     return r;
