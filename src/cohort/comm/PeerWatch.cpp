@@ -55,27 +55,40 @@ std::string describe(const int64_t* row) {
 // itself be the rank that stopped.
 PeerWatch::PeerWatch(c10::intrusive_ptr<c10d::Store> store, int rank, int size)
     : store_(std::move(store)), rank_(rank), size_(size) {
-  if (size_ > 1) heartbeat_ = std::thread([this] { beat(); });
+  if (size_ > 1) heartbeat_ = std::thread(beat, beat_, store_, rank_);
 }
 
+// A heartbeat may be inside a store call when its rank shuts down. If rank 0, which hosts the store,
+// has already exited, that call goes on reconnecting until the store's timeout (dist.timeout_s), and
+// joining it would hold this rank's exit that long: a finished job that hangs. So the heartbeat gets a
+// moment to notice the stop, and is otherwise left behind; it owns what it touches, and ends when its
+// call gives up or the process exits.
 PeerWatch::~PeerWatch() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (heartbeat_.joinable()) heartbeat_.join();
+  if (!heartbeat_.joinable()) return;
+  std::unique_lock<std::mutex> lock(beat_->mu);
+  beat_->stopping = true;
+  beat_->cv.notify_all();
+  const bool ended = beat_->cv.wait_for(lock, std::chrono::seconds(2), [this] { return beat_->done; });
+  lock.unlock();
+  if (ended)
+    heartbeat_.join();
+  else
+    heartbeat_.detach();
 }
 
-uint64_t PeerWatch::issue() { return ++seq_; }
+uint64_t PeerWatch::issue() { return ++beat_->seq; }
 
-void PeerWatch::beat() {
+void PeerWatch::beat(std::shared_ptr<Beat> b, c10::intrusive_ptr<c10d::Store> store, int rank) {
   for (uint64_t n = 1;; ++n) {
     // Not under the lock: the store may be slow.
-    put(store_, "cohort/issued/" + std::to_string(rank_), seq_.load());
-    put(store_, "cohort/beat/" + std::to_string(rank_), n);
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) return;
+    put(store, "cohort/issued/" + std::to_string(rank), b->seq.load());
+    put(store, "cohort/beat/" + std::to_string(rank), n);
+    std::unique_lock<std::mutex> lock(b->mu);
+    if (b->cv.wait_for(lock, std::chrono::seconds(1), [&] { return b->stopping; })) {
+      b->done = true;
+      b->cv.notify_all();
+      return;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -30,21 +31,27 @@ class PeerWatch {
   // The next collective's sequence number. Only a counter: the heartbeat publishes it each second, so
   // the collective's own path never waits on the store.
   uint64_t issue();
-  uint64_t issued() const { return seq_; }  // the last number issue() gave
+  uint64_t issued() const { return beat_->seq; }  // the last number issue() gave
   // Which ranks stopped beating, and which live ones never issued collective `seq`; takes 2.5 s, at
   // most 5 s (the store lives on rank 0, which may be the rank that stopped). Safe to call from any
   // thread; never throws (a failure to ask is the answer).
   std::string diagnose(uint64_t seq) const noexcept;
 
  private:
-  void beat();
+  // What the heartbeat thread shares with its PeerWatch. Owned by both, so that a heartbeat stuck on a
+  // store that is gone can be left behind without touching freed memory (see ~PeerWatch).
+  struct Beat {
+    std::atomic<uint64_t> seq{0};  // collectives may be issued from autograd's threads too
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stopping = false;
+    bool done = false;
+  };
+  static void beat(std::shared_ptr<Beat> b, c10::intrusive_ptr<c10d::Store> store, int rank);
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, size_;
-  std::atomic<uint64_t> seq_{0};  // collectives may be issued from autograd's threads too
+  std::shared_ptr<Beat> beat_ = std::make_shared<Beat>();
   std::thread heartbeat_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
 };
 
 // dist.debug=detail: the (kind, dtype, element count) of the collective a rank is about to run, which

@@ -2,10 +2,16 @@
 // collectives under dist.debug=detail: checked here on a real in-process store, without a backend.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
+#include <thread>
+
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "cohort/comm/PeerWatch.h"
+#include "cohort/store/AuthStore.h"
+#include "cohort/store/StoreServer.h"
 #include "cohort/util/Error.h"
 
 using cohort::comm::CollectiveKind;
@@ -27,6 +33,33 @@ TEST(PeerWatch, NamesTheRankThatNeverIssuedAndThenTheOneThatStoppedBeating) {
   const auto msg = me.diagnose(5);
   EXPECT_NE(msg.find("rank(s) 1 stopped answering (no heartbeat for 2.5 s)"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("rank(s) 2"), std::string::npos) << msg;
+}
+
+// Rank 0 hosts the store and may exit first. A heartbeat that is then inside a store call reconnects
+// until the store's timeout; the rank's exit must not wait for it (bench/collectives' rank 1 sat 600 s
+// in ~PeerWatch before this).
+TEST(PeerWatch, ARankShutsDownAtOnceWhenTheStoreIsAlreadyGone) {
+  auto server = std::make_unique<cohort::store::StoreServer>("127.0.0.1", 0, "secret", [](const std::string&) {});
+  auto store =
+      c10::make_intrusive<cohort::store::AuthStore>("127.0.0.1", server->port(), "secret", std::chrono::minutes(10));
+  auto watch = std::make_unique<PeerWatch>(store, 1, 2);
+  store->wait({"cohort/beat/1"}, std::chrono::seconds(30));  // it beats
+  server.reset();                                            // rank 0 exits
+  // The first beat after that fails at once on the broken connection; the next ones reconnect.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  std::promise<void> ended;
+  auto shut = ended.get_future();
+  std::thread closer([w = watch.release(), p = std::move(ended)]() mutable {
+    delete w;
+    p.set_value();
+  });
+  // Bounded by the 2 s ~PeerWatch gives a heartbeat; the store's own timeout is 10 minutes.
+  if (shut.wait_for(std::chrono::seconds(60)) == std::future_status::ready) {
+    closer.join();
+  } else {
+    closer.detach();  // so that the failure is reported now, not after the store's timeout
+    FAIL() << "~PeerWatch waited for a heartbeat stuck on a store that is gone";
+  }
 }
 
 TEST(PeerWatch, AMismatchedCollectiveNamesEachRanksCall) {
