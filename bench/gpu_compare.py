@@ -223,7 +223,9 @@ def main():
     os.makedirs(a.out_dir, exist_ok=True)
     smi = nvidia_smi() if a.device == "cuda" else None
     runner = Runner(a)
-    benches = {"resnet50": ("gpu_resnet50.json", bench_resnet50), "airbench": ("gpu_airbench.json", bench_airbench)}
+    # --r50-model names another model (vit_b32): its own file, so the ResNet-50 figures stay.
+    r50_file = "gpu_resnet50.json" if a.r50_model == "resnet50" else f"gpu_{a.r50_model}.json"
+    benches = {"resnet50": (r50_file, bench_resnet50), "airbench": ("gpu_airbench.json", bench_airbench)}
     which = [w for w in a.which.split(",") if w]
     for w in which:
         if w not in benches:

@@ -176,7 +176,7 @@ struct Stepper {
 int main(int argc, char** argv) {
   Args a;
   CLI::App app{"cohort's training step on synthetic data (peer: bench/peers/torch_train_step.py)"};
-  app.add_option("--model", a.model)->check(CLI::IsMember({"resnet50", "resnet18", "airbench94"}));
+  app.add_option("--model", a.model)->check(CLI::IsMember({"resnet50", "resnet18", "vit_b32", "airbench94"}));
   app.add_option("--batch", a.batch, "default: 256, airbench94 1024");
   app.add_option("--image", a.image, "default: 224, airbench94 32");
   app.add_option("--classes", a.classes, "default: 1000, airbench94 10");

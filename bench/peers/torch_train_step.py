@@ -4,8 +4,8 @@ timed on synthetic data, ONE JSON object on stdout. Both take the same arguments
 this one says "impl": "torch", cohort's says "impl": "cohort". bench/gpu_compare.py runs the two in turns.
 
 What a step is (the C++ bench must do the same for the comparison to be fair):
-  - Model: torchvision resnet50 / resnet18 (num_classes --classes), or airbench94 written out below to
-    match cohort's src/cohort/models/Airbench.{h,cpp} layer for layer.
+  - Model: torchvision resnet50 / resnet18 / vit_b_32 (cohort calls it vit_b32; num_classes --classes), or
+    airbench94 written out below to match cohort's src/cohort/models/Airbench.{h,cpp} layer for layer.
   - SGD, lr 0.01, momentum 0.9, Nesterov, weight decay 5e-4 on every trainable parameter (one group; the
     optimizer is torch.optim.SGD with its default implementation, foreach on CUDA).
   - Cross-entropy with label smoothing 0.1 (airbench94: 0.2), mean over the batch; logits go to the loss
@@ -54,7 +54,7 @@ CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", choices=["resnet50", "resnet18", "airbench94"], default="resnet50")
+    ap.add_argument("--model", choices=["resnet50", "resnet18", "vit_b32", "airbench94"], default="resnet50")
     ap.add_argument("--batch", type=int, default=None, help="default: 256, airbench94 1024")
     ap.add_argument("--image", type=int, default=None, help="default: 224, airbench94 32")
     ap.add_argument("--classes", type=int, default=None, help="default: 1000, airbench94 10")
@@ -162,7 +162,8 @@ def build_model(a):
     if a.model == "airbench94":
         return Airbench94(3, a.classes)
     import torchvision
-    return getattr(torchvision.models, a.model)(num_classes=a.classes)
+    name = {"vit_b32": "vit_b_32"}.get(a.model, a.model)  # cohort's name for torchvision's model
+    return getattr(torchvision.models, name)(num_classes=a.classes)
 
 
 # ---- precision ----

@@ -22,6 +22,7 @@
 #include "cohort/comm/NcclCommunicator.h"
 #endif
 #include "cohort/util/Error.h"
+#include "cohort/util/FileLimit.h"
 
 namespace cohort {
 namespace {
@@ -126,6 +127,13 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
     world.store = c10::make_intrusive<c10d::HashStore>();
   } else {
     const bool host = info.rank == 0 && !info.agent_store;
+    // Before any connection, so that a job too large for ulimit -n stops here and says so, rather than in
+    // Gloo's connect ("Too many open files") or with a store refusing ranks.
+    if (auto why = util::open_file_shortfall(info.rank, info.world_size, host, util::raise_open_file_limit()))
+      throw CommError(who + ": " + *why,
+                      "raise the hard limit of open files for the workers: ulimit -Hn in the shell that starts them "
+                      "(as root), LimitNOFILE= in a systemd unit, nofile in /etc/security/limits.conf, or "
+                      "--ulimit nofile=N:N for a container");
     try {
       if (info.agent_store) {
         // torchrun's agent hosts a c10d TCPStore: we are one of its clients, with its (lack of) checks, in

@@ -7,7 +7,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 
 #include "cohort/store/StoreProtocol.h"
 #include "cohort/util/Error.h"
+#include "cohort/util/FileLimit.h"
 
 namespace cohort::store {
 namespace {
@@ -88,15 +88,8 @@ struct Waiter {
 // Debian's hard limit is 1,048,576, or 524,288 under systemd), and keeps half of what it then has for
 // the store, so the process's Gloo sockets and checkpoint files still have the other half.
 static size_t connection_limit() {
-  rlimit r{};
-  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return 512;
-  if (r.rlim_cur != RLIM_INFINITY && (r.rlim_max == RLIM_INFINITY || r.rlim_cur < r.rlim_max)) {
-    rlimit raised = r;
-    raised.rlim_cur = r.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : r.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) r = raised;
-  }
-  const rlim_t half = r.rlim_cur == RLIM_INFINITY ? rlim_t{1} << 19 : r.rlim_cur / 2;
-  return static_cast<size_t>(std::clamp<rlim_t>(half, 16, 65536));
+  const uint64_t limit = util::raise_open_file_limit();
+  return static_cast<size_t>(std::clamp<uint64_t>(limit / 2, 16, 65536));
 }
 
 struct StoreServer::Impl {

@@ -1,0 +1,383 @@
+#!/usr/bin/env python3
+"""A latency-bandwidth (alpha-beta) cost model of cohort's collectives, fitted on network-namespace
+"machines" and checked against the measurements it was not fitted on; then its predictions for clusters
+and swarms this machine cannot hold (docs/scaling.md, "A cost model").
+
+Machines: N network namespaces on a bridge in a hub namespace, each veth shaped with tc's tbf qdisc in
+both directions (netem is missing on these machines): a switch with one NIC of the given rate per
+machine. Each machine runs one rank of build/bench/collectives (cohort's Gloo engine, one thread).
+
+Model, for a buffer of n bytes on p ranks (the ring algorithms Gloo runs):
+    all_reduce       t = 2 (p-1) alpha + 2 (p-1)/p n / B
+    reduce_scatter   t =   (p-1) alpha +   (p-1)/p n / B
+    all_gather       t =   (p-1) alpha +   (p-1)/p n / B
+alpha is a message's fixed cost (software and wire), B the link's rate as the ranks see it. Both are
+fitted, per link rate, on the --fit-on counts only (default: 2 machines); every other count is a
+prediction, and the JSON holds each one's error. Latency added by real distance is not modelled here:
+tbf adds none, so the latency-bound predictions for a real network are marked unchecked.
+
+Needs root (ip netns, tc). Prints JSON; --out writes it.
+Run: sudo python3 bench/cost_model.py --collectives build/bench/collectives --out bench/results/cost_model.json
+Only the predictions (no root, no measuring): python3 bench/cost_model.py --predict-only"""
+import argparse, json, math, os, platform, secrets, subprocess, sys, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from benchlib import emit  # noqa: E402
+
+HUB = "ccm-hub"
+MAX_MACHINES = 8
+
+
+def ns(i):
+    return f"ccm-{i}"
+
+
+def addr(i):
+    return f"10.80.0.{i + 1}"
+
+
+def sh(*cmd, check=True):
+    return subprocess.run(list(cmd), check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def teardown():
+    for name in [ns(i) for i in range(MAX_MACHINES)] + [HUB]:
+        sh("ip", "netns", "del", name, check=False)
+
+
+def burst_for(rate):
+    """tbf's bucket: a millisecond at the rate, at least 16 KiB. A larger bucket lets a small message pass
+    at the veth's own speed, which a real NIC at that rate does not."""
+    bits = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
+    for unit, scale in bits.items():
+        if rate.endswith(unit):
+            return max(16 * 1024, int(float(rate[:-len(unit)]) * scale / 8 / 1000))
+    raise SystemExit(f"rate {rate!r}: give it as tc does, e.g. 1gbit or 100mbit")
+
+
+def setup(machines, rate):
+    """A bridge in the hub namespace; each machine's veth shaped to `rate` each way."""
+    teardown()
+    sh("ip", "netns", "add", HUB)
+    sh("ip", "-n", HUB, "link", "add", "br0", "type", "bridge")
+    sh("ip", "-n", HUB, "link", "set", "br0", "up")
+    for i in range(machines):
+        sh("ip", "netns", "add", ns(i))
+        sh("ip", "-n", ns(i), "link", "set", "lo", "up")
+        sh("ip", "link", "add", f"ccm-v{i}", "netns", ns(i), "type", "veth", "peer", "name", f"ccm-h{i}",
+           "netns", HUB)
+        sh("ip", "-n", ns(i), "addr", "add", addr(i) + "/24", "dev", f"ccm-v{i}")
+        sh("ip", "-n", ns(i), "link", "set", f"ccm-v{i}", "up")
+        sh("ip", "-n", HUB, "link", "set", f"ccm-h{i}", "master", "br0")
+        sh("ip", "-n", HUB, "link", "set", f"ccm-h{i}", "up")
+        for where, dev in ((ns(i), f"ccm-v{i}"), (HUB, f"ccm-h{i}")):
+            sh("ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+               "burst", str(burst_for(rate)), "latency", "400ms")
+
+
+def run_collectives(a, machines, rate, port):
+    """One rank of build/bench/collectives per machine; rank 0's JSON."""
+    max_bytes = a.max_bytes_1gbit if rate.endswith("gbit") else a.max_bytes_slow
+    env = dict(os.environ, WORLD_SIZE=str(machines), MASTER_ADDR=addr(0), MASTER_PORT=str(port),
+               LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", COHORT_TOKEN=secrets.token_hex(32), OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(["ip", "netns", "exec", ns(i), a.collectives, "--max-bytes", str(max_bytes),
+                               "--seconds-per-size", str(a.seconds_per_size)],
+                              env=dict(env, RANK=str(i)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(machines)]
+    outs = [p.communicate(timeout=1800) for p in procs]
+    if any(p.returncode != 0 for p in procs):
+        sys.exit(f"collectives on {machines} machines at {rate} failed:\n" +
+                 "\n".join(err[-2000:] for _, err in outs))
+    return json.loads(outs[0][0].strip().splitlines()[-1])["results"]
+
+
+# --- the model ------------------------------------------------------------------------------------------
+
+def coefficients(op, p):
+    """(messages on the critical path, fraction of the buffer each link carries) for a ring."""
+    if op == "all_reduce":
+        return 2 * (p - 1), 2 * (p - 1) / p
+    return p - 1, (p - 1) / p  # reduce_scatter, all_gather
+
+
+def predict(op, p, n, alpha, bandwidth):
+    lat, frac = coefficients(op, p)
+    return lat * alpha + frac * n / bandwidth
+
+
+def fit(points):
+    """alpha and B the way Hockney's model is read off a ping-pong: alpha from the smallest buffer's time,
+    B from the largest's (each with the other term taken out). Every buffer in between is then a check of
+    the model, not a point it was bent to."""
+    small = min(points, key=lambda x: x[2])
+    large = max(points, key=lambda x: x[2])
+    lat_l, frac_l = coefficients(large[0], large[1])
+    lat_s, frac_s = coefficients(small[0], small[1])
+    alpha = small[3] / lat_s  # first guess: all latency
+    for _ in range(20):  # two equations, two unknowns: a few fixed-point rounds settle them
+        bandwidth = frac_l * large[2] / max(large[3] - lat_l * alpha, 1e-9)
+        alpha = max(small[3] - frac_s * small[2] / bandwidth, 0.0) / lat_s
+    return alpha, bandwidth
+
+
+def check(measured, fit_on):
+    """Per link rate and collective: alpha and B fitted on the fit_on counts, and every other count's
+    predictions beside the measurements. Each collective gets its own pair: Gloo's ring all-reduce
+    pipelines its chunks and reaches 95% of the link, while its all-gather and LibTorch 1.13's
+    reduce-scatter (an all-to-all, GlooCommunicator.cpp) send whole chunks and reach less."""
+    out = {}
+    for rate, by_count in measured.items():
+        out[rate] = {"fit_on_machines": sorted(fit_on), "ops": {}, "rows": []}
+        ops = sorted({r["op"] for rs in by_count.values() for r in rs})
+        for op in ops:
+            points = [(op, int(p), r["bytes"], r["median_s"]) for p, rs in by_count.items() if int(p) in fit_on
+                      for r in rs if r["op"] == op]
+            alpha, bandwidth = fit(points)
+            min_bytes, max_bytes = min(x[2] for x in points), max(x[2] for x in points)
+            out[rate]["ops"][op] = {"alpha_s": alpha, "bandwidth_bytes_per_s": bandwidth}
+            for p, rs in by_count.items():
+                for r in rs:
+                    if r["op"] != op:
+                        continue
+                    pred = predict(op, int(p), r["bytes"], alpha, bandwidth)
+                    lat, _ = coefficients(op, int(p))
+                    fitted = int(p) in fit_on and r["bytes"] in (min_bytes, max_bytes)
+                    # Bandwidth-bound: the latency term is under a fifth of the prediction.
+                    out[rate]["rows"].append({"machines": int(p), "op": op, "bytes": r["bytes"],
+                                              "measured_s": r["median_s"], "predicted_s": pred,
+                                              "error": pred / r["median_s"] - 1, "fitted": fitted,
+                                              "bandwidth_bound": lat * alpha < 0.2 * pred})
+        held = [x for x in out[rate]["rows"] if not x["fitted"]]
+        for op in ops:
+            mine = [x for x in held if x["op"] == op and x["bandwidth_bound"]]
+            out[rate]["ops"][op]["bandwidth_bound_checks"] = {
+                "points": len(mine), "within_20pct": sum(abs(x["error"]) <= 0.2 for x in mine),
+                "max_abs_error": max((abs(x["error"]) for x in mine), default=None)}
+        for name, rows in (("bandwidth_bound", [x for x in held if x["bandwidth_bound"]]),
+                           ("latency_bound", [x for x in held if not x["bandwidth_bound"]])):
+            out[rate][name] = {"points": len(rows), "within_20pct": sum(abs(x["error"]) <= 0.2 for x in rows),
+                               "max_abs_error": max((abs(x["error"]) for x in rows), default=None)}
+    return out
+
+
+# --- predictions past this machine ----------------------------------------------------------------------
+
+# Everything below is assumption, stated so that it can be argued with; only the formulas were checked
+# here (on the namespaces above). Parameter counts are torchvision's. A step's compute is measured, fp16
+# at batch 256 on one H200 (bench/gpu_compare.py): ResNet-50 5,847 images/s, ViT-B/32 6,067.
+MODELS = {
+    "resnet50": {"params": 25_557_032, "step_s_at_256": 256 / 5847.1, "source": "bench/results/gpu_resnet50.json"},
+    "vit_b_32": {"params": 88_224_232, "step_s_at_256": 256 / 6066.6, "source": "bench/results/gpu_vit_b32.json"},
+}
+CLUSTER = {
+    "gpus_per_node": 8,
+    # NVLink 4 on H100/H200 SXM: 450 GB/s each way per GPU; NCCL reaches about 80% of it in all-reduce.
+    "nvlink_bytes_per_s": 0.8 * 450e9,
+    # One NIC per GPU (a rail-optimized fabric, as on DGX H100): the rate is each GPU's.
+    "alpha_s": 5e-6,  # per message across the fabric (InfiniBand or RoCE), unchecked here
+    "link_efficiency": None,  # taken from the fit: what cohort's ring reached of the 1 Gbit/s link
+    "bucket_bytes": 25 << 20,
+    "backward_share": 2 / 3,  # backward is about twice the forward's work
+}
+
+
+def allreduce_cluster(n, gpus, link_bytes_per_s, c):
+    """NCCL's shape for a node of 8 GPUs: reduce-scatter inside the node over NVLink, an all-reduce of
+    each GPU's 1/8 across nodes over that GPU's NIC, an all-gather inside the node. The latency term is a
+    ring's (2 (nodes-1) messages); NCCL's trees bring it to about 2 log2(nodes)."""
+    g = min(gpus, c["gpus_per_node"])
+    nodes = gpus // g
+    inside = 2 * (g - 1) / g * n / c["nvlink_bytes_per_s"]
+    across = 0.0
+    if nodes > 1:
+        across = 2 * (nodes - 1) / nodes * (n / g) / (c["link_efficiency"] * link_bytes_per_s)
+        across += 2 * (nodes - 1) * c["alpha_s"]
+    return inside + across
+
+
+def ddp_step(model, batch, gpus, link_gbit, c, fsdp=False):
+    """Step time with ddp's buckets overlapped with backward (fsdp: its gathers with forward and backward
+    too): compute, plus what of the collectives the work does not hide, and at least the last bucket's,
+    which nothing hides."""
+    m = MODELS[model]
+    compute = m["step_s_at_256"] * batch / 256
+    n = 4 * m["params"]  # fp32 gradients (and fsdp's fp32 parameters)
+    rate = link_gbit * 1e9 / 8
+    ar = allreduce_cluster(n, gpus, rate, c)
+    last = allreduce_cluster(min(n, c["bucket_bytes"]), gpus, rate, c)
+    if fsdp:  # all-gather twice (forward, backward) and reduce-scatter once: 1.5 all-reduces' bytes
+        comm, hidden_by = 1.5 * ar, compute
+    else:
+        comm, hidden_by = ar, c["backward_share"] * compute
+    step = compute + max(last, comm - hidden_by)
+    return {"model": model, "strategy": "fsdp" if fsdp else "ddp", "gpus": gpus, "link_gbit": link_gbit,
+            "batch_per_gpu": batch, "compute_s": compute, "collectives_s": comm, "step_s": step,
+            "scaling_efficiency": compute / step}
+
+
+def swarm_round(n_bytes, group, link_bytes_per_s, efficiency, matchmaking_s, rtt_s):
+    """One swarm round: matchmaking, then the butterfly inside a group of `group` (each member sends and
+    receives 2 (g-1)/g of the vector, in two message steps of a round trip each)."""
+    return matchmaking_s + 2 * (group - 1) / group * n_bytes / (efficiency * link_bytes_per_s) + 2 * rtt_s
+
+
+def swarm_predictions(c):
+    """The swarm and DiLoCo at 100 and 1,000 peers on 100 Mbit/s: ResNet-50, one H200-class GPU per peer,
+    local batch 256. Groups are bounded (swarm.group_size), so a round costs the same at 100 and 1,000
+    peers; what grows is how many rounds a change needs to reach every peer (log_g of the peers, Moshpit
+    SGD's grid)."""
+    m = MODELS["resnet50"]
+    rate, eff, rtt = 100e6 / 8, c["link_efficiency"], 0.05  # 50 ms round trip between sites: unchecked
+    rows = []
+    for peers in (100, 1000):
+        for group in (16, 64):
+            mix = math.ceil(math.log(peers) / math.log(group))
+            # swarm: gradients in fp16 once per global step. A peer computes while the others fill the
+            # target batch, so a round pays for target_batch_size / peers samples of each peer's compute;
+            # the target batch at which half a peer's time is compute is where the swarm stops working.
+            grad = swarm_round(2 * m["params"], group, rate, eff, 5.0, rtt)
+            per_sample = m["step_s_at_256"] / 256
+            rows.append({"system": "swarm (compress fp16)", "peers": peers, "group_size": group,
+                         "rounds_to_mix": mix, "round_s": grad,
+                         "target_batch_for_half_compute": peers * grad / per_sample,
+                         "utilization_at_target_batch_65536": (65536 / peers * per_sample) /
+                                                              (65536 / peers * per_sample + grad)})
+            # DiLoCo: the parameters' change in int8 once every 500 inner steps of 256 samples
+            outer = swarm_round(m["params"], group, rate, eff, 5.0, rtt)
+            compute = 500 * m["step_s_at_256"]
+            rows.append({"system": "diloco (inner_steps 500, compress int8)", "peers": peers, "group_size": group,
+                         "rounds_to_mix": mix, "round_s": outer, "compute_s_per_round": compute,
+                         "utilization": compute / (compute + outer)})
+    return rows
+
+
+def background_traffic(scale_json):
+    """The directory's record traffic a peer receives, fitted as a + b x peers to bench/scale.py's swarm
+    rows (groups of 8) and carried to 100 and 1,000 peers: the cost that still grows with the swarm
+    (docs/scaling.md, "Where it stops, and why")."""
+    try:
+        rows = [r for r in json.load(open(scale_json))["swarm"] if r["group_size"] == 8]
+    except (OSError, KeyError, ValueError):
+        return None
+    xs = [r["peers"] for r in rows]
+    ys = [r["record_bytes_per_peer_per_s"] for r in rows]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    a = my - b * mx
+    return {"fitted_on_peers": xs, "bytes_per_s": {"a": a, "b_per_peer": b},
+            "predicted": [{"peers": n, "bytes_per_peer_per_s": a + b * n,
+                           "share_of_100mbit": (a + b * n) * 8 / 100e6} for n in (100, 1000)]}
+
+
+def step_checks(check_result):
+    """The step model (compute, plus the all-reduce the backward does not hide) against whole ddp steps
+    measured over the same kind of link, which the fit never saw: bench/slow_network.py's ResNet-18 on
+    two namespaces at 100 Mbit/s. Its compute is taken from the PowerSGD run of the same job (0.3 MB a
+    step on the wire: about 30 ms of it is communication, so the compute is slightly overstated)."""
+    fitted = (check_result or {}).get("100mbit", {}).get("ops", {}).get("all_reduce")
+    try:
+        sn = json.load(open(os.path.join(HERE, "results", "slow_network.json")))
+    except (OSError, ValueError):
+        return None
+    if not fitted:
+        return None
+    compute = sn["runs"]["powersgd rank 2"]["step_seconds"]
+    rows = []
+    for run in ("none", "fp16"):
+        n = sn["runs"][run]["sync_bytes_per_step"]
+        comm = predict("all_reduce", 2, n, fitted["alpha_s"], fitted["bandwidth_bytes_per_s"])
+        # dist.bucket_mb counts gradient bytes before compression: a bucket on the wire is that share.
+        wire = CLUSTER["bucket_bytes"] * n / sn["runs"][run]["sync_bytes_per_step_uncompressed"]
+        last = predict("all_reduce", 2, min(n, wire), fitted["alpha_s"], fitted["bandwidth_bytes_per_s"])
+        pred = compute + max(last, comm - CLUSTER["backward_share"] * compute)
+        meas = sn["runs"][run]["step_seconds"]
+        rows.append({"run": f"resnet18, 2 machines, 100mbit, compress {run}", "bytes": n, "measured_s": meas,
+                     "predicted_s": pred, "error": pred / meas - 1})
+    return rows
+
+
+def link_efficiency(measured):
+    """What cohort's ring all-reduce reached of the link at its largest buffer, the lowest over rates and
+    machine counts (bus bandwidth, as nccl-tests counts it: 2 (p-1)/p n / t, over the link's rate)."""
+    rates = {"gbit": 1e9 / 8, "mbit": 1e6 / 8}
+    eff = []
+    for rate, by_count in (measured or {}).items():
+        link = float(rate[:-4]) * rates[rate[-4:]]
+        for p, rs in by_count.items():
+            big = max((r for r in rs if r["op"] == "all_reduce"), key=lambda r: r["bytes"])
+            eff.append(2 * (int(p) - 1) / int(p) * big["bytes"] / big["median_s"] / link)
+    return min(eff) if eff else 0.9
+
+
+def predictions(measured):
+    c = dict(CLUSTER)
+    c["link_efficiency"] = link_efficiency(measured)
+    rows = []
+    for model in [m for m in MODELS if MODELS[m]["step_s_at_256"]]:
+        for link in (100, 400):
+            for gpus in (8, 64, 512, 1024):
+                for batch in (256, 32):
+                    rows.append(ddp_step(model, batch, gpus, link, c))
+                    rows.append(ddp_step(model, batch, gpus, link, c, fsdp=True))
+    return {"assumptions": {k: v for k, v in c.items()}, "models": MODELS, "cluster": rows,
+            "swarm": swarm_predictions(c),
+            "swarm_background": background_traffic(os.path.join(HERE, "results", "scale.json"))}
+
+
+
+def cpu_name():
+    try:
+        return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--collectives", default="build/bench/collectives")
+    ap.add_argument("--rates", default="1gbit,100mbit")
+    ap.add_argument("--machines", default="2,4,8")
+    ap.add_argument("--fit-on", default="2", help="machine counts the model is fitted on (the rest are checks)")
+    ap.add_argument("--max-bytes-1gbit", type=int, default=64 << 20)
+    ap.add_argument("--max-bytes-slow", type=int, default=16 << 20, help="largest buffer below 1 Gbit/s")
+    ap.add_argument("--seconds-per-size", type=float, default=2.0)
+    ap.add_argument("--port", type=int, default=29640)
+    ap.add_argument("--from-json", help="refit and predict from an earlier --out instead of measuring")
+    ap.add_argument("--predict-only", action="store_true")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    fit_on = {int(x) for x in a.fit_on.split(",")}
+    res = {"bench": "cost_model", "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},
+           "command": " ".join(["python3"] + sys.argv),
+           "commit": sh("git", "-C", HERE, "rev-parse", "--short", "HEAD", check=False).stdout.strip(),
+           "link": "N network namespaces on a bridge, tc tbf at the rate each way on every veth"}
+    if a.from_json:  # the measurement keeps the machine and commit it was taken on
+        earlier = json.load(open(a.from_json))
+        res.update({k: earlier[k] for k in ("machine", "commit", "measured") if k in earlier})
+        res["measured_by"] = earlier.get("command", "python3 bench/cost_model.py")
+    elif not a.predict_only:
+        if os.geteuid() != 0:
+            sys.exit("bench/cost_model.py needs root for ip netns and tc (or --predict-only)")
+        res["measured"] = {}
+        try:
+            port = a.port
+            for rate in a.rates.split(","):
+                res["measured"][rate] = {}
+                for p in [int(x) for x in a.machines.split(",")]:
+                    setup(p, rate)
+                    t0 = time.time()
+                    res["measured"][rate][str(p)] = run_collectives(a, p, rate, port)
+                    print(f"{rate} x {p}: {time.time() - t0:.0f} s", file=sys.stderr)
+                    port += 1
+        finally:
+            teardown()
+    if "measured" in res:
+        res["check"] = check(res["measured"], fit_on)
+        res["step_check"] = step_checks(res["check"])
+    res["predictions"] = predictions(res.get("measured"))
+    emit(res, a.out)
+
+
+if __name__ == "__main__":
+    main()
