@@ -47,7 +47,7 @@ test-slurm: build
 	cd $(BUILD) && ctest --output-on-failure -j1 -L '^slurm$$'
 
 # The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded parts (peer watch,
-# loader, image folder, resource monitor, store; README "Developing cohort" says why not the Gloo
+# loader, image folder, resource monitor, store; docs/developing.md says why not the Gloo
 # communicator and ddp's reducer) under ThreadSanitizer: each its own gcc tree
 # (build-asan/, build-tsan/). Run them before closing work on the code they cover; CI runs them when its
 # measured time leaves room.
@@ -66,7 +66,7 @@ test-reference: build
 	@cmake --preset default -DCOHORT_REFERENCE_PYTHON=$$(bash scripts/pip-libtorch --venv)/bin/python > /dev/null
 	cd $(BUILD) && ctest --output-on-failure -j1 -L reference
 
-# Every LibTorch users build against (README "Platforms"). check-cuda: every target with CUDA and NCCL
+# Every LibTorch users build against (docs/platforms.md). check-cuda: every target with CUDA and NCCL
 # against pip's CUDA LibTorch, linked, one CUDA runtime (CI runs it after make test). test-pip: the CPU
 # tests on that build. check-debian13: make test, make deb and the package's install in a Debian 13 root.
 check-cuda:

@@ -1,5 +1,5 @@
 // Over 450 lines on purpose: about half is fields(), the declarative table of every key with its help,
-// choices and check (one place to read them all, and what --help and the README print); the rest parses
+// choices and check (one place to read them all, and what --help and docs/cli.md print); the rest parses
 // values, TOML files and overrides against it. What combinations are refused is Validate.cpp's.
 #include "cohort/config/Config.h"
 
