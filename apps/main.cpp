@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "DoctorCommand.h"
 #include "SwarmCommands.h"
 #include "cohort/checkpoint/Names.h"
 #include "cohort/checkpoint/ShardedCheckpoint.h"
@@ -416,6 +417,7 @@ int main(int argc, char** argv) {
   ReportArgs report;
   ExportArgs exported;
   SwarmCommands swarm_commands;
+  DoctorCommand doctor;
   auto* train = add_train_command(app, train_args);
   auto* evaluator = add_eval_command(app, eval_args);
   auto* predictor = add_predict_command(app, predict_args);
@@ -423,6 +425,7 @@ int main(int argc, char** argv) {
   auto* reporter = add_report_command(app, report);
   auto* exporter = add_export_command(app, exported);
   add_swarm_commands(app, swarm_commands);
+  add_doctor_command(app, doctor);
 
   try {
     app.parse(argc, argv);
@@ -435,6 +438,7 @@ int main(int argc, char** argv) {
     if (*predictor) return run_predict_command(predict_args);
     if (*finder) return run_find_batch_size(find);
     if (const int rc = run_swarm_commands(swarm_commands); rc >= 0) return rc;
+    if (const int rc = run_doctor_command(doctor); rc >= 0) return rc;
     if (*exporter) return run_export(exported);
     if (*reporter) return run_report(report);
   } catch (const std::exception& e) {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include <torch/torch.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
 
 #include "cohort/comm/Rendezvous.h"
 
@@ -79,7 +79,9 @@ int main(int argc, char** argv) {
     }
   }
   if (comm.rank() == 0)
-    std::cout << nlohmann::json{{"bench", "collectives"}, {"world", comm.size()}, {"backend", comm.backend_name()},
+    std::cout << nlohmann::json{{"bench", "collectives"},
+                                {"world", comm.size()},
+                                {"backend", comm.backend_name()},
                                 {"results", results}}
                      .dump()
               << std::endl;

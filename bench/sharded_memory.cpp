@@ -136,7 +136,7 @@ Bytes measure(const std::string& model_name, int64_t image, const std::string& s
         model->eval();
         if (precision == "fp32") {
           model->forward(x.narrow(0, rank, 1)).logsumexp(1).mean().backward();
-        } else if (cfg.dist.strategy != "fsdp") {
+        } else if (cfg.dist.kind() != cohort::StrategyKind::kFsdp) {
           auto loss = at::zeros({}, at::kFloat);
           for (const auto& p : model->parameters()) loss = loss + p.to(at::kFloat).pow(2).sum();
           loss.backward();

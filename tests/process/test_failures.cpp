@@ -84,6 +84,16 @@ TEST(Failures, AStoppedWorkerIsNamedWithinTheTimeout) {
   EXPECT_TRUE(std::regex_search(r.output, std::regex("(timed out after|failed \\(timeout) " + t + " s"))) << r.output;
   EXPECT_NE(r.output.find("rank(s) 2 stopped answering"), std::string::npos) << r.output;
   for (pid_t w : workers) EXPECT_FALSE(process_exists(w)) << "worker " << w << " outlived the launcher";
+  // The survivors left their flight records (on their error, or on the launcher's SIGUSR2); the stopped
+  // rank could not, and `cohort doctor` names it and the collective the others waited in.
+  EXPECT_TRUE(std::filesystem::exists(dir / "flight" / "rank0.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "flight" / "rank1.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "flight" / "rank2.json"));
+  Proc doctor({COHORT_BINARY, "doctor", dir.string()});
+  const auto d = doctor.wait(60.0);
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_NE(d.output.find("rank 2 left no flight record"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("entered collective #"), std::string::npos) << d.output;
 }
 
 // A peer that dies breaks the connection at once, long before dist.timeout_s. The survivor's error must

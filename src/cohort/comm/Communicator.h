@@ -18,6 +18,9 @@
 #include <ATen/ATen.h>
 
 namespace cohort {
+namespace comm {
+class FlightRecorder;
+}
 
 enum class ReduceOp { kSum, kMax, kMin };
 
@@ -80,6 +83,8 @@ class Communicator {
   // mismatch throws CommError naming each rank's call, instead of hanging or mixing unrelated data.
   // Costs one small synchronous all-gather per collective.
   virtual void set_debug(bool on) {}
+  // This rank's last collectives, for `cohort doctor` (comm/FlightRecorder.h); null where a backend keeps none.
+  virtual std::shared_ptr<comm::FlightRecorder> flight() const { return nullptr; }
 };
 using CommunicatorPtr = std::shared_ptr<Communicator>;
 

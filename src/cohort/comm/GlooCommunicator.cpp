@@ -3,6 +3,7 @@
 #include <memory>
 #include <sstream>
 
+#include "cohort/comm/FlightRecorder.h"
 #include "cohort/comm/PeerWatch.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/TorchCompat.h"
@@ -49,6 +50,7 @@ struct Context {
   // Asked after a failure which ranks stopped or never issued this collective (see Note [Naming the ranks
   // that did not arrive]); shared, since a pending handle may outlive its communicator.
   std::shared_ptr<const comm::PeerWatch> watch;
+  std::shared_ptr<comm::FlightRecorder> flight;  // this collective's record, ended by wait()
 
   std::string describe() const {
     std::ostringstream os;
@@ -78,12 +80,14 @@ class GlooHandle : public Handle {
       // Asked on a broken connection too, not only on a timeout: a peer whose timer fired first exits,
       // so a rank whose own timer had not yet fired sees "connection closed" from that peer, and only the
       // heartbeats still say who is really gone.
+      if (ctx_.flight) ctx_.flight->ended(ctx_.seq, false);
       if (ctx_.watch) os << "; " << ctx_.watch->diagnose(ctx_.seq);
       os << ". Gloo said: " << first_line(msg);
       throw CommError(os.str(), timed_out ? "a peer rank died, stalled or called a different collective; "
                                             "check the other ranks' errors, or raise dist.timeout_s"
                                           : "a peer rank exited or its connection broke; check its error");
     }
+    if (ctx_.flight) ctx_.flight->ended(ctx_.seq, true);
     if (on_done_) on_done_();
     done_ = true;
   }
@@ -118,6 +122,7 @@ class GlooCommunicatorImpl : public Communicator {
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
   void set_debug(bool on) override { debug_ = on; }
+  std::shared_ptr<comm::FlightRecorder> flight() const override { return flight_; }
 
   HandlePtr all_reduce(const at::Tensor& tensor, ReduceOp op, const std::string& what) override {
     verify(Kind::kAllReduce, tensor, what);
@@ -126,7 +131,7 @@ class GlooCommunicatorImpl : public Communicator {
     c10d::AllreduceOptions opts;
     opts.reduceOp = to_c10d(op);
     opts.timeout = timeout_;
-    return std::make_shared<GlooHandle>(pg_->allreduce(ts, opts), context("all_reduce", what));
+    return std::make_shared<GlooHandle>(pg_->allreduce(ts, opts), context("all_reduce", what, tensor));
   }
 
   HandlePtr broadcast(const at::Tensor& tensor, int root, const std::string& what) override {
@@ -135,7 +140,7 @@ class GlooCommunicatorImpl : public Communicator {
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.timeout = timeout_;
-    return std::make_shared<GlooHandle>(pg_->broadcast(ts, opts), context("broadcast", what));
+    return std::make_shared<GlooHandle>(pg_->broadcast(ts, opts), context("broadcast", what, tensor));
   }
 
   HandlePtr all_gather(const at::Tensor& output, const at::Tensor& input, const std::string& what) override {
@@ -147,7 +152,8 @@ class GlooCommunicatorImpl : public Communicator {
         auto flat_in = input.reshape(-1).contiguous();
         c10d::AllgatherOptions opts;
         opts.timeout = timeout_;
-        return std::make_shared<GlooHandle>(pg_->_allgather_base(flat_out, flat_in, opts), context("all_gather", what));
+        return std::make_shared<GlooHandle>(pg_->_allgather_base(flat_out, flat_in, opts),
+                                            context("all_gather", what, output));
       }
     }
     std::vector<std::vector<at::Tensor>> outs(1);
@@ -155,7 +161,7 @@ class GlooCommunicatorImpl : public Communicator {
     std::vector<at::Tensor> ins{input.reshape(-1)};
     c10d::AllgatherOptions opts;
     opts.timeout = timeout_;
-    return std::make_shared<GlooHandle>(pg_->allgather(outs, ins, opts), context("all_gather", what));
+    return std::make_shared<GlooHandle>(pg_->allgather(outs, ins, opts), context("all_gather", what, output));
   }
 
   HandlePtr reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
@@ -172,7 +178,7 @@ class GlooCommunicatorImpl : public Communicator {
         opts.reduceOp = to_c10d(op);
         opts.timeout = timeout_;
         return std::make_shared<GlooHandle>(pg_->_reduce_scatter_base(flat_out, flat_in, opts),
-                                            context("reduce_scatter", what));
+                                            context("reduce_scatter", what, input));
       }
     }
     // c10d's Gloo process group in LibTorch 1.13 has no reduce_scatter (FACTS.md). An all-to-all moves
@@ -191,7 +197,7 @@ class GlooCommunicatorImpl : public Communicator {
     auto out = output;
     const int world = size_;
     const auto dtype = input.scalar_type();
-    return std::make_shared<GlooHandle>(work, context("reduce_scatter", what),
+    return std::make_shared<GlooHandle>(work, context("reduce_scatter", what, input),
                                         [recv, send, out, n, world, op, bits16, dtype]() mutable {
                                           auto chunks = (bits16 ? recv.view(dtype) : recv).view({world, n});
                                           const bool widen = dtype == at::kBFloat16 || dtype == at::kHalf;
@@ -225,7 +231,7 @@ class GlooCommunicatorImpl : public Communicator {
     c10d::AllgatherOptions opts;
     opts.timeout = timeout_;
     auto out = tensor;
-    return std::make_shared<GlooHandle>(pg_->allgather(outs, ins, opts), context("all_reduce", what),
+    return std::make_shared<GlooHandle>(pg_->allgather(outs, ins, opts), context("all_reduce", what, tensor),
                                         [gathered, out, n, op, this]() mutable {
                                           auto all = gathered.view(at::kBFloat16).view({size_, n}).to(at::kFloat);
                                           at::Tensor r = all[0].clone();
@@ -267,9 +273,11 @@ class GlooCommunicatorImpl : public Communicator {
   }
 
   // See Note [Naming the ranks that did not arrive] in comm/PeerWatch.cpp.
-  Context context(const char* kind, const std::string& what) {
+  // Every collective is numbered here and recorded in the flight recorder (comm/FlightRecorder.h).
+  Context context(const char* kind, const std::string& what, const at::Tensor& t = {}) {
     const uint64_t seq = watch_->issue();
-    return Context{kind, what, seq, rank_, size_, timeout_, watch_};
+    flight_->issued(seq, kind, what, t);
+    return Context{kind, what, seq, rank_, size_, timeout_, watch_, flight_};
   }
 
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
@@ -278,6 +286,7 @@ class GlooCommunicatorImpl : public Communicator {
   std::chrono::milliseconds timeout_;
   bool debug_ = false;
   std::shared_ptr<comm::PeerWatch> watch_;  // shared with pending handles' diagnosis
+  std::shared_ptr<comm::FlightRecorder> flight_ = std::make_shared<comm::FlightRecorder>();
 };
 
 }  // namespace

@@ -340,6 +340,10 @@ const std::vector<Field>& fields() {
             "detail: before each collective the ranks compare its kind, dtype and size and name a mismatch "
             "(as TORCH_DISTRIBUTED_DEBUG=DETAIL, which also turns it on); off: no check",
             {"off", "detail"}),
+      field("dist.flight_records", &T::dist, &DistConfig::flight_records,
+            "how many of its last collectives each rank keeps, and writes to RUN_DIR/flight/ when one fails or "
+            "on SIGUSR2, for `cohort doctor` (0: none)",
+            {}, non_negative<int64_t>()),
       field("dist.slurm_requeue", &T::dist, &DistConfig::slurm_requeue,
             "under Slurm, after SIGUSR1 (a preemption warning) stopped and saved the run, rank 0 asks Slurm to "
             "requeue the job (scontrol requeue), which then resumes from the save"),
@@ -670,3 +674,16 @@ std::string help_text() {
 }
 
 }  // namespace cohort::config
+
+namespace cohort {
+
+StrategyKind strategy_kind(const std::string& name) {
+  static const std::pair<const char*, StrategyKind> kinds[] = {
+      {"ddp", StrategyKind::kDdp},   {"zero1", StrategyKind::kZero1}, {"zero2", StrategyKind::kZero2},
+      {"fsdp", StrategyKind::kFsdp}, {"swarm", StrategyKind::kSwarm}, {"diloco", StrategyKind::kDiloco}};
+  for (const auto& [n, k] : kinds)
+    if (name == n) return k;
+  throw ConfigError("dist.strategy=" + name + " is not a strategy", "use ddp, zero1, zero2, fsdp, swarm or diloco");
+}
+
+}  // namespace cohort

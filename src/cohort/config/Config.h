@@ -100,8 +100,21 @@ struct LossConfig {
   double label_smoothing = 0.1;
 };
 
+// dist.strategy, parsed. Code asks kind() and the two families below and never compares the string, which
+// stays the config's surface (as Lightning's `strategy=` is). strategy_kind() is the one parser, in
+// Config.cpp beside the key's choices; it throws ConfigError for a name they lack.
+enum class StrategyKind { kDdp, kZero1, kZero2, kFsdp, kSwarm, kDiloco };
+StrategyKind strategy_kind(const std::string& name);
+// zero1, zero2 and fsdp: one job of fixed ranks, its model state sharded across them (parallel/shard/).
+inline bool is_sharded(StrategyKind k) {
+  return k == StrategyKind::kZero1 || k == StrategyKind::kZero2 || k == StrategyKind::kFsdp;
+}
+// swarm and diloco: peers that join and leave and step on the swarm's schedule (parallel/swarm/).
+inline bool is_decentralized(StrategyKind k) { return k == StrategyKind::kSwarm || k == StrategyKind::kDiloco; }
+
 struct DistConfig {
   std::string strategy = "ddp";
+  StrategyKind kind() const { return strategy_kind(strategy); }
   std::string fsdp_unit = "block";
   std::string backend = "gloo";
   double bucket_mb = 25.0;
@@ -114,6 +127,7 @@ struct DistConfig {
   std::string compress = "none";
   std::string debug = "off";
   bool slurm_requeue = true;
+  int64_t flight_records = 2000;  // collectives each rank keeps for `cohort doctor` (comm/FlightRecorder.h)
 };
 
 // Mixed precision (amp.*), with torch.cuda.amp.GradScaler's defaults for dynamic loss scaling.

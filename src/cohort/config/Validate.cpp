@@ -11,13 +11,13 @@ namespace {
 
 // The swarm's own constraints: what it does not combine with, and its partition.
 void validate_swarm(const TrainConfig& cfg) {
-  if (cfg.dist.strategy != "swarm" && cfg.dist.strategy != "diloco") return;
+  if (!is_decentralized(cfg.dist.kind())) return;
   const auto& s = cfg.swarm;
   if (cfg.amp.precision == "fp16" || cfg.amp.precision == "fp16-master")
     throw ConfigError("dist.strategy=" + cfg.dist.strategy + " does not take amp.precision=" + cfg.amp.precision +
                           " (its loss scale would have to agree across peers)",
                       "use amp.precision=bf16 or fp32 with the swarm");
-  if (cfg.dist.strategy == "swarm" && s.sampler == "random" && cfg.train.grad_accum_steps != 1)
+  if (cfg.dist.kind() == StrategyKind::kSwarm && s.sampler == "random" && cfg.train.grad_accum_steps != 1)
     throw ConfigError(
         "dist.strategy=swarm accumulates batches itself up to swarm.target_batch_size; "
         "train.grad_accum_steps is " +
@@ -27,7 +27,7 @@ void validate_swarm(const TrainConfig& cfg) {
     throw ConfigError("swarm.min_group_size=" + std::to_string(s.min_group_size) +
                           " is above swarm.group_size=" + std::to_string(s.group_size) + ": no group could ever form",
                       "lower swarm.min_group_size, or raise swarm.group_size (0: every ready peer)");
-  if (s.group_size > 0 && cfg.dist.strategy == "diloco")
+  if (s.group_size > 0 && cfg.dist.kind() == StrategyKind::kDiloco)
     throw ConfigError(
         "swarm.group_size is not built for dist.strategy=diloco yet: its outer rounds average over "
         "every ready peer",
@@ -51,7 +51,7 @@ void validate_swarm(const TrainConfig& cfg) {
 void validate_in_backward(const TrainConfig& cfg) {
   if (!cfg.optim.in_backward) return;
   const auto& strategy = cfg.dist.strategy;
-  if (strategy == "swarm" || strategy == "diloco")
+  if (is_decentralized(cfg.dist.kind()))
     throw ConfigError("optim.in_backward=true steps each gradient bucket as its all-reduce ends; dist.strategy=" +
                           strategy + " steps on the swarm's schedule, after its peers average",
                       "set optim.in_backward=false with dist.strategy=" + strategy);
@@ -76,7 +76,7 @@ void validate(const TrainConfig& cfg) {
     throw ConfigError(
         "train.whiten_bias_epochs applies to model.name=airbench (its whitening layer), not " + cfg.model.name,
         "remove train.whiten_bias_epochs, or set model.name=airbench");
-  if (cfg.dist.strategy != "ddp" && cfg.dist.compress != "none")
+  if (cfg.dist.kind() != StrategyKind::kDdp && cfg.dist.compress != "none")
     throw ConfigError(
         "dist.compress=" + cfg.dist.compress + " works with dist.strategy=ddp only, not " + cfg.dist.strategy,
         "set dist.compress=none, or dist.strategy=ddp");
@@ -87,7 +87,7 @@ void validate(const TrainConfig& cfg) {
         "remove data.device_resident, or use fashion-mnist, mnist or cifar10");
   // The lookahead average writes the weights directly; sharded strategies update their master slices
   // and would overwrite it at the next step.
-  if (cfg.dist.strategy != "ddp" && cfg.train.lookahead)
+  if (cfg.dist.kind() != StrategyKind::kDdp && cfg.train.lookahead)
     throw ConfigError("train.lookahead works with dist.strategy=ddp only, not " + cfg.dist.strategy,
                       "use dist.strategy=ddp with train.lookahead (airbench's model is small enough to replicate)");
   if (cfg.amp.precision == "fp16-master" && cfg.train.lookahead)

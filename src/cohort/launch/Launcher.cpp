@@ -244,6 +244,20 @@ bool any_running(const std::vector<Worker>& workers) {
   return false;
 }
 
+// Before the others are stopped for a failure, each is asked for its flight record (SIGUSR2: a watcher
+// thread in the worker writes RUN_DIR/flight/rank<R>.json, comm/FlightRecorder.h), so that `cohort doctor`
+// sees what every rank was doing, not only the one that failed. A rank stopped or frozen cannot answer;
+// its missing record names it. A second is ten times what a record takes to write.
+void ask_for_flight_records(std::vector<Worker>& workers) {
+  if (!any_running(workers)) return;
+  signal_all(workers, SIGUSR2);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (any_running(workers) && std::chrono::steady_clock::now() < deadline) {
+    reap(workers);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 void stop_all(std::vector<Worker>& workers, double grace_s) {
   signal_all(workers, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
@@ -336,6 +350,7 @@ int watch(std::vector<Worker>& workers, const LaunchOptions& o, ElasticRendezvou
       for (const auto& x : workers) others += x.running ? 1 : 0;
       std::cerr << "cohort: worker rank " << w.rank << " (local rank " << w.local_rank << ", pid " << w.pid << ") "
                 << describe_status(w.status) << "; stopping the other " << others << " local worker(s)" << std::endl;
+      ask_for_flight_records(workers);
       stop_all(workers, o.grace_s);
       std::vector<fs::path> files;
       for (const auto& x : workers) files.push_back(x.error_file);
@@ -351,6 +366,7 @@ int watch(std::vector<Worker>& workers, const LaunchOptions& o, ElasticRendezvou
       if (const auto why = rdzv->failed_elsewhere(attempt); !why.empty()) {
         std::cerr << "cohort: another machine failed (" << why << "); stopping " << workers.size() << " local worker(s)"
                   << std::endl;
+        ask_for_flight_records(workers);
         stop_all(workers, o.grace_s);
         return 1;
       }

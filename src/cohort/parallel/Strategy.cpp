@@ -268,9 +268,10 @@ std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg) {
 
 std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
                                         CommunicatorPtr comm) {
-  if (cfg.dist.strategy == "swarm" || cfg.dist.strategy == "diloco") {
+  const StrategyKind kind = cfg.dist.kind();
+  if (is_decentralized(kind)) {
 #if COHORT_HAVE_SWARM
-    if (cfg.dist.strategy == "diloco") return make_diloco_strategy(cfg, std::move(model), std::move(comm));
+    if (kind == StrategyKind::kDiloco) return make_diloco_strategy(cfg, std::move(model), std::move(comm));
     return make_swarm_strategy(cfg, std::move(model), std::move(comm));
 #else
     throw ConfigError("dist.strategy=" + cfg.dist.strategy +
@@ -279,10 +280,10 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<
                       "build cohort where libopendht-dev is installed (Debian 12), or use dist.strategy=ddp");
 #endif
   }
-  if (cfg.dist.strategy != "ddp") {
+  if (is_sharded(kind)) {
     ShardedOptions o;
-    o.stage = cfg.dist.strategy == "zero1"   ? ShardStage::kZero1
-              : cfg.dist.strategy == "zero2" ? ShardStage::kZero2
+    o.stage = kind == StrategyKind::kZero1   ? ShardStage::kZero1
+              : kind == StrategyKind::kZero2 ? ShardStage::kZero2
                                              : ShardStage::kFsdp;
     o.bucket_mb = cfg.dist.bucket_mb;
     o.fsdp_unit = cfg.dist.fsdp_unit;

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "cohort/comm/Communicator.h"
+#include "cohort/comm/FlightRecorder.h"
 
 namespace cohort::train {
 namespace {
@@ -31,6 +32,7 @@ const char* phase_name(Phase p) {
 PhaseClock::PhaseClock() : since_(Clock::now()), waited_at_start_(collective_wait_seconds()) {}
 
 void PhaseClock::switch_to(Phase next) {
+  comm::set_current_phase(phase_name(next));  // what a flight record says the rank was doing
   const auto now = Clock::now();
   const double waited = collective_wait_seconds();
   if (running_) {

@@ -9,6 +9,7 @@
 #include "cohort/checkpoint/Names.h"
 #include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/checkpoint/Steps.h"
+#include "cohort/comm/FlightRecorder.h"
 #include "cohort/train/Device.h"
 #include "cohort/train/InitialWeights.h"
 #include "cohort/train/RankAgreement.h"
@@ -25,10 +26,11 @@ World join_world(const TrainConfig& cfg, const WorldInfo& info) {
   // one's transfer: Note [The optimizer inside backward] in parallel/Strategy.cpp. Not for the sharded
   // strategies: their gathers at the step then queue one behind another (Note [Sharded steps inside
   // backward]).
-  const bool one_at_a_time = cfg.optim.in_backward && cfg.dist.strategy == "ddp";
+  const bool one_at_a_time = cfg.optim.in_backward && cfg.dist.kind() == StrategyKind::kDdp;
   World world = rendezvous(info, cfg.dist.backend, timeout, one_at_a_time ? 1 : 2);
   const char* torch_debug = std::getenv("TORCH_DISTRIBUTED_DEBUG");
   if (cfg.dist.debug == "detail" || (torch_debug && std::string(torch_debug) == "DETAIL")) world.comm->set_debug(true);
+  if (auto flight = world.comm->flight()) flight->resize(static_cast<size_t>(cfg.dist.flight_records));
   return world;
 }
 
@@ -107,11 +109,13 @@ Job set_up_job(TrainConfig& cfg, const WorldInfo& info, World& world, const Resu
   return job;
 }
 
-bool endless_stream(const TrainConfig& cfg) { return cfg.dist.strategy == "swarm" && cfg.swarm.sampler == "random"; }
+bool endless_stream(const TrainConfig& cfg) {
+  return cfg.dist.kind() == StrategyKind::kSwarm && cfg.swarm.sampler == "random";
+}
 
 data::DistributedSampler training_sampler(const TrainConfig& cfg, int64_t dataset_size, const WorldInfo& info) {
   const bool shuffle = true, drop_last = false;
-  if (cfg.dist.strategy != "swarm" && cfg.dist.strategy != "diloco")
+  if (!is_decentralized(cfg.dist.kind()))
     return {dataset_size, info.world_size, info.rank, shuffle, cfg.train.seed, drop_last};
   if (cfg.swarm.sampler == "partition") {
     const auto parts = static_cast<int>(cfg.swarm.partitions) * info.world_size;

@@ -14,6 +14,7 @@
 #include "cohort/checkpoint/Checkpoint.h"
 #include "cohort/checkpoint/Names.h"
 #include "cohort/checkpoint/Steps.h"
+#include "cohort/comm/FlightRecorder.h"
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/data/Datasets.h"
 #include "cohort/data/DistributedSampler.h"
@@ -61,7 +62,7 @@ StateBytes max_bytes(StateBytes a, StateBytes b) {
 // it saves `last` and writes its summary at once, without the final evaluation. The launcher gives it
 // torchrun's 30 s before SIGKILL; a second Ctrl-C kills it at once. Other strategies keep the signals'
 // defaults: a worker of a fixed group cannot leave alone, and the launcher stops them all.
-bool leaves_on_signal(const TrainConfig& cfg) { return cfg.dist.strategy == "swarm" || cfg.dist.strategy == "diloco"; }
+bool leaves_on_signal(const TrainConfig& cfg) { return is_decentralized(cfg.dist.kind()); }
 
 // One worker's training after setup: the epoch and step loop, evaluation with the best checkpoint, and
 // the periodic saves. run_worker below reads as the whole job; this holds the state its steps share.
@@ -431,6 +432,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   const Resume resume = find_resume(cfg, info, world);
   check_same_config(config::to_json(cfg), world);
   const fs::path run_dir = agree_run_dir(cfg, world);
+  // From here a failed collective, any error, or SIGUSR2 leaves RUN_DIR/flight/rank<R>.json for `cohort doctor`.
+  const comm::FlightDumps flight_dumps(world.comm->flight(), run_dir, info.rank, info.world_size);
   Job job = set_up_job(cfg, info, world, resume);
   util::catch_preemption_signal();
   if (leaves_on_signal(cfg)) util::catch_stop_signals();

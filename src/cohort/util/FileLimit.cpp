@@ -22,10 +22,10 @@ std::optional<std::string> open_file_shortfall(int rank, int world_size, bool ho
   const uint64_t peers = world_size > 1 ? static_cast<uint64_t>(world_size - 1) : 0;
   const uint64_t need = peers + (hosts_store ? 2 * static_cast<uint64_t>(world_size) : 0) + 64;
   if (world_size <= 1 || limit >= need) return std::nullopt;
-  return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " needs about " +
-         std::to_string(need) + " open files (a socket for each other rank" +
-         (hosts_store ? std::string(", and the store's connections") : std::string()) + "), but this process may open " +
-         std::to_string(limit) + " (the hard limit of ulimit -n)";
+  return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " needs about " + std::to_string(need) +
+         " open files (a socket for each other rank" +
+         (hosts_store ? std::string(", and the store's connections") : std::string()) +
+         "), but this process may open " + std::to_string(limit) + " (the hard limit of ulimit -n)";
 }
 
 }  // namespace cohort::util

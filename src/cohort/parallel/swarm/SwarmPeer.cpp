@@ -83,8 +83,8 @@ SwarmPeer::SwarmPeer(const TrainConfig& cfg) : cfg_(cfg.swarm), identity_(identi
   a.while_waiting = [this] {
     if (make_state_) state_server_.serve(*transport_, serving_step_, make_state_);
   };
-  a.codec = cfg.dist.strategy == "diloco" ? codec_from_name(cfg.diloco.compress, "diloco.compress")
-                                          : codec_from_name(cfg_.compress, "swarm.compress");
+  a.codec = cfg.dist.kind() == StrategyKind::kDiloco ? codec_from_name(cfg.diloco.compress, "diloco.compress")
+                                                     : codec_from_name(cfg_.compress, "swarm.compress");
   // See train/FaultInjection.h: COHORT_FAULT_SWARM_ROUND=N, COHORT_FAULT_SWARM_SIGNAL=KILL or STOP.
   if (const char* round = std::getenv("COHORT_FAULT_SWARM_ROUND")) {
     a.fault_round = std::atoll(round);

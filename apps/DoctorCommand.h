@@ -1,0 +1,24 @@
+// `cohort doctor RUN_DIR... [--json]`: what went wrong in a job that failed or hung, from the flight
+// records its ranks wrote (comm/Doctor.h). main.cpp adds it to the CLI and runs it when given.
+//
+//   DoctorCommand doctor;
+//   add_doctor_command(app, doctor);
+//   app.parse(argc, argv);
+//   if (const int rc = run_doctor_command(doctor); rc >= 0) return rc;
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+struct DoctorCommand {
+  CLI::App* app = nullptr;
+  std::vector<std::string> run_dirs;
+  bool json = false;
+};
+
+void add_doctor_command(CLI::App& app, DoctorCommand& c);
+// 0 when nothing stands out, 1 when the diagnosis has findings; -1 when the command was not given.
+// Throws cohort::Error for a run dir without flight records.
+int run_doctor_command(const DoctorCommand& c);

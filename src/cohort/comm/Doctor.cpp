@@ -1,0 +1,243 @@
+#include "cohort/comm/Doctor.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "cohort/comm/FlightRecorder.h"
+#include "cohort/util/Error.h"
+
+namespace cohort::comm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string describe(const json& e) {
+  std::ostringstream os;
+  os << "#" << e["seq"].get<uint64_t>() << " " << e["op"].get<std::string>() << " '" << e["what"].get<std::string>()
+     << "'";
+  if (!e["dtype"].get<std::string>().empty()) os << " (" << e["dtype"].get<std::string>() << " x " << e["numel"] << ")";
+  return os.str();
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? (i + 1 == ranks.size() ? " and " : ", ") : "") + std::to_string(ranks[i]);
+  return (ranks.size() == 1 ? "rank " : "ranks ") + s;
+}
+
+json finding(const std::string& kind, std::vector<int> ranks, const std::string& text, int64_t seq = -1) {
+  json f = {{"kind", kind}, {"ranks", ranks}, {"text", text}};
+  if (seq >= 0) f["seq"] = seq;
+  return f;
+}
+
+// Each rank's entries by sequence number.
+using Ring = std::map<uint64_t, json>;
+
+std::map<int, Ring> rings_of(const std::vector<json>& dumps) {
+  std::map<int, Ring> rings;
+  for (const auto& d : dumps) {
+    auto& ring = rings[d["rank"].get<int>()];  // a rank that recorded nothing still has a (empty) ring
+    for (const auto& e : d["entries"]) ring[e["seq"].get<uint64_t>()] = e;
+  }
+  return rings;
+}
+
+// Ranks of the job that wrote nothing: they were stopped, frozen or killed before they could.
+void find_missing(const std::vector<json>& dumps, json& out) {
+  std::set<int> have;
+  int world = 0;
+  for (const auto& d : dumps) {
+    have.insert(d["rank"].get<int>());
+    world = std::max(world, d["world_size"].get<int>());
+  }
+  std::vector<int> missing;
+  for (int r = 0; r < world; ++r)
+    if (!have.count(r)) missing.push_back(r);
+  if (missing.empty()) return;
+  out.push_back(finding("no_record", missing,
+                        rank_list(missing) + " left no flight record: when the others stopped, " +
+                            (missing.size() == 1 ? "it" : "they") +
+                            " could not write one. A process stopped (SIGSTOP), frozen or killed (SIGKILL, the "
+                            "out-of-memory killer) cannot; look there first"));
+}
+
+// The newest collective any rank issued, and the ranks that never issued it.
+void find_never_issued(const std::vector<json>& dumps, const std::map<int, Ring>& rings, json& out) {
+  uint64_t top = 0;
+  for (const auto& [rank, ring] : rings)
+    if (!ring.empty()) top = std::max(top, ring.rbegin()->first);
+  std::vector<int> behind;
+  for (const auto& d : dumps) {
+    const auto& ring = rings.at(d["rank"].get<int>());
+    if (ring.empty() || ring.rbegin()->first < top) behind.push_back(d["rank"].get<int>());
+  }
+  if (behind.empty() || behind.size() == dumps.size()) return;
+  const json* at_top = nullptr;
+  for (const auto& [rank, ring] : rings)
+    if (auto it = ring.find(top); it != ring.end()) at_top = &it->second;
+  for (int r : behind) {
+    const auto& ring = rings.at(r);
+    std::string last = ring.empty() ? "none recorded" : describe(ring.rbegin()->second) + ", " +
+                                                            ring.rbegin()->second["state"].get<std::string>();
+    std::string phase;
+    for (const auto& d : dumps)
+      if (d["rank"].get<int>() == r) phase = d["phase"].get<std::string>();
+    out.push_back(finding("never_issued", {r},
+                          "rank " + std::to_string(r) + " never issued collective " + describe(*at_top) +
+                              ", which other ranks did; its last was " + last + ", and it was in phase '" + phase +
+                              "' when it wrote its record",
+                          static_cast<int64_t>(top)));
+  }
+}
+
+// The first sequence number at which two ranks called different collectives.
+void find_differs(const std::map<int, Ring>& rings, json& out) {
+  std::map<uint64_t, std::vector<std::pair<int, const json*>>> by_seq;
+  for (const auto& [rank, ring] : rings)
+    for (const auto& [seq, e] : ring) by_seq[seq].emplace_back(rank, &e);
+  for (const auto& [seq, calls] : by_seq) {
+    const auto key = [](const json& e) { return e["op"].dump() + e["dtype"].dump() + e["numel"].dump(); };
+    const bool same = std::all_of(calls.begin(), calls.end(), [&](const auto& c) { return key(*c.second) == key(*calls[0].second); });
+    if (same) continue;
+    std::vector<int> ranks;
+    std::string text = "collective #" + std::to_string(seq) + " differs between ranks:";
+    for (const auto& [rank, e] : calls) {
+      ranks.push_back(rank);
+      text += " rank " + std::to_string(rank) + " called " + describe(*e) + ";";
+    }
+    text.back() = '.';
+    out.push_back(finding("differs", ranks, text + " Everything after it is out of step (a desync)",
+                          static_cast<int64_t>(seq)));
+    return;
+  }
+}
+
+// The oldest collective that every rank with a record entered and that did not end everywhere.
+void find_never_ended(const std::vector<json>& dumps, const std::map<int, Ring>& rings, json& out) {
+  std::map<uint64_t, int> entered;
+  for (const auto& [rank, ring] : rings)
+    for (const auto& [seq, e] : ring) ++entered[seq];
+  for (const auto& [seq, count] : entered) {
+    if (count != static_cast<int>(rings.size())) continue;
+    std::vector<int> open;
+    std::string how;
+    for (const auto& [rank, ring] : rings) {
+      const auto& e = ring.at(seq);
+      if (e["state"] == "completed") continue;
+      open.push_back(rank);
+      if (how.empty() && e.contains("ended_unix"))
+        how = "; it " + e["state"].get<std::string>() + " after " +
+              std::to_string(static_cast<int>(e["ended_unix"].get<double>() - e["issued_unix"].get<double>())) + " s";
+    }
+    if (open.empty()) continue;
+    const bool whole_job = static_cast<int>(rings.size()) == dumps[0]["world_size"].get<int>();
+    out.push_back(finding("never_ended", open,
+                          rank_list(open) + " entered collective " + describe(rings.at(open[0]).at(seq)) +
+                              " and it never completed there" + how +
+                              (whole_job ? ": every rank entered it, so the collective itself stalled or broke "
+                                           "(network, or the backend)"
+                                         : ": the ranks without a record are the likely cause"),
+                          static_cast<int64_t>(seq)));
+    return;
+  }
+}
+
+// A rank that enters most collectives last, by its median lateness over the others' latest entry before it.
+void find_straggler(const std::map<int, Ring>& rings, json& out) {
+  if (rings.size() < 2) return;
+  std::map<int, std::vector<double>> late;
+  int counted = 0;
+  for (const auto& [seq, e0] : rings.begin()->second) {
+    std::vector<std::pair<double, int>> at;
+    for (const auto& [rank, ring] : rings)
+      if (auto it = ring.find(seq); it != ring.end() && it->second["state"] == "completed")
+        at.emplace_back(it->second["issued_unix"].get<double>(), rank);
+    if (at.size() != rings.size()) continue;
+    std::sort(at.begin(), at.end());
+    late[at.back().second].push_back(at.back().first - at[at.size() - 2].first);
+    ++counted;
+  }
+  for (auto& [rank, gaps] : late) {
+    if (counted < 20 || gaps.size() < 0.75 * counted) continue;
+    std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+    const double median_ms = 1000 * gaps[gaps.size() / 2];
+    if (median_ms < 1.0) continue;
+    std::ostringstream os;
+    os << "rank " << rank << " entered " << gaps.size() << " of the last " << counted
+       << " collectives last, a median of " << std::fixed << std::setprecision(1) << median_ms
+       << " ms after the next-latest rank: a straggler (a slower machine, a busier core, or more data work)";
+    out.push_back(finding("straggler", {rank}, os.str()));
+  }
+}
+
+}  // namespace
+
+std::vector<json> read_flight_dumps(const std::vector<fs::path>& run_dirs) {
+  std::vector<json> dumps;
+  for (const auto& dir : run_dirs) {
+    const auto flight = dir / "flight";
+    std::vector<fs::path> files;
+    if (fs::is_directory(flight))
+      for (const auto& f : fs::directory_iterator(flight))
+        if (f.path().extension() == ".json") files.push_back(f.path());
+    if (files.empty())
+      throw Error(dir.string() + " holds no flight record (flight/rank<R>.json)",
+                  "ranks write one when a collective fails or times out, and on SIGUSR2; run doctor on the run "
+                  "dir of a job that failed, or send the workers SIGUSR2 while it hangs");
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      json d;
+      try {
+        d = json::parse(std::ifstream(f));
+      } catch (const std::exception& e) {
+        throw Error(f.string() + " is not JSON: " + e.what(), "remove it, or give doctor another run dir");
+      }
+      if (d.value("format", "") != kFlightFormat || d.value("version", 0) != kFlightVersion)
+        throw Error(f.string() + " is not a flight record of version " + std::to_string(kFlightVersion),
+                    "it was written by another program or another cohort; remove it");
+      dumps.push_back(std::move(d));
+    }
+  }
+  return dumps;
+}
+
+json diagnose(const std::vector<json>& dumps) {
+  json findings = json::array();
+  if (dumps.empty()) return {{"findings", findings}, {"ranks", json::array()}};
+  const auto rings = rings_of(dumps);
+  find_missing(dumps, findings);
+  find_differs(rings, findings);
+  find_never_issued(dumps, rings, findings);
+  find_never_ended(dumps, rings, findings);
+  find_straggler(rings, findings);
+  json ranks = json::array();
+  for (const auto& d : dumps) {
+    json last = json::array();
+    const auto& entries = d["entries"];
+    for (size_t i = entries.size() > 5 ? entries.size() - 5 : 0; i < entries.size(); ++i) last.push_back(entries[i]);
+    ranks.push_back({{"rank", d["rank"]}, {"reason", d["reason"]}, {"phase", d["phase"]}, {"last", last}});
+  }
+  return {{"findings", findings}, {"ranks", ranks}};
+}
+
+std::string render(const json& diagnosis) {
+  std::ostringstream os;
+  if (diagnosis["findings"].empty())
+    os << "cohort doctor: nothing stands out: every rank with a record issued the same collectives, and each ended\n";
+  for (const auto& f : diagnosis["findings"]) os << "- " << f["text"].get<std::string>() << "\n";
+  for (const auto& r : diagnosis["ranks"]) {
+    os << "rank " << r["rank"] << " (record written on " << r["reason"].get<std::string>() << ", in phase '"
+       << r["phase"].get<std::string>() << "'), its last collectives:\n";
+    for (const auto& e : r["last"]) os << "    " << describe(e) << " in " << e["phase"].get<std::string>() << ": "
+                                       << e["state"].get<std::string>() << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace cohort::comm

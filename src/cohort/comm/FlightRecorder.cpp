@@ -1,0 +1,159 @@
+#include "cohort/comm/FlightRecorder.h"
+
+#include <chrono>
+#include <csignal>
+#include <exception>
+
+#include <c10/core/ScalarType.h>
+
+#include "cohort/util/AtomicFile.h"
+
+namespace cohort::comm {
+namespace {
+
+std::atomic<const char*> g_phase{"setup"};
+volatile std::sig_atomic_t g_dump_requested = 0;
+
+void on_sigusr2(int) { g_dump_requested = 1; }
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+const char* state_name(int s) { return s == 0 ? "issued" : s == 1 ? "completed" : "failed"; }
+
+}  // namespace
+
+void set_current_phase(const char* phase) { g_phase.store(phase, std::memory_order_relaxed); }
+const char* current_phase() { return g_phase.load(std::memory_order_relaxed); }
+
+// Note [What one record costs]
+// A record is taken for every collective, from the thread that launches it (autograd's, for ddp's
+// buckets), so it must cost next to nothing beside the collective: a mutex taken without contention, a
+// clock read and a few stores into a slot of a ring allocated once. The purpose string is assigned into
+// the slot's own std::string, which keeps its capacity, so after the first lap no record allocates.
+FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity) {}
+
+void FlightRecorder::resize(size_t capacity) {
+  std::lock_guard lock(mu_);
+  ring_.assign(capacity, Entry{});
+  next_ = 0;
+  recorded_ = 0;
+}
+
+void FlightRecorder::issued(uint64_t seq, const char* op, const std::string& what, const at::Tensor& t) {
+  std::lock_guard lock(mu_);
+  if (ring_.empty()) return;
+  Entry& e = ring_[next_];
+  next_ = (next_ + 1) % ring_.size();
+  ++recorded_;
+  e.seq = seq;
+  e.op = op;
+  e.what.assign(what);
+  e.dtype = t.defined() ? t.scalar_type() : at::ScalarType::Undefined;
+  e.numel = t.defined() ? t.numel() : 0;
+  e.issued_unix = unix_now();
+  e.ended_unix = 0;
+  e.state = State::kIssued;
+  e.phase = current_phase();
+}
+
+FlightRecorder::Entry* FlightRecorder::find(uint64_t seq) {
+  // The newest slots first: a collective ends a few records after it was issued, if not at once.
+  for (size_t k = 1; k <= ring_.size() && k <= recorded_; ++k) {
+    Entry& e = ring_[(next_ + ring_.size() - k) % ring_.size()];
+    if (e.seq == seq) return &e;
+  }
+  return nullptr;
+}
+
+void FlightRecorder::ended(uint64_t seq, bool ok) {
+  std::lock_guard lock(mu_);
+  if (Entry* e = find(seq); e && e->state == State::kIssued) {
+    e->state = ok ? State::kCompleted : State::kFailed;
+    e->ended_unix = unix_now();
+  }
+}
+
+nlohmann::json FlightRecorder::to_json(int rank, int world_size, const std::string& reason) const {
+  std::lock_guard lock(mu_);
+  nlohmann::json entries = nlohmann::json::array();
+  const size_t held = std::min<uint64_t>(recorded_, ring_.size());
+  for (size_t k = held; k >= 1; --k) {
+    const Entry& e = ring_[(next_ + ring_.size() - k) % ring_.size()];
+    nlohmann::json j = {{"seq", e.seq},
+                        {"op", e.op},
+                        {"what", e.what},
+                        {"dtype", e.dtype == at::ScalarType::Undefined ? "" : c10::toString(e.dtype)},
+                        {"numel", e.numel},
+                        {"issued_unix", e.issued_unix},
+                        {"state", state_name(static_cast<int>(e.state))},
+                        {"phase", e.phase}};
+    if (e.state != State::kIssued) j["ended_unix"] = e.ended_unix;
+    entries.push_back(std::move(j));
+  }
+  return {{"format", kFlightFormat},
+          {"version", kFlightVersion},
+          {"rank", rank},
+          {"world_size", world_size},
+          {"reason", reason},
+          {"written_unix", unix_now()},
+          {"phase", current_phase()},
+          {"capacity", ring_.size()},
+          {"recorded", recorded_},
+          {"entries", std::move(entries)}};
+}
+
+std::filesystem::path FlightRecorder::write(const std::filesystem::path& run_dir, int rank, int world_size,
+                                            const std::string& reason) const noexcept try {
+  const auto dir = run_dir / "flight";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / ("rank" + std::to_string(rank) + ".json");
+  util::write_file_atomic(path, to_json(rank, world_size, reason).dump(1) + "\n");
+  return path;
+} catch (const std::exception&) {
+  return {};
+}
+
+FlightDumps::FlightDumps(std::shared_ptr<FlightRecorder> recorder, std::filesystem::path run_dir, int rank,
+                         int world_size)
+    : recorder_(std::move(recorder)),
+      run_dir_(std::move(run_dir)),
+      rank_(rank),
+      world_size_(world_size),
+      uncaught_at_start_(std::uncaught_exceptions()) {
+  if (!recorder_) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_sigusr2;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR2, &sa, nullptr);
+  watcher_ = std::thread([this] { watch(); });
+}
+
+FlightDumps::~FlightDumps() {
+  if (!recorder_) return;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  watcher_.join();
+  // Unwinding: whatever ended the loop (a collective that timed out, a peer gone, any error) is what the
+  // other ranks' dumps are read against.
+  if (std::uncaught_exceptions() > uncaught_at_start_) recorder_->write(run_dir_, rank_, world_size_, "error");
+}
+
+// A signal handler may only set a flag; this thread looks at it ten times a second and writes the dump.
+void FlightDumps::watch() {
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
+    if (!g_dump_requested) continue;
+    g_dump_requested = 0;
+    lock.unlock();
+    recorder_->write(run_dir_, rank_, world_size_, "SIGUSR2");
+    lock.lock();
+  }
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,141 @@
+// comm/FlightRecorder (each rank's last collectives) and comm/Doctor (what `cohort doctor` makes of the
+// ranks' records side by side), on records built here: a stopped rank, a rank elsewhere, a desync, a
+// straggler, and a healthy job. The process test Failures.AStoppedWorkerIsNamedWithinTheTimeout checks the
+// same against a real job.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <ATen/ATen.h>
+
+#include "cohort/comm/Doctor.h"
+#include "cohort/comm/FlightRecorder.h"
+#include "cohort/util/Error.h"
+
+using cohort::comm::FlightRecorder;
+using nlohmann::json;
+
+namespace {
+
+// Collectives 1..n, every one completed, as each rank of a healthy ddp job records them.
+std::unique_ptr<FlightRecorder> healthy(uint64_t n) {
+  auto rec = std::make_unique<FlightRecorder>(100);
+  for (uint64_t s = 1; s <= n; ++s) {
+    rec->issued(s, "all_reduce", "gradient bucket " + std::to_string(s % 3), at::zeros({256}));
+    rec->ended(s, true);
+  }
+  return rec;
+}
+
+std::vector<std::string> kinds(const json& d) {
+  std::vector<std::string> k;
+  for (const auto& f : d["findings"]) k.push_back(f["kind"]);
+  return k;
+}
+
+}  // namespace
+
+TEST(FlightRecorder, KeepsTheLastCollectivesInOrderWithTheirState) {
+  FlightRecorder rec(4);
+  cohort::comm::set_current_phase("backward");
+  for (uint64_t s = 1; s <= 6; ++s) rec.issued(s, "all_reduce", "gradient bucket", at::zeros({10}, at::kBFloat16));
+  rec.ended(5, true);
+  rec.ended(6, false);
+  const json d = rec.to_json(1, 2, "SIGUSR2");
+  EXPECT_EQ(d["format"], cohort::comm::kFlightFormat);
+  EXPECT_EQ(d["version"], cohort::comm::kFlightVersion);
+  EXPECT_EQ(d["rank"], 1);
+  EXPECT_EQ(d["recorded"], 6);
+  ASSERT_EQ(d["entries"].size(), 4u);
+  EXPECT_EQ(d["entries"][0]["seq"], 3);
+  EXPECT_EQ(d["entries"][3]["seq"], 6);
+  EXPECT_EQ(d["entries"][0]["state"], "issued");
+  EXPECT_EQ(d["entries"][2]["state"], "completed");
+  EXPECT_EQ(d["entries"][3]["state"], "failed");
+  EXPECT_EQ(d["entries"][3]["dtype"], "BFloat16");
+  EXPECT_EQ(d["entries"][3]["numel"], 10);
+  EXPECT_EQ(d["entries"][3]["phase"], "backward");
+  rec.resize(0);  // dist.flight_records=0
+  rec.issued(7, "barrier", "end", at::Tensor());
+  EXPECT_TRUE(rec.to_json(1, 2, "x")["entries"].empty());
+}
+
+TEST(FlightRecorder, WritesARecordThatDoctorReadsAndRefusesAnotherFile) {
+  const auto dir = std::filesystem::temp_directory_path() / "cohort-flight-test";
+  std::filesystem::remove_all(dir);
+  const auto path = healthy(3)->write(dir, 0, 1, "error");
+  EXPECT_EQ(path, dir / "flight" / "rank0.json");
+  const auto dumps = cohort::comm::read_flight_dumps({dir});
+  ASSERT_EQ(dumps.size(), 1u);
+  EXPECT_EQ(dumps[0]["entries"].size(), 3u);
+  std::ofstream(dir / "flight" / "rank1.json") << R"({"format": "something-else", "version": 1})";
+  EXPECT_THROW(cohort::comm::read_flight_dumps({dir}), cohort::Error);
+  EXPECT_THROW(cohort::comm::read_flight_dumps({dir / "none"}), cohort::Error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Doctor, NamesTheRankWithoutARecordAndTheCollectiveTheOthersWaitedIn) {
+  // Three ranks; rank 2 was SIGSTOPped: ranks 0 and 1 entered #11 and it timed out.
+  std::vector<json> dumps;
+  for (int r = 0; r < 2; ++r) {
+    auto rec = healthy(10);
+    rec->issued(11, "all_reduce", "gradient bucket 1", at::zeros({256}));
+    rec->ended(11, false);
+    dumps.push_back(rec->to_json(r, 3, "error"));
+  }
+  const json d = cohort::comm::diagnose(dumps);
+  ASSERT_EQ(kinds(d), (std::vector<std::string>{"no_record", "never_ended"})) << d.dump(1);
+  EXPECT_EQ(d["findings"][0]["ranks"], json({2}));
+  EXPECT_NE(d["findings"][0]["text"].get<std::string>().find("rank 2 left no flight record"), std::string::npos);
+  EXPECT_EQ(d["findings"][1]["seq"], 11);
+  EXPECT_NE(d["findings"][1]["text"].get<std::string>().find("#11 all_reduce 'gradient bucket 1'"), std::string::npos);
+  EXPECT_NE(d["findings"][1]["text"].get<std::string>().find("the ranks without a record are the likely cause"),
+            std::string::npos);
+}
+
+TEST(Doctor, NamesARankThatWasDoingSomethingElseAndWhat) {
+  auto ahead = healthy(10);
+  ahead->issued(11, "all_reduce", "gradient bucket 1", at::zeros({256}));
+  ahead->ended(11, false);
+  cohort::comm::set_current_phase("checkpoint");
+  const json d = cohort::comm::diagnose({ahead->to_json(0, 2, "error"), healthy(10)->to_json(1, 2, "SIGUSR2")});
+  ASSERT_EQ(kinds(d), (std::vector<std::string>{"never_issued"})) << d.dump(1);
+  const auto text = d["findings"][0]["text"].get<std::string>();
+  EXPECT_EQ(d["findings"][0]["ranks"], json({1}));
+  EXPECT_NE(text.find("rank 1 never issued collective #11 all_reduce 'gradient bucket 1'"), std::string::npos) << text;
+  EXPECT_NE(text.find("its last was #10"), std::string::npos) << text;
+  EXPECT_NE(text.find("phase 'checkpoint'"), std::string::npos) << text;
+}
+
+TEST(Doctor, NamesTheFirstCollectiveThatDiffersBetweenRanks) {
+  FlightRecorder a(10), b(10);
+  for (uint64_t s = 1; s <= 4; ++s) {
+    a.issued(s, "all_reduce", "bucket", at::zeros({8}));
+    b.issued(s, s == 3 ? "broadcast" : "all_reduce", "bucket", at::zeros({s == 3 ? 4 : 8}));
+    a.ended(s, true);
+    b.ended(s, true);
+  }
+  const json d = cohort::comm::diagnose({a.to_json(0, 2, "error"), b.to_json(1, 2, "error")});
+  ASSERT_FALSE(d["findings"].empty());
+  EXPECT_EQ(d["findings"][0]["kind"], "differs");
+  EXPECT_EQ(d["findings"][0]["seq"], 3);
+  const auto text = d["findings"][0]["text"].get<std::string>();
+  EXPECT_NE(text.find("rank 1 called #3 broadcast 'bucket' (Float x 4)"), std::string::npos) << text;
+}
+
+TEST(Doctor, NamesARankThatIsAlwaysTheLastToEnterAndNothingInAHealthyJob) {
+  const json fast = healthy(40)->to_json(0, 2, "SIGUSR2");
+  json slow = healthy(40)->to_json(1, 2, "SIGUSR2");
+  for (auto& e : slow["entries"]) e["issued_unix"] = e["issued_unix"].get<double>() + 0.030;  // 30 ms late, each
+  const json d = cohort::comm::diagnose({fast, slow});
+  ASSERT_EQ(kinds(d), (std::vector<std::string>{"straggler"})) << d.dump(1);
+  EXPECT_EQ(d["findings"][0]["ranks"], json({1}));
+  EXPECT_NE(d["findings"][0]["text"].get<std::string>().find("a median of 30"), std::string::npos);
+  // The same records without the delay: nothing to say.
+  json same = fast;
+  same["rank"] = 1;
+  EXPECT_TRUE(cohort::comm::diagnose({fast, same})["findings"].empty());
+  EXPECT_NE(cohort::comm::render(cohort::comm::diagnose({fast, same})).find("nothing stands out"), std::string::npos);
+}
