@@ -30,8 +30,11 @@ int main() {
   std::vector<double> ns;
   for (int r = 0; r < 7; ++r) ns.push_back(lap(200000));
   std::sort(ns.begin(), ns.end());
-  std::cout << nlohmann::json{{"bench", "flight_record_cost"}, {"ring", 2000}, {"ns_per_record", ns[ns.size() / 2]},
-                              {"ns_per_record_min", ns.front()}, {"ns_per_record_max", ns.back()}}
+  std::cout << nlohmann::json{{"bench", "flight_record_cost"},
+                              {"ring", 2000},
+                              {"ns_per_record", ns[ns.size() / 2]},
+                              {"ns_per_record_min", ns.front()},
+                              {"ns_per_record_max", ns.back()}}
                    .dump()
             << std::endl;
 }

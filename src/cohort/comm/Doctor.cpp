@@ -26,7 +26,8 @@ std::string describe(const json& e) {
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? (i + 1 == ranks.size() ? " and " : ", ") : "") + std::to_string(ranks[i]);
+  for (size_t i = 0; i < ranks.size(); ++i)
+    s += (i ? (i + 1 == ranks.size() ? " and " : ", ") : "") + std::to_string(ranks[i]);
   return (ranks.size() == 1 ? "rank " : "ranks ") + s;
 }
 
@@ -83,8 +84,9 @@ void find_never_issued(const std::vector<json>& dumps, const std::map<int, Ring>
     if (auto it = ring.find(top); it != ring.end()) at_top = &it->second;
   for (int r : behind) {
     const auto& ring = rings.at(r);
-    std::string last = ring.empty() ? "none recorded" : describe(ring.rbegin()->second) + ", " +
-                                                            ring.rbegin()->second["state"].get<std::string>();
+    std::string last = ring.empty()
+                           ? "none recorded"
+                           : describe(ring.rbegin()->second) + ", " + ring.rbegin()->second["state"].get<std::string>();
     std::string phase;
     for (const auto& d : dumps)
       if (d["rank"].get<int>() == r) phase = d["phase"].get<std::string>();
@@ -103,7 +105,8 @@ void find_differs(const std::map<int, Ring>& rings, json& out) {
     for (const auto& [seq, e] : ring) by_seq[seq].emplace_back(rank, &e);
   for (const auto& [seq, calls] : by_seq) {
     const auto key = [](const json& e) { return e["op"].dump() + e["dtype"].dump() + e["numel"].dump(); };
-    const bool same = std::all_of(calls.begin(), calls.end(), [&](const auto& c) { return key(*c.second) == key(*calls[0].second); });
+    const bool same =
+        std::all_of(calls.begin(), calls.end(), [&](const auto& c) { return key(*c.second) == key(*calls[0].second); });
     if (same) continue;
     std::vector<int> ranks;
     std::string text = "collective #" + std::to_string(seq) + " differs between ranks:";
@@ -112,8 +115,8 @@ void find_differs(const std::map<int, Ring>& rings, json& out) {
       text += " rank " + std::to_string(rank) + " called " + describe(*e) + ";";
     }
     text.back() = '.';
-    out.push_back(finding("differs", ranks, text + " Everything after it is out of step (a desync)",
-                          static_cast<int64_t>(seq)));
+    out.push_back(
+        finding("differs", ranks, text + " Everything after it is out of step (a desync)", static_cast<int64_t>(seq)));
     return;
   }
 }
@@ -234,8 +237,9 @@ std::string render(const json& diagnosis) {
   for (const auto& r : diagnosis["ranks"]) {
     os << "rank " << r["rank"] << " (record written on " << r["reason"].get<std::string>() << ", in phase '"
        << r["phase"].get<std::string>() << "'), its last collectives:\n";
-    for (const auto& e : r["last"]) os << "    " << describe(e) << " in " << e["phase"].get<std::string>() << ": "
-                                       << e["state"].get<std::string>() << "\n";
+    for (const auto& e : r["last"])
+      os << "    " << describe(e) << " in " << e["phase"].get<std::string>() << ": " << e["state"].get<std::string>()
+         << "\n";
   }
   return os.str();
 }

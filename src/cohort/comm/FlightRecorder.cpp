@@ -16,9 +16,7 @@ volatile std::sig_atomic_t g_dump_requested = 0;
 
 void on_sigusr2(int) { g_dump_requested = 1; }
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 const char* state_name(int s) { return s == 0 ? "issued" : s == 1 ? "completed" : "failed"; }
 
@@ -92,15 +90,9 @@ nlohmann::json FlightRecorder::to_json(int rank, int world_size, const std::stri
     if (e.state != State::kIssued) j["ended_unix"] = e.ended_unix;
     entries.push_back(std::move(j));
   }
-  return {{"format", kFlightFormat},
-          {"version", kFlightVersion},
-          {"rank", rank},
-          {"world_size", world_size},
-          {"reason", reason},
-          {"written_unix", unix_now()},
-          {"phase", current_phase()},
-          {"capacity", ring_.size()},
-          {"recorded", recorded_},
+  return {{"format", kFlightFormat},      {"version", kFlightVersion}, {"rank", rank},
+          {"world_size", world_size},     {"reason", reason},          {"written_unix", unix_now()},
+          {"phase", current_phase()},     {"capacity", ring_.size()},  {"recorded", recorded_},
           {"entries", std::move(entries)}};
 }
 

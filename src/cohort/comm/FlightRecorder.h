@@ -69,7 +69,7 @@ class FlightRecorder {
 
   mutable std::mutex mu_;
   std::vector<Entry> ring_;
-  size_t next_ = 0;      // the slot the next record takes
+  size_t next_ = 0;        // the slot the next record takes
   uint64_t recorded_ = 0;  // records ever taken, so that a dump says how many fell out of the ring
 };
 
