@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -151,11 +152,15 @@ void find_never_ended(const std::vector<json>& dumps, const std::map<int, Ring>&
   }
 }
 
-// A rank that enters most collectives last, by its median lateness over the others' latest entry before it.
+// The rank the others wait for. Over the collectives every rank completed, whoever issues one last keeps
+// the others waiting by its gap to the next-latest; a straggler is the rank that accounts for most of that
+// waiting, and enough of it to matter. (It is late only at the collectives that follow its own slow work:
+// those right after a synchronizing one start together, so "last in most collectives" would miss it.)
 void find_straggler(const std::map<int, Ring>& rings, json& out) {
   if (rings.size() < 2) return;
   std::map<int, std::vector<double>> late;
   int counted = 0;
+  double first = 0, last = 0, waited = 0;
   for (const auto& [seq, e0] : rings.begin()->second) {
     std::vector<std::pair<double, int>> at;
     for (const auto& [rank, ring] : rings)
@@ -163,20 +168,27 @@ void find_straggler(const std::map<int, Ring>& rings, json& out) {
         at.emplace_back(it->second["issued_unix"].get<double>(), rank);
     if (at.size() != rings.size()) continue;
     std::sort(at.begin(), at.end());
-    late[at.back().second].push_back(at.back().first - at[at.size() - 2].first);
-    ++counted;
+    if (counted++ == 0) first = at.front().first;
+    last = at.back().first;
+    const double gap = at.back().first - at[at.size() - 2].first;
+    late[at.back().second].push_back(gap);
+    waited += gap;
   }
-  for (auto& [rank, gaps] : late) {
-    if (counted < 20 || gaps.size() < 0.75 * counted) continue;
-    std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
-    const double median_ms = 1000 * gaps[gaps.size() / 2];
-    if (median_ms < 1.0) continue;
-    std::ostringstream os;
-    os << "rank " << rank << " entered " << gaps.size() << " of the last " << counted
-       << " collectives last, a median of " << std::fixed << std::setprecision(1) << median_ms
-       << " ms after the next-latest rank: a straggler (a slower machine, a busier core, or more data work)";
-    out.push_back(finding("straggler", {rank}, os.str()));
-  }
+  if (counted < 20 || waited <= 0) return;
+  const auto total = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); };
+  auto top = std::max_element(late.begin(), late.end(),
+                              [&](const auto& a, const auto& b) { return total(a.second) < total(b.second); });
+  const double kept = total(top->second), span = last - first;
+  if (kept < 0.75 * waited || kept < 0.001 || kept < 0.02 * span) return;
+  auto gaps = top->second;
+  std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1) << "rank " << top->first << " kept the others waiting " << kept
+     << " s of the last " << span << " s (" << std::setprecision(0) << 100 * kept / std::max(span, 1e-9)
+     << "%): it entered " << top->second.size() << " of " << counted << " collectives last, a median of "
+     << std::setprecision(1) << 1000 * gaps[gaps.size() / 2]
+     << " ms after the next-latest rank. A straggler: a slower machine, a busier core, or more data work";
+  out.push_back(finding("straggler", {top->first}, os.str()));
 }
 
 }  // namespace

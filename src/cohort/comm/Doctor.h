@@ -2,7 +2,7 @@
 // side and says what went wrong: which rank left no record (a stopped or frozen process cannot write one),
 // which rank never issued the collective the others waited in and what it was doing instead, collectives
 // that differ between ranks at the same sequence number, a collective every rank entered that never
-// ended, and a rank that is consistently the last to enter. Several run dirs may be given (a swarm's
+// ended, and a rank the others keep waiting for (a straggler). Several run dirs may be given (a swarm's
 // peers each have their own).
 //
 //   const auto dumps = cohort::comm::read_flight_dumps({"runs/x"});

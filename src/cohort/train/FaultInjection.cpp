@@ -18,7 +18,14 @@ FaultPlan FaultPlan::from_env() {
   if (const char* rank = std::getenv("COHORT_FAULT_RANK")) plan.rank = std::atoi(rank);
   plan.nonfinite_steps = fault_steps_from_env("COHORT_FAULT_NONFINITE_STEPS");
   if (const char* delay = std::getenv("COHORT_FAULT_STEP_DELAY_MS")) plan.step_delay_ms = std::atoll(delay);
+  if (const char* delay = std::getenv("COHORT_FAULT_RANK_DELAY_MS")) plan.rank_delay_ms = std::atoll(delay);
+  if (const char* step = std::getenv("COHORT_FAULT_DATA_STALL_STEP")) plan.data_stall_step = std::atoll(step);
   return plan;
+}
+
+void FaultPlan::before_batch(int this_rank, int64_t step) const {
+  if (data_stall_step > 0 && step == data_stall_step && this_rank == rank)
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // until SIGTERM or SIGKILL
 }
 
 void FaultPlan::after_backward(torch::nn::Module& model, int this_rank, int64_t step) const {
@@ -29,6 +36,7 @@ void FaultPlan::after_step(int this_rank, int64_t step, int restart_count) const
   if (kill_after_step > 0 && restart_count == 0 && step == kill_after_step && this_rank == rank) ::raise(SIGKILL);
   if (usr1_after_step > 0 && restart_count == 0 && step == usr1_after_step && this_rank == rank) ::raise(SIGUSR1);
   if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
+  if (rank_delay_ms > 0 && this_rank == rank) std::this_thread::sleep_for(std::chrono::milliseconds(rank_delay_ms));
 }
 
 std::set<int64_t> fault_steps_from_env(const char* name) {

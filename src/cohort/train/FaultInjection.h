@@ -9,6 +9,10 @@
 //                                  gets an inf (odd steps) or a NaN (even steps), as an fp16 overflow would
 //   COHORT_FAULT_STEP_DELAY_MS=N   every rank sleeps N ms after each step: a slower machine (the swarm tests
 //                                  whose peers must still be training when a newcomer arrives)
+//   COHORT_FAULT_RANK_DELAY_MS=N   rank COHORT_FAULT_RANK alone sleeps N ms after each step: a straggler
+//   COHORT_FAULT_DATA_STALL_STEP=N rank COHORT_FAULT_RANK never gets the batch of step N: it sleeps in the
+//                                  data phase until it is stopped, as a loader stuck on a dead file system
+//                                  (the flight recorder's tests, docs/doctor.md)
 //   COHORT_FAULT_SWARM_ROUND=N     a swarm peer sends its contributions to round N (the step N+1), then
 //   COHORT_FAULT_SWARM_SIGNAL      raises SIGKILL (KILL, the default) or SIGSTOP (STOP) on itself: a peer
 //                                  that dies or freezes mid-round (read by parallel/swarm/SwarmPeer.cpp)
@@ -18,6 +22,7 @@
 //                                  donor it starts with)
 //
 //   const auto faults = cohort::train::FaultPlan::from_env();
+//   faults.before_batch(rank, step + 1);
 //   faults.after_backward(*model, rank, step + 1);
 //   faults.after_step(rank, step + 1, info.restart_count);
 #pragma once
@@ -34,9 +39,12 @@ struct FaultPlan {
   int64_t usr1_after_step = 0;  // 0: none
   int rank = 1;
   int64_t step_delay_ms = 0;
+  int64_t rank_delay_ms = 0;    // 0: none
+  int64_t data_stall_step = 0;  // 0: none
   std::set<int64_t> nonfinite_steps;
 
   static FaultPlan from_env();
+  void before_batch(int this_rank, int64_t step) const;
   void after_backward(torch::nn::Module& model, int this_rank, int64_t step) const;
   void after_step(int this_rank, int64_t step, int restart_count) const;
 };

@@ -1,0 +1,68 @@
+// `cohort doctor` on real jobs with one rank at fault (COHORT_FAULT_*, train/FaultInjection.h): a rank
+// stuck in its data loader, and a rank late at every step. The stopped rank is in test_failures.cpp
+// (Failures.AStoppedWorkerIsNamedWithinTheTimeout). About 10 and 15 s.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "process/Harness.h"
+
+namespace fs = std::filesystem;
+using namespace cohort::testing;
+
+namespace {
+
+ProcResult doctor(const fs::path& dir) { return run({COHORT_BINARY, "doctor", dir.string()}, 60.0); }
+
+bool wait_for(const std::function<bool()>& done, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+}  // namespace
+
+// Rank 1 never gets the batch of step 5. Rank 0 times out in that step's all-reduce and writes its record;
+// the launcher asks rank 1 for its own (SIGUSR2), which its watcher thread writes while the loop sleeps.
+TEST(Doctor, NamesARankStuckInItsDataLoaderAndItsPhase) {
+  const auto dir = fresh_dir("doctor-data-stall");
+  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=5"}),
+                              120, {{"COHORT_FAULT_RANK", "1"}, {"COHORT_FAULT_DATA_STALL_STEP", "5"}});
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_NE(r.exit_code, 0);
+  ASSERT_TRUE(fs::exists(dir / "flight" / "rank0.json")) << r.output;
+  ASSERT_TRUE(fs::exists(dir / "flight" / "rank1.json")) << r.output;
+  const auto d = doctor(dir);
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_NE(d.output.find("rank 1 never issued collective #"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("in phase 'data'"), std::string::npos) << d.output;
+  EXPECT_EQ(d.output.find("left no flight record"), std::string::npos) << d.output;
+}
+
+// Rank 1 sleeps 40 ms after every step: rank 0 waits for it in each all-reduce. Both are asked for their
+// records mid-run, as a user would ask a job that crawls (pkill -USR2).
+TEST(Doctor, NamesARankThatIsLateAtEveryStepAStraggler) {
+  const auto dir = fresh_dir("doctor-straggler");
+  Proc launcher(cohort_argv(quick_args(dir, {"--nproc-per-node", "2", "data.train_limit=0", "train.max_steps=400"})),
+                {{"COHORT_FAULT_RANK", "1"}, {"COHORT_FAULT_RANK_DELAY_MS", "40"}});
+  ASSERT_TRUE(wait_for([&] { return launcher.output_so_far().find(" step 40/") != std::string::npos; }, 120))
+      << launcher.output_so_far();
+  for (pid_t w : children_of(launcher.pid())) kill(w, SIGUSR2);
+  ASSERT_TRUE(wait_for(
+      [&] { return fs::exists(dir / "flight" / "rank0.json") && fs::exists(dir / "flight" / "rank1.json"); }, 10));
+  const auto d = doctor(dir);
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_NE(d.output.find("rank 1 kept the others waiting"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("A straggler"), std::string::npos) << d.output;
+  EXPECT_EQ(d.output.find("rank 0 kept"), std::string::npos) << d.output;
+  kill(launcher.pid(), SIGINT);
+  launcher.wait(60);
+}
