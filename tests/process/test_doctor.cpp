@@ -1,6 +1,7 @@
 // `cohort doctor` on real jobs with one rank at fault (COHORT_FAULT_*, train/FaultInjection.h): a rank
-// stuck in its data loader, and a rank late at every step. The stopped rank is in test_failures.cpp
-// (Failures.AStoppedWorkerIsNamedWithinTheTimeout). About 10 and 15 s.
+// stuck in its data loader, a rank in a checkpoint barrier the others never enter, and a rank late at
+// every step. The stopped rank is in test_failures.cpp (Failures.AStoppedWorkerIsNamedWithinTheTimeout).
+// About 10, 10 and 4 s.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -28,23 +29,42 @@ bool wait_for(const std::function<bool()>& done, double seconds) {
   return false;
 }
 
+// Two workers with rank 1 at `fault` from step 5 on; the job must fail within its 5 s timeout, and
+// doctor's verdict on it is returned.
+ProcResult doctor_on_failing_job(const fs::path& dir, const std::string& fault) {
+  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=5"}), 120,
+                              {{"COHORT_FAULT_RANK", "1"}, {fault, "5"}});
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_NE(r.exit_code, 0);
+  const auto d = doctor(dir);
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  return d;
+}
+
 }  // namespace
 
 // Rank 1 never gets the batch of step 5. Rank 0 times out in that step's all-reduce and writes its record;
 // the launcher asks rank 1 for its own (SIGUSR2), which its watcher thread writes while the loop sleeps.
 TEST(Doctor, NamesARankStuckInItsDataLoaderAndItsPhase) {
   const auto dir = fresh_dir("doctor-data-stall");
-  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=5"}),
-                              120, {{"COHORT_FAULT_RANK", "1"}, {"COHORT_FAULT_DATA_STALL_STEP", "5"}});
-  EXPECT_FALSE(r.timed_out) << r.output;
-  EXPECT_NE(r.exit_code, 0);
-  ASSERT_TRUE(fs::exists(dir / "flight" / "rank0.json")) << r.output;
-  ASSERT_TRUE(fs::exists(dir / "flight" / "rank1.json")) << r.output;
-  const auto d = doctor(dir);
-  EXPECT_EQ(d.exit_code, 1) << d.output;
+  const auto d = doctor_on_failing_job(dir, "COHORT_FAULT_DATA_STALL_STEP");
+  EXPECT_TRUE(fs::exists(dir / "flight" / "rank0.json"));
+  EXPECT_TRUE(fs::exists(dir / "flight" / "rank1.json"));
   EXPECT_NE(d.output.find("rank 1 never issued collective #"), std::string::npos) << d.output;
   EXPECT_NE(d.output.find("in phase 'data'"), std::string::npos) << d.output;
   EXPECT_EQ(d.output.find("left no flight record"), std::string::npos) << d.output;
+}
+
+// Rank 1 enters a checkpoint barrier before step 5 while rank 0 goes on to that step's collectives: the
+// same sequence number holds a different collective on each rank, and both fail within the timeout.
+TEST(Doctor, NamesARankInACheckpointBarrierWhileTheOthersAllReduce) {
+  const auto d = doctor_on_failing_job(fresh_dir("doctor-barrier"), "COHORT_FAULT_BARRIER_STEP");
+  EXPECT_NE(d.output.find("differs between ranks"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("rank 1 called #"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("barrier 'checkpoint step-5: begin"), std::string::npos) << d.output;
+  // Past the desync the ranks' numbers name different collectives: nothing more is said of them.
+  EXPECT_EQ(d.output.find("never issued"), std::string::npos) << d.output;
+  EXPECT_EQ(d.output.find("never completed"), std::string::npos) << d.output;
 }
 
 // Rank 1 sleeps 40 ms after every step: rank 0 waits for it in each all-reduce. Both are asked for their

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -70,10 +71,11 @@ void find_missing(const std::vector<json>& dumps, json& out) {
 }
 
 // The newest collective any rank issued, and the ranks that never issued it.
-void find_never_issued(const std::vector<json>& dumps, const std::map<int, Ring>& rings, json& out) {
+void find_never_issued(const std::vector<json>& dumps, const std::map<int, Ring>& rings, uint64_t desync, json& out) {
   uint64_t top = 0;
   for (const auto& [rank, ring] : rings)
     if (!ring.empty()) top = std::max(top, ring.rbegin()->first);
+  if (top >= desync) return;
   std::vector<int> behind;
   for (const auto& d : dumps) {
     const auto& ring = rings.at(d["rank"].get<int>());
@@ -99,8 +101,9 @@ void find_never_issued(const std::vector<json>& dumps, const std::map<int, Ring>
   }
 }
 
-// The first sequence number at which two ranks called different collectives.
-void find_differs(const std::map<int, Ring>& rings, json& out) {
+// The first sequence number at which two ranks called different collectives (none: the largest number).
+// Past it the ranks' numbers no longer name the same collective, so the findings below stop there.
+uint64_t find_differs(const std::map<int, Ring>& rings, json& out) {
   std::map<uint64_t, std::vector<std::pair<int, const json*>>> by_seq;
   for (const auto& [rank, ring] : rings)
     for (const auto& [seq, e] : ring) by_seq[seq].emplace_back(rank, &e);
@@ -118,16 +121,18 @@ void find_differs(const std::map<int, Ring>& rings, json& out) {
     text.back() = '.';
     out.push_back(
         finding("differs", ranks, text + " Everything after it is out of step (a desync)", static_cast<int64_t>(seq)));
-    return;
+    return seq;
   }
+  return std::numeric_limits<uint64_t>::max();
 }
 
 // The oldest collective that every rank with a record entered and that did not end everywhere.
-void find_never_ended(const std::vector<json>& dumps, const std::map<int, Ring>& rings, json& out) {
+void find_never_ended(const std::vector<json>& dumps, const std::map<int, Ring>& rings, uint64_t desync, json& out) {
   std::map<uint64_t, int> entered;
   for (const auto& [rank, ring] : rings)
     for (const auto& [seq, e] : ring) ++entered[seq];
   for (const auto& [seq, count] : entered) {
+    if (seq >= desync) return;
     if (count != static_cast<int>(rings.size())) continue;
     std::vector<int> open;
     std::string how;
@@ -227,9 +232,9 @@ json diagnose(const std::vector<json>& dumps) {
   if (dumps.empty()) return {{"findings", findings}, {"ranks", json::array()}};
   const auto rings = rings_of(dumps);
   find_missing(dumps, findings);
-  find_differs(rings, findings);
-  find_never_issued(dumps, rings, findings);
-  find_never_ended(dumps, rings, findings);
+  const uint64_t desync = find_differs(rings, findings);
+  find_never_issued(dumps, rings, desync, findings);
+  find_never_ended(dumps, rings, desync, findings);
   find_straggler(rings, findings);
   json ranks = json::array();
   for (const auto& d : dumps) {

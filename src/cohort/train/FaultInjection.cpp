@@ -9,6 +9,8 @@
 #include <string>
 #include <thread>
 
+#include "cohort/comm/Communicator.h"
+
 namespace cohort::train {
 
 FaultPlan FaultPlan::from_env() {
@@ -20,10 +22,13 @@ FaultPlan FaultPlan::from_env() {
   if (const char* delay = std::getenv("COHORT_FAULT_STEP_DELAY_MS")) plan.step_delay_ms = std::atoll(delay);
   if (const char* delay = std::getenv("COHORT_FAULT_RANK_DELAY_MS")) plan.rank_delay_ms = std::atoll(delay);
   if (const char* step = std::getenv("COHORT_FAULT_DATA_STALL_STEP")) plan.data_stall_step = std::atoll(step);
+  if (const char* step = std::getenv("COHORT_FAULT_BARRIER_STEP")) plan.barrier_step = std::atoll(step);
   return plan;
 }
 
-void FaultPlan::before_batch(int this_rank, int64_t step) const {
+void FaultPlan::before_batch(int this_rank, int64_t step, Communicator& comm) const {
+  if (barrier_step > 0 && step == barrier_step && this_rank == rank)
+    comm.barrier("checkpoint step-" + std::to_string(step) + ": begin (COHORT_FAULT_BARRIER_STEP)")->wait();
   if (data_stall_step > 0 && step == data_stall_step && this_rank == rank)
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // until SIGTERM or SIGKILL
 }

@@ -13,6 +13,8 @@
 //   COHORT_FAULT_DATA_STALL_STEP=N rank COHORT_FAULT_RANK never gets the batch of step N: it sleeps in the
 //                                  data phase until it is stopped, as a loader stuck on a dead file system
 //                                  (the flight recorder's tests, docs/doctor.md)
+//   COHORT_FAULT_BARRIER_STEP=N    rank COHORT_FAULT_RANK enters a checkpoint barrier before the batch of
+//                                  step N, which the other ranks do not: a desync (docs/doctor.md)
 //   COHORT_FAULT_SWARM_ROUND=N     a swarm peer sends its contributions to round N (the step N+1), then
 //   COHORT_FAULT_SWARM_SIGNAL      raises SIGKILL (KILL, the default) or SIGSTOP (STOP) on itself: a peer
 //                                  that dies or freezes mid-round (read by parallel/swarm/SwarmPeer.cpp)
@@ -22,7 +24,7 @@
 //                                  donor it starts with)
 //
 //   const auto faults = cohort::train::FaultPlan::from_env();
-//   faults.before_batch(rank, step + 1);
+//   faults.before_batch(rank, step + 1, *world.comm);
 //   faults.after_backward(*model, rank, step + 1);
 //   faults.after_step(rank, step + 1, info.restart_count);
 #pragma once
@@ -31,6 +33,10 @@
 #include <set>
 
 #include <torch/nn/module.h>
+
+namespace cohort {
+class Communicator;
+}
 
 namespace cohort::train {
 
@@ -41,10 +47,11 @@ struct FaultPlan {
   int64_t step_delay_ms = 0;
   int64_t rank_delay_ms = 0;    // 0: none
   int64_t data_stall_step = 0;  // 0: none
+  int64_t barrier_step = 0;     // 0: none
   std::set<int64_t> nonfinite_steps;
 
   static FaultPlan from_env();
-  void before_batch(int this_rank, int64_t step) const;
+  void before_batch(int this_rank, int64_t step, Communicator& comm) const;
   void after_backward(torch::nn::Module& model, int this_rank, int64_t step) const;
   void after_step(int this_rank, int64_t step, int restart_count) const;
 };

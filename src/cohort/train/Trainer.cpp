@@ -245,7 +245,7 @@ double TrainingRun::train_step(data::Loader* epoch_loader) {
   double step_loss = 0;
   for (int64_t micro = 0; micro < plan_.accum; ++micro) {
     clock_.switch_to(Phase::kData);
-    faults_.before_batch(info_.rank, step_ + 1);
+    faults_.before_batch(info_.rank, step_ + 1, *world_.comm);
     auto b = next_batch(epoch_loader);
     const auto images = images_to(b.images, job_.device, job_.nhwc);
     const auto labels = b.labels.to(job_.device, /*non_blocking=*/b.labels.is_pinned());
