@@ -67,15 +67,15 @@ TEST(Doctor, NamesARankInACheckpointBarrierWhileTheOthersAllReduce) {
   EXPECT_EQ(d.output.find("never completed"), std::string::npos) << d.output;
 }
 
-// Rank 1 sleeps 40 ms after every step: rank 0 waits for it in each all-reduce. Both are asked for their
-// records mid-run, as a user would ask a job that crawls (pkill -USR2).
+// Rank 1 sleeps 40 ms after every step: rank 0 waits for it in each all-reduce. The launcher is asked for
+// its workers' records mid-run, as a user would ask a job that crawls (kill -USR2 LAUNCHER).
 TEST(Doctor, NamesARankThatIsLateAtEveryStepAStraggler) {
   const auto dir = fresh_dir("doctor-straggler");
   Proc launcher(cohort_argv(quick_args(dir, {"--nproc-per-node", "2", "data.train_limit=0", "train.max_steps=400"})),
                 {{"COHORT_FAULT_RANK", "1"}, {"COHORT_FAULT_RANK_DELAY_MS", "40"}});
   ASSERT_TRUE(wait_for([&] { return launcher.output_so_far().find(" step 40/") != std::string::npos; }, 120))
       << launcher.output_so_far();
-  for (pid_t w : children_of(launcher.pid())) kill(w, SIGUSR2);
+  kill(launcher.pid(), SIGUSR2);  // the launcher passes it on to its workers
   ASSERT_TRUE(wait_for(
       [&] { return fs::exists(dir / "flight" / "rank0.json") && fs::exists(dir / "flight" / "rank1.json"); }, 10));
   const auto d = doctor(dir);

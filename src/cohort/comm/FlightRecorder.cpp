@@ -12,7 +12,9 @@ namespace cohort::comm {
 namespace {
 
 std::atomic<const char*> g_phase{"setup"};
-volatile std::sig_atomic_t g_dump_requested = 0;
+// Set by the handler, read by FlightDumps' thread: a lock-free atomic, which a handler may touch.
+std::atomic<int> g_dump_requested{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 
 void on_sigusr2(int) { g_dump_requested = 1; }
 
@@ -140,8 +142,7 @@ FlightDumps::~FlightDumps() {
 void FlightDumps::watch() {
   std::unique_lock lock(mu_);
   while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
-    if (!g_dump_requested) continue;
-    g_dump_requested = 0;
+    if (g_dump_requested.exchange(0) == 0) continue;
     lock.unlock();
     recorder_->write(run_dir_, rank_, world_size_, "SIGUSR2");
     lock.lock();

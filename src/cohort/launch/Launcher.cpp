@@ -37,6 +37,10 @@ void on_signal(int sig) {
   g_interrupted = sig;
   g_interrupts = g_interrupts + 1;
 }
+// SIGUSR2 to the launcher asks its workers for their flight records (docs/doctor.md): one signal a machine
+// asks every rank there, without looking up the workers' pids.
+volatile std::sig_atomic_t g_flight_asked = 0;
+void on_sigusr2(int) { g_flight_asked = 1; }
 
 struct Worker {
   int rank = 0;
@@ -336,6 +340,12 @@ namespace {
 // (the rest are stopped and the first recorded error is named); 130 on Ctrl-C.
 int watch(std::vector<Worker>& workers, const LaunchOptions& o, ElasticRendezvous* rdzv, int attempt) {
   while (any_running(workers)) {
+    if (g_flight_asked) {
+      g_flight_asked = 0;
+      signal_all(workers, SIGUSR2);
+      std::cerr << "cohort: asked " << workers.size() << " worker(s) for their flight records (RUN_DIR/flight/)"
+                << std::endl;
+    }
     if (g_interrupted) {
       std::cerr << "cohort: interrupted; stopping " << workers.size() << " worker(s) (a swarm peer finishes its round "
                 << "and saves; Ctrl-C again to kill them now)" << std::endl;
@@ -427,9 +437,12 @@ int launch(const LaunchOptions& o) {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   struct sigaction old_int {
-  }, old_term{};
+  }, old_term{}, old_usr2{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  struct sigaction usr2 = sa;
+  usr2.sa_handler = on_sigusr2;
+  sigaction(SIGUSR2, &usr2, &old_usr2);
 
   // The secret the workers get: the one given to the launcher, else the one it made up.
   const std::string secret = generated_secret.empty() ? store::secret_from_env() : generated_secret;
@@ -476,6 +489,7 @@ int launch(const LaunchOptions& o) {
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGUSR2, &old_usr2, nullptr);
   std::error_code ec;
   fs::remove_all(error_dir, ec);
   return rc;

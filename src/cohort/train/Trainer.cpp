@@ -429,6 +429,9 @@ TrainResult TrainingRun::finish() {
 // The whole job of one worker, top to bottom: setup, resume, the epochs, evaluation, saves, the summary.
 TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   if (cfg.train.retain_memory) util::retain_freed_memory();
+  // A request for a flight record (SIGUSR2) before there is one must not end the worker; FlightDumps
+  // answers it from below on.
+  std::signal(SIGUSR2, SIG_IGN);
   World world = join_world(cfg, info);
   const Resume resume = find_resume(cfg, info, world);
   check_same_config(config::to_json(cfg), world);
