@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include <unistd.h>
+
 #include "cohort/util/TorchCompat.h"
 #include "process/Harness.h"
 
@@ -102,6 +104,63 @@ TEST(LaunchModes, UnderOpenMpiMpirun) {
   argv.insert(argv.end(), cohort.begin(), cohort.end());
   Proc p(argv);
   const auto r = p.wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["launcher"], "mpi");
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_EQ(s["steps"], 4);
+}
+
+// Open MPI across two "machines": network namespaces on a bridge, each with its own address. mpirun
+// starts its daemon in the other one through tests/mpi/netns-rsh, the remote-shell agent a cluster would
+// have as ssh, so the ranks reach each other (Gloo, and rank 0's store with the job's secret) over the
+// bridge as over a network. About 2 s.
+TEST(LaunchModes, UnderOpenMpiMpirunAcrossTwoNetworkNamespaces) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "mpirun is not installed (scripts/install-deps installs openmpi-bin)";
+  if (geteuid() != 0 || std::system("command -v ip > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs root and iproute2 for network namespaces";
+  const std::string setup =
+      "ip netns add cmpi-hub && ip -n cmpi-hub link add br0 type bridge && ip -n cmpi-hub link set br0 up && "
+      "for i in 0 1; do ip netns add cmpi-$i && ip -n cmpi-$i link set lo up && "
+      "ip link add cmpi-v$i netns cmpi-$i type veth peer name cmpi-h$i netns cmpi-hub && "
+      "ip -n cmpi-$i addr add 10.83.0.$((i+1))/24 dev cmpi-v$i && ip -n cmpi-$i link set cmpi-v$i up && "
+      "ip -n cmpi-hub link set cmpi-h$i master br0 && ip -n cmpi-hub link set cmpi-h$i up || exit 1; done";
+  const std::string teardown = "for n in cmpi-hub cmpi-0 cmpi-1; do ip netns del $n 2>/dev/null; done; true";
+  std::system(("sh -c '" + teardown + "'").c_str());
+  ASSERT_EQ(std::system(("sh -c '" + setup + "'").c_str()), 0) << "could not create the namespaces";
+  const auto dir = fresh_dir("mpirun-netns");
+  const std::string agent = fs::path(COHORT_SOURCE_DIR) / "tests" / "mpi" / "netns-rsh";
+  std::vector<std::string> argv{"ip",
+                                "netns",
+                                "exec",
+                                "cmpi-0",
+                                "mpirun",
+                                "--allow-run-as-root",
+                                "--mca",
+                                "plm_rsh_agent",
+                                agent,
+                                "--mca",
+                                "oob_tcp_if_include",
+                                "10.83.0.0/24",
+                                "--mca",
+                                "btl",
+                                "self,tcp",
+                                "--host",
+                                "10.83.0.1:1,10.83.0.2:1",
+                                "-np",
+                                "2",
+                                "-x",
+                                "MASTER_ADDR=10.83.0.1",
+                                "-x",
+                                "MASTER_PORT=29782",
+                                "-x",
+                                "COHORT_TOKEN=" + std::string(64, '7')};
+  const auto cohort = cohort_argv(quick_args(dir, {"train.max_steps=4"}));
+  argv.insert(argv.end(), cohort.begin(), cohort.end());
+  Proc p(argv);
+  const auto r = p.wait(180);
+  std::system(("sh -c '" + teardown + "'").c_str());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto s = read_json(dir / "summary.json");
   EXPECT_EQ(s["launcher"], "mpi");
