@@ -35,7 +35,6 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   int nproc_per_node = 2;
   int max_restarts = 0;
-  int nnodes = 1;
   std::string nnodes_spec = "1";  // "N" or "MIN:MAX" (train)
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
@@ -141,30 +140,9 @@ int run_job(const TrainArgs& args, Job job = Job::train) {
       o.extra_args.push_back(std::string("run.dir=") + stamp);
     }
     o.nproc_per_node = args.nproc_per_node;
-    o.nnodes = args.nnodes;
-    if (const auto colon = args.nnodes_spec.find(':'); colon != std::string::npos) {
-      // --nnodes MIN:MAX, as torchrun: elastic between MIN and MAX machines.
-      try {
-        o.min_nodes = std::stoi(args.nnodes_spec.substr(0, colon));
-        o.nnodes = std::stoi(args.nnodes_spec.substr(colon + 1));
-      } catch (const std::exception&) {
-        o.min_nodes = -1;
-      }
-      if (o.min_nodes < 1 || o.nnodes < o.min_nodes)
-        throw cohort::LaunchError("--nnodes " + args.nnodes_spec + " is not MIN:MAX with 1 <= MIN <= MAX",
-                                  "for example --nnodes 2:3");
-      if (args.max_restarts == 0)
-        std::cerr << "cohort: note: --nnodes MIN:MAX without --max-restarts never re-forms the group" << std::endl;
-    } else {
-      try {
-        o.nnodes = std::stoi(args.nnodes_spec);
-      } catch (const std::exception&) {
-        o.nnodes = 0;
-      }
-      if (o.nnodes < 1)
-        throw cohort::LaunchError("--nnodes " + args.nnodes_spec + " is not a number of machines",
-                                  "pass --nnodes 2, or --nnodes MIN:MAX");
-    }
+    cohort::launch::set_nnodes(args.nnodes_spec, o);
+    if (o.min_nodes > 0 && args.max_restarts == 0)
+      std::cerr << "cohort: note: --nnodes MIN:MAX without --max-restarts never re-forms the group" << std::endl;
     o.rdzv_timeout_s = cfg.dist.timeout_s;
     o.node_rank = args.node_rank;
     o.master_addr = args.master_addr;

@@ -325,6 +325,30 @@ RecordedError first_recorded_error(const std::vector<fs::path>& files) {
   return first;
 }
 
+void set_nnodes(const std::string& spec, LaunchOptions& o) {
+  const auto number = [&](const std::string& text) {
+    size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    return used == text.size() && used > 0 ? n : -1;
+  };
+  if (const auto colon = spec.find(':'); colon != std::string::npos) {
+    const int lo = number(spec.substr(0, colon)), hi = number(spec.substr(colon + 1));
+    if (lo < 1 || hi < lo)
+      throw LaunchError("--nnodes " + spec + " is not MIN:MAX with 1 <= MIN <= MAX", "for example --nnodes 2:3");
+    o.min_nodes = lo;
+    o.nnodes = hi;
+    return;
+  }
+  o.nnodes = number(spec);
+  if (o.nnodes < 1)
+    throw LaunchError("--nnodes " + spec + " is not a number of machines", "pass --nnodes 2, or --nnodes MIN:MAX");
+}
+
 int launch_with_argv(LaunchOptions options) {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::string arg;

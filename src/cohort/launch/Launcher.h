@@ -40,6 +40,10 @@ struct LaunchOptions {
   std::vector<std::string> extra_args;
 };
 
+// --nnodes as torchrun takes it: N machines, or MIN:MAX for an elastic job (min_nodes = MIN, nnodes =
+// MAX). Throws LaunchError naming the spec when it is neither.
+void set_nnodes(const std::string& spec, LaunchOptions& o);
+
 // Starts the workers with this process's own command line (the workers recognise their role from
 // the environment the launcher gives them).
 int launch_with_argv(LaunchOptions options);
