@@ -1,5 +1,6 @@
 // Over 450 lines on purpose: the launcher's one job, start N workers and watch them (spawning, signals,
-// the elastic rendezvous between launchers, restarts), in short functions that share its worker table.
+// restarts), in short functions that share its worker table. The launchers' own rendezvous of an elastic
+// job is ElasticRendezvous.h's.
 #include "cohort/launch/Launcher.h"
 
 #include <fcntl.h>
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cohort/comm/Rendezvous.h"
+#include "cohort/launch/ElasticRendezvous.h"
 #include "cohort/store/AuthStore.h"
 #include "cohort/util/Error.h"
 
@@ -71,116 +73,6 @@ std::string read_error(const fs::path& file) {
     return {};
   }
 }
-
-// Note [Elastic rendezvous of launchers]
-// With --nnodes MIN:MAX the launchers meet before each attempt in a store of their own, hosted by node 0's
-// launcher on --master-port (the workers' store moves to --master-port + 1). Round r:
-//   every launcher: add("rdzv/r/joined") -> its arrival number i; set("rdzv/r/node/i", its --node-rank)
-//   node 0: waits for MIN arrivals (up to dist.timeout_s), then a short last call for the rest, up to MAX;
-//           set("rdzv/r/closed", n)
-//   every launcher: the first n arrivals are the members; node ranks are renumbered in --node-rank order
-// A launcher whose workers fail sets "rdzv/r/failed"; the others see it, stop theirs, and all meet in round
-// r+1, without the machine that vanished. Node 0 hosts both stores, so losing node 0 ends the job (as
-// losing the c10d rendezvous host ends a torchrun job); any other machine may go.
-class ElasticRendezvous {
- public:
-  ElasticRendezvous(const LaunchOptions& o, const std::string& secret)
-      : o_(o), timeout_(static_cast<int64_t>(o.rdzv_timeout_s * 1000)) {
-    const auto port = static_cast<uint16_t>(o.master_port);
-    if (o.node_rank == 0)
-      store_ = store::AuthStore::host(o.master_addr, port, secret, timeout_);
-    else
-      store_ = c10::make_intrusive<store::AuthStore>(o.master_addr, port, secret, timeout_);
-  }
-
-  struct Members {
-    int nnodes = 0;
-    int node_rank = 0;
-    std::vector<int> original;  // the members' --node-rank values, in order
-  };
-
-  Members join(int round) {
-    const std::string k = key(round);
-    const int64_t arrival = store_->add(k + "joined", 1);
-    store_->set(k + "node/" + std::to_string(arrival), bytes(std::to_string(o_.node_rank)));
-    if (o_.node_rank == 0) {
-      const auto start = std::chrono::steady_clock::now();
-      while (store_->add(k + "joined", 0) < o_.min_nodes) {
-        if (std::chrono::steady_clock::now() - start > timeout_)
-          throw LaunchError("only " + std::to_string(store_->add(k + "joined", 0)) + " of the " +
-                                std::to_string(o_.min_nodes) + " machines --nnodes " + std::to_string(o_.min_nodes) +
-                                ":" + std::to_string(o_.nnodes) + " asks for joined (round " + std::to_string(round) +
-                                ") within " + std::to_string(timeout_.count() / 1000) + " s",
-                            "start `cohort train` on more machines, or lower MIN in --nnodes MIN:MAX");
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      // A last call, so that machines starting a moment apart all make the first round; after a failure,
-      // long enough for every survivor to stop its workers (up to the grace period) and come back.
-      const auto last_call = std::chrono::steady_clock::now() + kLastCall +
-                             (round > 0 ? std::chrono::milliseconds(static_cast<int64_t>(o_.grace_s * 1000) + 2000)
-                                        : std::chrono::milliseconds(0));
-      while (store_->add(k + "joined", 0) < o_.nnodes && std::chrono::steady_clock::now() < last_call)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      store_->set(k + "closed", bytes(std::to_string(store_->add(k + "joined", 0))));
-    }
-    store_->wait({k + "closed"}, timeout_);
-    const int n = std::stoi(text(store_->get(k + "closed")));
-    if (arrival > n)
-      throw LaunchError("machine --node-rank " + std::to_string(o_.node_rank) + " arrived after round " +
-                            std::to_string(round) + " of the launchers' rendezvous closed with " + std::to_string(n) +
-                            " machine(s)",
-                        "start every machine's `cohort train` within a few seconds of node 0's");
-    Members m;
-    for (int i = 1; i <= n; ++i) m.original.push_back(std::stoi(text(store_->get(k + "node/" + std::to_string(i)))));
-    std::sort(m.original.begin(), m.original.end());
-    m.nnodes = n;
-    m.node_rank = static_cast<int>(std::find(m.original.begin(), m.original.end(), o_.node_rank) - m.original.begin());
-    return m;
-  }
-
-  void mark_failed(int round, const std::string& why) {
-    try {
-      store_->set(key(round) + "failed", bytes(why));
-    } catch (const std::exception&) {
-      // Node 0's store is gone: the other launchers learn of the failure from their own workers.
-    }
-  }
-
-  std::string failed_elsewhere(int round) {
-    try {
-      if (!store_->check({key(round) + "failed"})) return {};
-      return text(store_->get(key(round) + "failed"));
-    } catch (const std::exception&) {
-      // Node 0's launcher is gone. If its machine died, our workers' collectives fail and say so; if it
-      // simply finished, ours are finishing too. Either way the workers decide, not this poll.
-      return {};
-    }
-  }
-
-  // This machine's workers all succeeded. Node 0 keeps the launchers' store up until every member is
-  // done (or one failed), so that no one mistakes its exit for a failure.
-  void finish(int round, int members) {
-    try {
-      store_->add(key(round) + "done", 1);
-      if (o_.node_rank != 0) return;
-      const auto start = std::chrono::steady_clock::now();
-      while (store_->add(key(round) + "done", 0) < members && !store_->check({key(round) + "failed"}) &&
-             std::chrono::steady_clock::now() - start < timeout_)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    } catch (const std::exception&) {
-    }
-  }
-
- private:
-  static constexpr auto kLastCall = std::chrono::seconds(3);
-  static std::string key(int round) { return "rdzv/" + std::to_string(round) + "/"; }
-  static std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-  static std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
-
-  const LaunchOptions& o_;
-  std::chrono::milliseconds timeout_;
-  c10::intrusive_ptr<store::AuthStore> store_;
-};
 
 pid_t spawn(const LaunchOptions& o, Worker& w, int world_size, int port, int restart, const std::string& secret) {
   std::vector<std::string> env_kv = {
