@@ -170,15 +170,23 @@ class GlooCommunicatorImpl : public Communicator {
     COHORT_ASSERT(input.numel() == output.numel() * size_, "reduce_scatter input must hold size() chunks");
     const bool sixteen_bit = input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kHalf;
     if constexpr (compat::kGlooHasFlatCollectives) {
-      // Gloo reduces fp32 itself; 16-bit floats take the path below, which sums them in fp32.
+      // LibTorch 2.x's Gloo reduce-scatter is an all-reduce of a copy of the whole buffer, then a copy
+      // of this rank's chunk, wrapped in a work that does both inside wait(): its isCompleted() stays
+      // false until then, so a rank could never see it end while backward goes on (optim.in_backward),
+      // and its wait ignores the timeout. We issue the same all-reduce ourselves (the same bits), whose
+      // work ends on Gloo's thread, and copy the chunk out in our wait(). 16-bit floats take the path
+      // below, which sums them in fp32.
       if (!sixteen_bit && output.is_contiguous()) {
-        auto flat_out = output.view(-1);
-        auto flat_in = input.reshape(-1).contiguous();
-        c10d::ReduceScatterOptions opts;
+        std::vector<at::Tensor> whole{input.reshape(-1).clone()};
+        c10d::AllreduceOptions opts;
         opts.reduceOp = to_c10d(op);
         opts.timeout = timeout_;
-        return std::make_shared<GlooHandle>(pg_->_reduce_scatter_base(flat_out, flat_in, opts),
-                                            context("reduce_scatter", what, input));
+        auto work = pg_->allreduce(whole, opts);
+        const int64_t n = output.numel(), offset = n * rank_;
+        return std::make_shared<GlooHandle>(work, context("reduce_scatter", what, input),
+                                            [whole = whole[0], out = output, n, offset]() mutable {
+                                              out.view(-1).copy_(whole.narrow(0, offset, n));
+                                            });
       }
     }
     // c10d's Gloo process group in LibTorch 1.13 has no reduce_scatter (FACTS.md). An all-to-all moves

@@ -33,7 +33,9 @@ inline constexpr int kTorchMinor = TORCH_VERSION_MINOR;
 
 // c10d's Gloo process group has reduce-scatter and all-gather over one flat tensor from 2.2 on
 // (`_reduce_scatter_base`, `_allgather_base`); 1.13 declares them and throws "not supported" (FACTS.md).
-// Where they exist, GlooCommunicator uses them instead of its all-to-all and per-rank-list fallbacks.
+// Where they exist, GlooCommunicator uses `_allgather_base`, and for a reduce-scatter the all-reduce that
+// 2.x's `_reduce_scatter_base` is made of (GlooCommunicator.cpp says why), instead of its all-to-all and
+// per-rank-list fallbacks.
 inline constexpr bool kGlooHasFlatCollectives = COHORT_TORCH_AT_LEAST(2, 2);
 
 // The fused unscale-and-check kernel (`_amp_foreach_non_finite_check_and_unscale_`) has a CPU kernel from
