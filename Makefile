@@ -8,7 +8,7 @@ COHORT_WERROR ?=
 werror = $(if $(COHORT_WERROR),-DCOHORT_WERROR=$(COHORT_WERROR),)
 # scripts/install-deps owns the package list, under the names of the running Debian release.
 
-.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference bench-pytorch test-slow test-swarm test-slurm test-asan test-tsan
+.PHONY: all deps build run test bench fuzz clean check-cuda test-pip check-debian13 deb install-check test-reference bench-pytorch test-slow test-swarm test-slurm test-mlflow test-asan test-tsan
 
 all: build
 
@@ -59,6 +59,12 @@ test-tsan: deps
 	@cmake --preset tsan > /dev/null
 	@cmake --build --preset tsan
 	setarch $$(uname -m) -R ctest --preset tsan
+
+# cohort's MLflow runs against a real `mlflow server` and MLflow's client (ctest label mlflow), in the
+# reference environment (scripts/pip-libtorch); .ci/run runs it when it fits.
+test-mlflow: build
+	@cmake --preset default -DCOHORT_REFERENCE_PYTHON=$$(bash scripts/pip-libtorch --venv)/bin/python > /dev/null
+	cd $(BUILD) && ctest --output-on-failure -j1 -L '^mlflow$$'
 
 # cohort against timm, torchvision, safetensors, TensorBoard and torch.optim (ctest label reference), in
 # the reference environment that scripts/pip-libtorch makes or reuses (CI runs it after check-cuda).

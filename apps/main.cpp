@@ -389,7 +389,7 @@ int run_report(const ReportArgs& report) {
 int main(int argc, char** argv) {
   CLI::App app{"cohort: data-parallel training of image classifiers across processes and machines"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("cohort 0.1.0 (LibTorch ") + TORCH_VERSION + ")");
+  app.set_version_flag("--version", std::string("cohort " COHORT_VERSION " (LibTorch ") + TORCH_VERSION + ")");
   TrainArgs train_args, eval_args, predict_args;
   FindArgs find;
   ReportArgs report;

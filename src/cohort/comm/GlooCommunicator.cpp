@@ -183,10 +183,9 @@ class GlooCommunicatorImpl : public Communicator {
         opts.timeout = timeout_;
         auto work = pg_->allreduce(whole, opts);
         const int64_t n = output.numel(), offset = n * rank_;
-        return std::make_shared<GlooHandle>(work, context("reduce_scatter", what, input),
-                                            [whole = whole[0], out = output, n, offset]() mutable {
-                                              out.view(-1).copy_(whole.narrow(0, offset, n));
-                                            });
+        return std::make_shared<GlooHandle>(
+            work, context("reduce_scatter", what, input),
+            [whole = whole[0], out = output, n, offset]() mutable { out.view(-1).copy_(whole.narrow(0, offset, n)); });
       }
     }
     // c10d's Gloo process group in LibTorch 1.13 has no reduce_scatter (FACTS.md). An all-to-all moves

@@ -476,6 +476,20 @@ const std::vector<Field>& fields() {
       field("log.progress", &T::log, &LogConfig::progress,
             "rank 0's progress: a live bar on a terminal and plain lines otherwise (auto), or always one of them",
             {"auto", "bar", "plain", "off"}),
+      field("log.mlflow", &T::log, &LogConfig::mlflow,
+            "MLflow tracking server, http://HOST:PORT: rank 0 logs the config as params, the scalars TensorBoard "
+            "gets, the run's files and its status there (empty: no MLflow)"),
+      field("log.mlflow_experiment", &T::log, &LogConfig::mlflow_experiment,
+            "MLflow experiment of the run (made when missing)"),
+      field("log.mlflow_run_name", &T::log, &LogConfig::mlflow_run_name,
+            "MLflow run name (empty: the run directory's name)"),
+      field("log.mlflow_buffer", &T::log, &LogConfig::mlflow_buffer,
+            "metrics kept while the MLflow server does not answer; newer ones are dropped and counted in "
+            "summary.json",
+            {}, positive<int64_t>()),
+      field("log.mlflow_timeout_s", &T::log, &LogConfig::mlflow_timeout_s,
+            "seconds one MLflow request may take, and the most the end of a run waits for the server", {},
+            positive<double>()),
       field("run.dir", &T::run, &RunConfig::dir, "run directory (empty: runs/<timestamp>); same as --run-dir"),
   };
   return all;

@@ -199,6 +199,11 @@ struct LogConfig {
   bool tensorboard = true;
   double monitor_s = 5.0;
   std::string progress = "auto";
+  std::string mlflow;  // http://HOST:PORT of an MLflow tracking server (empty: none)
+  std::string mlflow_experiment = "cohort";
+  std::string mlflow_run_name;  // empty: the run directory's name
+  int64_t mlflow_buffer = 100000;
+  double mlflow_timeout_s = 30;
 };
 
 struct RunConfig {

@@ -120,6 +120,12 @@ void validate(const TrainConfig& cfg) {
       (cfg.ckpt.upload.rfind("s3://", 0) != 0 || cfg.ckpt.upload.size() <= 5 || cfg.ckpt.upload[5] == '/'))
     throw ConfigError("config key 'ckpt.upload' must be s3://bucket[/prefix], got '" + cfg.ckpt.upload + "'",
                       "for example ckpt.upload=s3://my-bucket/cohort-runs");
+  const auto& m = cfg.log.mlflow;
+  const bool http = m.rfind("http://", 0) == 0 || m.rfind("https://", 0) == 0;
+  if (!m.empty() && (!http || m.find("://") + 3 == m.size()))
+    throw ConfigError("config key 'log.mlflow' must be an MLflow server's http://HOST:PORT, got '" + m + "'",
+                      "for example log.mlflow=http://127.0.0.1:5000 (`mlflow server` prints it); a file store "
+                      "or databricks:// URI is not supported");
 }
 
 }  // namespace cohort::config

@@ -5,9 +5,13 @@
 #include <iostream>
 #include <sstream>
 
+#include "cohort/checkpoint/Names.h"
+#include "cohort/log/Report.h"
 #include "cohort/util/AtomicFile.h"
 
 namespace cohort::train {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -42,12 +46,62 @@ RunLog::RunLog(const TrainConfig& cfg, const std::filesystem::path& run_dir, int
   if (!lead_) return;
   metrics_ = JsonLines(run_dir / "metrics.jsonl");
   if (cfg.log.tensorboard) tensorboard_ = std::make_unique<log::EventWriter>(run_dir);
+  if (!cfg.log.mlflow.empty())
+    mlflow_options_ = {cfg.log.mlflow, cfg.log.mlflow_experiment,
+                       cfg.log.mlflow_run_name.empty() ? run_dir.filename().string() : cfg.log.mlflow_run_name,
+                       static_cast<size_t>(cfg.log.mlflow_buffer), cfg.log.mlflow_timeout_s};
 }
 
-void RunLog::started(const nlohmann::json& config_json, const std::string& first_line) {
+RunLog::~RunLog() = default;
+
+void RunLog::started(const nlohmann::json& config_json, const std::string& first_line, const Tags& tracker_tags) {
   if (!lead_) return;
   util::write_file_atomic(run_dir_ / "config.json", config_json.dump(2) + "\n");
   std::cout << first_line << std::endl;
+  if (mlflow_options_.uri.empty()) return;
+  mlflow_ = std::make_unique<log::MlflowRun>(mlflow_options_, tracker_tags);
+  Tags params;
+  for (const auto& [key, value] : config_json.items())
+    params.emplace_back(key, value.is_string() ? value.get<std::string>() : value.dump());
+  mlflow_->params(params);
+}
+
+// Every scalar goes to each sink the run has: TensorBoard and MLflow.
+void RunLog::scalar(const std::string& tag, double value, int64_t step) {
+  if (tensorboard_) tensorboard_->add_scalar(tag, value, step);
+  if (mlflow_) mlflow_->metric(tag, value, step);
+}
+
+nlohmann::json RunLog::drain_trackers() {
+  if (!mlflow_) return nullptr;
+  mlflow_->drain();
+  auto stats = mlflow_->stats();
+  for (const char* later : {"artifacts", "status"}) stats.erase(later);  // known after close_trackers
+  return stats;
+}
+
+// The run's files the tracker keeps: the summary and config, the metrics, a report with its plots, the
+// best weights.
+void RunLog::close_trackers(const std::string& status) {
+  if (!mlflow_) return;
+  std::vector<std::pair<fs::path, std::string>> files = {
+      {run_dir_ / "summary.json", "summary.json"},
+      {run_dir_ / "config.json", "config.json"},
+      {run_dir_ / "metrics.jsonl", "metrics.jsonl"},
+      {run_dir_ / checkpoint::names::kCheckpointsDir / checkpoint::names::weights_file(checkpoint::names::kBest),
+       "checkpoints/" + checkpoint::names::weights_file(checkpoint::names::kBest)}};
+  try {
+    const fs::path report = log::write_report({run_dir_}, run_dir_ / "report");
+    for (const auto& f : fs::directory_iterator(report.parent_path()))
+      files.emplace_back(f.path(), "report/" + f.path().filename().string());
+  } catch (const std::exception& e) {
+    std::cerr << "cohort: warning: no report for MLflow: " << e.what() << std::endl;
+  }
+  mlflow_->close(status, files);
+  const auto stats = mlflow_->stats();
+  std::cout << "cohort: MLflow run " << stats["run_id"].get<std::string>() << " at " << mlflow_options_.uri << ": "
+            << stats["sent"] << " records, " << stats["artifacts"] << " files, " << stats["status"].get<std::string>()
+            << std::endl;
 }
 
 void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::ResourceMonitor& monitor,
@@ -77,20 +131,17 @@ void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::Resou
   for (const auto& [name, value] : w.strategy_figures) rec[name] = value;
   metrics_.write(rec);
   write_resources(w.step, w.train_seconds, resources);
-  if (tensorboard_) {
-    tensorboard_->add_scalar("train/loss", g.loss(), w.step);
-    tensorboard_->add_scalar("train/top1", g.top1(), w.step);
-    tensorboard_->add_scalar("train/top5", g.top5(), w.step);
-    tensorboard_->add_scalar("train/lr", w.lr, w.step);
-    tensorboard_->add_scalar("train/images_per_second", w.images_per_second, w.step);
-    tensorboard_->add_scalar("train/sync_bytes", static_cast<double>(w.sync_bytes), w.step);
-    if (w.loss_scaling) tensorboard_->add_scalar("amp/loss_scale", w.loss_scale, w.step);
-    // "swarm_rounds" becomes "swarm/rounds": one TensorBoard section per strategy.
-    for (const auto& [name, value] : w.strategy_figures) {
-      const auto cut = name.find('_');
-      tensorboard_->add_scalar(cut == std::string::npos ? name : name.substr(0, cut) + "/" + name.substr(cut + 1),
-                               value, w.step);
-    }
+  scalar("train/loss", g.loss(), w.step);
+  scalar("train/top1", g.top1(), w.step);
+  scalar("train/top5", g.top5(), w.step);
+  scalar("train/lr", w.lr, w.step);
+  scalar("train/images_per_second", w.images_per_second, w.step);
+  scalar("train/sync_bytes", static_cast<double>(w.sync_bytes), w.step);
+  if (w.loss_scaling) scalar("amp/loss_scale", w.loss_scale, w.step);
+  // "swarm_rounds" becomes "swarm/rounds": one TensorBoard section per strategy.
+  for (const auto& [name, value] : w.strategy_figures) {
+    const auto cut = name.find('_');
+    scalar(cut == std::string::npos ? name : name.substr(0, cut) + "/" + name.substr(cut + 1), value, w.step);
   }
   if (plain_lines_)
     std::cout << "epoch " << w.epoch + 1 << "/" << w.epochs << " step " << w.step << "/" << w.total_steps << " loss "
@@ -111,14 +162,13 @@ void RunLog::write_resources(int64_t step, double train_seconds, const std::vect
       gpu_util.push_back(f[3]);
       gpu_mem.push_back(static_cast<int64_t>(f[4]));
     }
-    if (!tensorboard_) continue;
     const std::string who = "/rank" + std::to_string(r);
-    tensorboard_->add_scalar("memory/rss_mb" + who, f[0] / (1 << 20), step);
-    tensorboard_->add_scalar("memory/peak_rss_mb" + who, f[1] / (1 << 20), step);
-    tensorboard_->add_scalar("cpu/percent" + who, f[2], step);
+    scalar("memory/rss_mb" + who, f[0] / (1 << 20), step);
+    scalar("memory/peak_rss_mb" + who, f[1] / (1 << 20), step);
+    scalar("cpu/percent" + who, f[2], step);
     if (f[3] >= 0) {
-      tensorboard_->add_scalar("gpu/util_percent" + who, f[3], step);
-      tensorboard_->add_scalar("gpu/memory_used_mb" + who, f[4] / (1 << 20), step);
+      scalar("gpu/util_percent" + who, f[3], step);
+      scalar("gpu/memory_used_mb" + who, f[4] / (1 << 20), step);
     }
   }
   nlohmann::json rec = {{"kind", "resources"},
@@ -146,12 +196,10 @@ void RunLog::evaluated(const EvalWindow& e) {
                   {"best_test_top1", e.best},
                   {"train_seconds", e.train_seconds},
                   {"time", std::time(nullptr)}});
-  if (tensorboard_) {
-    tensorboard_->add_scalar("val/loss", r.loss(), e.step);
-    tensorboard_->add_scalar("val/top1", r.top1(), e.step);
-    tensorboard_->add_scalar("val/top5", r.top5(), e.step);
-    tensorboard_->flush();
-  }
+  scalar("val/loss", r.loss(), e.step);
+  scalar("val/top1", r.top1(), e.step);
+  scalar("val/top5", r.top5(), e.step);
+  if (tensorboard_) tensorboard_->flush();
   std::cout << "epoch " << e.epoch + 1 << " test: loss " << std::setprecision(4) << r.loss() << " top1 "
             << percent(r.top1()) << " top5 " << percent(r.top5()) << " (best " << percent(e.best) << ")" << std::endl;
 }

@@ -1,11 +1,13 @@
-// What a training run tells the world: metrics.jsonl records, TensorBoard scalars and the lines on
-// stdout, all written by rank 0. Every rank holds a RunLog, because a training window's metrics and
-// every rank's resource sample are gathered in a collective before rank 0 writes them.
+// What a training run tells the world: metrics.jsonl records, TensorBoard scalars, an MLflow run
+// (log.mlflow) and the lines on stdout, all written by rank 0. Every rank holds a RunLog, because a training window's
+// metrics and every rank's resource sample are gathered in a collective before rank 0 writes them.
 //
 //   cohort::train::RunLog log(cfg, run_dir, world_size, /*lead=*/rank == 0, /*plain_lines=*/true);
-//   log.started(config_json, "cohort: 2 worker(s), ...");
+//   log.started(config_json, "cohort: 2 worker(s), ...", {{"cohort.strategy", "ddp"}});
 //   log.train_window(w, window, monitor, comm);     // every rank, at every log interval
 //   log.evaluated({step, epoch, r, best, train_seconds});
+//   summary["mlflow"] = log.drain_trackers();      // rank 0, at the end
+//   log.close_trackers("FINISHED");
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 
 #include "cohort/comm/Communicator.h"
 #include "cohort/config/Config.h"
+#include "cohort/log/Mlflow.h"
 #include "cohort/log/ResourceMonitor.h"
 #include "cohort/log/TensorBoard.h"
 #include "cohort/train/Metrics.h"
@@ -46,10 +49,12 @@ struct EvalWindow {
 
 class RunLog {
  public:
+  using Tags = log::MlflowRun::Tags;
   RunLog(const TrainConfig& cfg, const std::filesystem::path& run_dir, int world_size, bool lead, bool plain_lines);
+  ~RunLog();  // an MLflow run not closed ends as FAILED
 
-  // Rank 0: config.json, and the line that names the job.
-  void started(const nlohmann::json& config_json, const std::string& first_line);
+  // Rank 0: config.json, the line that names the job, and the tracker's run (the config as its params).
+  void started(const nlohmann::json& config_json, const std::string& first_line, const Tags& tracker_tags);
   // Collective: every rank calls it at the same step. Reduces the window's metrics and gathers every
   // rank's resource sample (see Note [Resource samples reach rank 0 at log intervals]), writes them
   // (rank 0), and resets the window.
@@ -58,8 +63,13 @@ class RunLog {
   void epoch_ended(int64_t epoch, int64_t step, double seconds);
   // Rank 0: any record of its own kind (model_state at the end of a run).
   void record(const nlohmann::json& rec);
+  // Rank 0, at the end: waits (at most log.mlflow_timeout_s) for the tracker to take every record and
+  // says what it took (null without a tracker); then the run's files and its status.
+  nlohmann::json drain_trackers();
+  void close_trackers(const std::string& status);
 
  private:
+  void scalar(const std::string& tag, double value, int64_t step);
   void write_resources(int64_t step, double train_seconds, const std::vector<double>& all);
 
   int world_size_;
@@ -67,6 +77,8 @@ class RunLog {
   int64_t epochs_;
   JsonLines metrics_;
   std::unique_ptr<log::EventWriter> tensorboard_;
+  log::MlflowOptions mlflow_options_;  // uri empty: no MLflow
+  std::unique_ptr<log::MlflowRun> mlflow_;
   std::filesystem::path run_dir_;
 };
 

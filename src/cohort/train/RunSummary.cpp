@@ -119,7 +119,8 @@ void write_run_summary(const RunFacts& f, const PhaseClock& clock, log::Resource
               {"strategy", f.strategy.name()},
               {"per_rank", resources},
               {"time", std::time(nullptr)}});
-  const auto summary = summary_json(f, g, resources, time_breakdown, monitor);
+  auto summary = summary_json(f, g, resources, time_breakdown, monitor);
+  if (auto tracker = log.drain_trackers(); !tracker.is_null()) summary["mlflow"] = tracker;
   util::write_file_atomic(f.run_dir / "summary.json", summary.dump(2) + "\n");
   std::cout << "cohort: " << (f.stop_signal != 0 ? "stopped by " + util::signal_name(f.stop_signal) : "done") << ": "
             << f.steps << " steps in " << std::fixed << std::setprecision(1) << f.train_seconds << " s, "

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -103,7 +104,7 @@ class TrainingRun {
       step_ = *caught_up;
     }
     first_step_ = step_;
-    log_.started(config_json_, first_line(resume.active()));
+    log_.started(config_json_, first_line(resume.active()), tracker_tags());
   }
 
   bool more(int64_t epoch) const { return epoch < cfg_.train.epochs && step_ < plan_.stop_step && !stopped(); }
@@ -128,6 +129,7 @@ class TrainingRun {
 
  private:
   std::string first_line(bool resuming) const;
+  RunLog::Tags tracker_tags() const;
   double train_step(data::Loader* epoch_loader);
   data::Batch next_batch(data::Loader* epoch_loader);
   bool optimizer_step(double step_loss);
@@ -172,6 +174,25 @@ class TrainingRun {
   StateBytes state_bytes_;
   std::vector<double> step_losses_;
 };
+
+// What a tracker's run is tagged with, to find and compare runs by. The peers of one swarm (or DiLoCo
+// job) are runs of their own, tagged with one name: the hash of the config they must share (every key but
+// the machine-local ones), the same on every peer of a job.
+RunLog::Tags TrainingRun::tracker_tags() const {
+  RunLog::Tags tags = {
+      {"cohort.version", COHORT_VERSION},         {"cohort.world_size", std::to_string(info_.world_size)},
+      {"cohort.strategy", job_.strategy->name()}, {"cohort.precision", job_.precision->name()},
+      {"cohort.launcher", info_.launcher},        {"cohort.run_dir", fs::absolute(run_dir_).string()}};
+  if (const char* user = std::getenv("USER")) tags.emplace_back("mlflow.user", user);  // MLflow's own "User"
+  if (is_decentralized(cfg_.dist.kind())) {
+    nlohmann::json shared = config_json_;
+    for (const auto& key : config::machine_local_keys()) shared.erase(key);
+    std::ostringstream name;
+    name << cfg_.dist.strategy << "-" << std::hex << std::hash<std::string>{}(shared.dump());
+    tags.emplace_back("cohort.swarm", name.str());
+  }
+  return tags;
+}
 
 std::string TrainingRun::first_line(bool resuming) const {
   std::ostringstream os;
@@ -412,6 +433,9 @@ TrainResult TrainingRun::finish() {
                        job_.data.train->bad_files() + job_.data.test->bad_files(),
                        stop_signal_};
   write_run_summary(facts, clock_, monitor_, log_);
+  // A run a signal stopped (Ctrl-C, SIGTERM, Slurm's warning) had time to say so; an error unwinding
+  // past here leaves the tracker's run FAILED (~RunLog).
+  log_.close_trackers(stop_signal_ != 0 ? "KILLED" : "FINISHED");
   TrainResult result;
   result.run_dir = run_dir_;
   result.steps = step_;

@@ -3,7 +3,6 @@
 // requests it signs in different places.
 #include "cohort/upload/S3.h"
 
-#include <curl/curl.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
@@ -16,7 +15,6 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -135,22 +133,6 @@ std::string signing_key(const std::string& secret, const std::string& date, cons
   return hmac_sha256(k_service, "aws4_request");
 }
 
-std::string uri_encode(const std::string& s, bool keep_slash) {
-  static const char* kDigits = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size() * 3);
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kDigits[c >> 4]);
-      out.push_back(kDigits[c & 15]);
-    }
-  }
-  return out;
-}
-
 std::string amz_date_now() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -236,18 +218,8 @@ std::string authorization_header(const SignedRequest& r, const std::string& acce
 
 namespace {
 
-constexpr long kConnectTimeoutS = 15;
-constexpr long kLowSpeedBytesPerS = 1024;  // a transfer slower than this for kLowSpeedTimeS is retried
-constexpr long kLowSpeedTimeS = 60;
 constexpr double kMaxBackoffS = 30.0;
 constexpr uint64_t kMaxParts = 10000;  // S3's limit on parts per multipart upload
-
-CURLcode global_init_result() {
-  static std::once_flag once;
-  static CURLcode result = CURLE_OK;
-  std::call_once(once, [] { result = curl_global_init(CURL_GLOBAL_DEFAULT); });
-  return result;
-}
 
 struct Endpoint {
   std::string scheme;  // "http" or "https"
@@ -297,21 +269,15 @@ std::string xml_text(const std::string& xml, const std::string& tag) {
   return close == std::string::npos ? "" : xml_unescape(xml.substr(begin, close - begin));
 }
 
-struct Response {
-  CURLcode curl = CURLE_OK;
-  std::string curl_error;
-  long status = 0;
-  std::string body;
-  std::string etag;
+struct Response : http::Response {
   // S3 can answer CompleteMultipartUpload with 200 and an <Error> body, so a 2xx is not enough.
-  bool ok() const { return curl == CURLE_OK && status / 100 == 2 && body.find("<Error>") == std::string::npos; }
+  bool ok() const { return reached() && status / 100 == 2 && body.find("<Error>") == std::string::npos; }
   std::string code() const { return xml_text(body, "Code"); }
+  std::string etag() const { return trim_collapse(header("etag")); }
 };
 
 bool retryable(const Response& r) {
-  if (r.curl != CURLE_OK) {
-    return r.curl != CURLE_UNSUPPORTED_PROTOCOL && r.curl != CURLE_URL_MALFORMAT && r.curl != CURLE_NOT_BUILT_IN;
-  }
+  if (!r.reached()) return r.transport_retryable();
   const std::string code = r.code();
   return r.status >= 500 || r.status == 429 || code == "RequestTimeout" || code == "InternalError" ||
          code == "SlowDown";
@@ -328,7 +294,7 @@ std::string hint_for(const Response& r, const S3Options& opt) {
       {"EntityTooSmall", "every part but the last must be at least 5 MiB: raise the part size"},
   };
   const std::string code = r.code();
-  if (r.curl != CURLE_OK) {
+  if (!r.reached()) {
     return "check that the endpoint is reachable from this machine (--s3-endpoint, AWS_ENDPOINT_URL_S3, "
            "AWS_ENDPOINT_URL)";
   }
@@ -343,7 +309,7 @@ std::string hint_for(const Response& r, const S3Options& opt) {
   return "see the S3 error code and message above";
 }
 
-// One upload: a curl handle (reused, so connections are kept alive), the endpoint and the destination.
+// One upload: an HTTP session (reused, so connections are kept alive), the endpoint and the destination.
 class Session {
  public:
   Session(const S3Options& opt, std::string bucket, std::string key, std::string what)
@@ -351,14 +317,7 @@ class Session {
         endpoint_(parse_endpoint(opt)),
         bucket_(std::move(bucket)),
         key_(std::move(key)),
-        what_(std::move(what)) {
-    if (global_init_result() != CURLE_OK || !(curl_ = curl_easy_init())) {
-      throw UploadError("libcurl failed to initialize", "check the libcurl installation");
-    }
-  }
-  ~Session() { curl_easy_cleanup(curl_); }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
+        what_(std::move(what)) {}
 
   // Sends one signed request, retrying with exponential backoff; throws UploadError when it fails for good.
   Response request(const std::string& step, const std::string& method, const Query& query,
@@ -391,29 +350,11 @@ class Session {
   std::string path() const { return endpoint_.prefix + (opt_.path_style ? "/" + bucket_ + "/" + key_ : "/" + key_); }
 
   static std::string describe(const Response& r) {
-    if (r.curl != CURLE_OK) {
-      return "could not talk to the store: " + std::string(curl_easy_strerror(r.curl)) +
-             (r.curl_error.empty() ? "" : " (" + r.curl_error + ")");
-    }
+    if (!r.reached()) return "could not talk to the store: " + r.transport_error();
     const std::string code = r.code(), message = xml_text(r.body, "Message");
     if (code.empty() && message.empty())
       return "answered HTTP " + std::to_string(r.status) + " " + r.body.substr(0, 200);
     return "answered HTTP " + std::to_string(r.status) + " " + code + ": " + message;
-  }
-
-  static size_t on_body(char* data, size_t size, size_t n, void* user) {
-    static_cast<Response*>(user)->body.append(data, size * n);
-    return size * n;
-  }
-  static size_t on_header(char* data, size_t size, size_t n, void* user) {
-    auto* r = static_cast<Response*>(user);
-    std::string line(data, size * n);
-    line.erase(line.find_last_not_of("\r\n") + 1);
-    const size_t colon = line.find(':');
-    if (line.compare(0, 5, "HTTP/") == 0) r->etag.clear();  // a new response (e.g. after a 100 Continue)
-    if (colon != std::string::npos && lower(line.substr(0, colon)) == "etag")
-      r->etag = trim_collapse(line.substr(colon + 1));
-    return size * n;
   }
 
   Response attempt_once(const std::string& method, const Query& query, const std::string& content_type,
@@ -429,48 +370,20 @@ class Session {
     if (!content_type.empty()) sr.headers.emplace_back("content-type", content_type);
     if (!opt_.session_token.empty()) sr.headers.emplace_back("x-amz-security-token", opt_.session_token);
 
-    std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> list(nullptr, &curl_slist_free_all);
-    auto add = [&](const std::string& line) {
-      curl_slist* next = curl_slist_append(list.get(), line.c_str());
-      if (!next) throw UploadError("libcurl could not allocate a header list", "");
-      list.release();
-      list.reset(next);
-    };
-    for (const auto& [name, value] : sr.headers) add(name + ": " + value);
-    add("Authorization: " + authorization_header(sr, opt_.access_key, opt_.secret_key));
-    add("Expect:");  // no 100-continue round trip; S3 answers errors after the body anyway
-    if (content_type.empty()) add("Content-Type:");  // keep curl's form-urlencoded default off the object
-
+    http::Request request{method, url(query), {}, (method == "PUT" || method == "POST") ? &body : nullptr};
+    for (const auto& [name, value] : sr.headers) request.headers.push_back(name + ": " + value);
+    request.headers.push_back("Authorization: " + authorization_header(sr, opt_.access_key, opt_.secret_key));
+    request.headers.push_back("Expect:");  // no 100-continue round trip; S3 answers errors after the body anyway
+    if (content_type.empty()) request.headers.push_back("Content-Type:");  // keep curl's form default off the object
     Response r;
-    char errbuf[CURL_ERROR_SIZE] = {0};
-    const std::string u = url(query);
-    curl_easy_setopt(curl_, CURLOPT_URL, u.c_str());
-    curl_easy_setopt(curl_, CURLOPT_CUSTOMREQUEST, method.c_str());
-    if (method == "PUT" || method == "POST") {
-      curl_easy_setopt(curl_, CURLOPT_POSTFIELDS, body.data());  // not copied: `body` outlives the call
-      curl_easy_setopt(curl_, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-    }
-    curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, list.get());
-    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, &Session::on_body);
-    curl_easy_setopt(curl_, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(curl_, CURLOPT_HEADERFUNCTION, &Session::on_header);
-    curl_easy_setopt(curl_, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl_, CURLOPT_CONNECTTIMEOUT, kConnectTimeoutS);
-    curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_LIMIT, kLowSpeedBytesPerS);
-    curl_easy_setopt(curl_, CURLOPT_LOW_SPEED_TIME, kLowSpeedTimeS);
-    r.curl = curl_easy_perform(curl_);
-    r.curl_error = errbuf;
-    curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &r.status);
-    curl_easy_reset(curl_);  // drop the pointers to this frame (errbuf, r, list); keeps the live connection
+    static_cast<http::Response&>(r) = http_.perform(request);
     return r;
   }
 
   const S3Options& opt_;
   Endpoint endpoint_;
   std::string bucket_, key_, what_;
-  CURL* curl_ = nullptr;
+  http::Session http_;
 };
 
 // Reads bytes [offset, offset + n) of the file; the file is opened read-only and never written.
@@ -547,13 +460,13 @@ uint64_t upload_file(const S3Options& opt, const S3Url& dest, const fs::path& fi
       const Response r =
           s3.request("UploadPart " + n, "PUT", {{"partNumber", n}, {"uploadId", upload_id}}, "application/octet-stream",
                      read_part(in, file, offset, std::min(part_size, size - offset)));
-      if (r.etag.empty()) {
+      if (r.etag().empty()) {
         throw UploadError("S3 upload of " + file.string() + " to " + target.str() + ": UploadPart " + n +
                               " answered without an ETag header",
                           "check that the endpoint is an S3-compatible store");
       }
       // A part's ETag is its MD5 as quoted hex: nothing in it needs escaping in XML.
-      xml << "<Part><PartNumber>" << n << "</PartNumber><ETag>" << r.etag << "</ETag></Part>";
+      xml << "<Part><PartNumber>" << n << "</PartNumber><ETag>" << r.etag() << "</ETag></Part>";
     }
     xml << "</CompleteMultipartUpload>";
     s3.request("CompleteMultipartUpload", "POST", id, "application/xml", xml.str());

@@ -11,6 +11,8 @@
 // they can be checked against known answers without a network.
 #pragma once
 
+#include "cohort/util/Http.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -60,7 +62,7 @@ std::string to_hex(const std::string& bytes);
 std::string signing_key(const std::string& secret, const std::string& date, const std::string& region,
                         const std::string& service);
 // Percent-encodes everything but A-Z a-z 0-9 - _ . ~ (and '/' when keep_slash), as SigV4 requires.
-std::string uri_encode(const std::string& s, bool keep_slash);
+using http::uri_encode;
 // The current UTC time as "YYYYMMDDTHHMMSSZ".
 std::string amz_date_now();
 

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""cohort's MLflow runs read back by MLflow itself: a real `mlflow server` (the reference environment's
+mlflow) on loopback, two workers training with log.mlflow, then MLflow's own Python client finds every
+param of config.json, every scalar of metrics.jsonl at its step, the tags, the artifacts and the status.
+Then a server killed mid-run: the run still ends with exit status 0, warns naming the server, counts the
+records it dropped in summary.json, and trains exactly as a run without MLflow.
+
+  mlflow_runs.py COHORT WORKDIR
+"""
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from mlflow.tracking import MlflowClient
+
+SMALL = ["data.train_limit=1024", "data.test_limit=256", "data.batch_size=64", "log.every_steps=2"]
+
+# metrics.jsonl field -> the scalar's name (TensorBoard's tag, MLflow's metric key), per record kind.
+KEYS = {
+    "train": {"loss": "train/loss", "top1": "train/top1", "top5": "train/top5", "lr": "train/lr",
+              "images_per_second": "train/images_per_second", "sync_bytes": "train/sync_bytes"},
+    "eval": {"test_loss": "val/loss", "test_top1": "val/top1", "test_top5": "val/top5"},
+}
+
+
+def fail(msg):
+    sys.exit(f"FAILED: {msg}")
+
+
+def expected(run_dir):
+    """{key: {step: value}} from metrics.jsonl."""
+    want = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            for field, key in KEYS.get(r["kind"], {}).items():
+                if r.get(field) is not None:
+                    want.setdefault(key, {})[r["step"]] = float(r[field])
+            if r["kind"] == "resources":
+                for rank, cpu in enumerate(r["cpu_percent"]):
+                    want.setdefault(f"cpu/percent/rank{rank}", {})[r["step"]] = float(cpu)
+    return want
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(work):
+    """A real `mlflow server` with a SQLite store and its artifact proxy, in WORK; returns (process, url)."""
+    os.makedirs(work, exist_ok=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(os.path.join(work, "server.log"), "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{work}/mlflow.db", "--artifacts-destination", f"{work}/artifacts"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 180
+    while True:
+        try:
+            if urllib.request.urlopen(f"{url}/health", timeout=5).read().strip() == b"OK":
+                return server, url
+        except OSError:
+            pass
+        if server.poll() is not None or time.time() > deadline:
+            fail(f"mlflow server did not start: {open(os.path.join(work, 'server.log')).read()[-2000:]}")
+        time.sleep(0.5)
+
+
+def stop_server(server):
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+
+
+def train(cohort, run_dir, *args, timeout=900):
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return subprocess.Popen([cohort, "train", "--nproc-per-node", "2", "--run-dir", run_dir, *SMALL, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(p, what, timeout=900):
+    out, err = p.communicate(timeout=timeout)
+    if p.returncode != 0:
+        fail(f"{what}: cohort train exited {p.returncode}: {err[-3000:]}")
+    return out, err
+
+
+def round_trip(cohort, work):
+    server, url = start_server(os.path.join(work, "server"))
+    try:
+        run_dir = os.path.join(work, "run")
+        finished(train(cohort, run_dir, "train.epochs=2", f"log.mlflow={url}", "log.mlflow_experiment=roundtrip"),
+                 "round trip")
+        client = MlflowClient(tracking_uri=url)
+        experiment = client.get_experiment_by_name("roundtrip")
+        runs = client.search_runs([experiment.experiment_id])
+        if len(runs) != 1:
+            fail(f"expected one run in experiment 'roundtrip', found {len(runs)}")
+        run = runs[0]
+        if run.info.run_name != "run" or run.info.status != "FINISHED":
+            fail(f"run name {run.info.run_name!r} status {run.info.status}, expected 'run' FINISHED")
+        config = json.load(open(os.path.join(run_dir, "config.json")))
+        params = run.data.params
+        for key, value in config.items():
+            text = value if isinstance(value, str) else json.dumps(value)
+            if params.get(key) != text:
+                fail(f"param {key}: MLflow has {params.get(key)!r}, config.json {text!r}")
+        if len(params) != len(config):
+            fail(f"MLflow has {len(params)} params, config.json {len(config)} keys")
+        tags = run.data.tags
+        for key, value in {"cohort.world_size": "2", "cohort.strategy": "ddp", "cohort.launcher": "cohort"}.items():
+            if tags.get(key) != value:
+                fail(f"tag {key}: {tags.get(key)!r}, expected {value!r}")
+        if not tags.get("cohort.version") or not tags.get("cohort.precision"):
+            fail(f"tags lack cohort.version or cohort.precision: {tags}")
+        want = expected(run_dir)
+        scalars = 0
+        for key, steps in want.items():
+            got = {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+            if sorted(got) != sorted(steps):
+                fail(f"metric {key} at steps {sorted(got)}, metrics.jsonl has {sorted(steps)}")
+            for step, v in steps.items():
+                if not math.isclose(got[step], v, rel_tol=1e-12, abs_tol=1e-300):
+                    fail(f"metric {key} step {step}: MLflow {got[step]!r}, metrics.jsonl {v!r}")
+            scalars += len(steps)
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        artifacts |= {a.path for d in ("report", "checkpoints") for a in client.list_artifacts(run.info.run_id, d)}
+        for a in ("summary.json", "config.json", "metrics.jsonl", "report/report.md", "checkpoints/best.safetensors"):
+            if a not in artifacts:
+                fail(f"artifact {a} missing; the run has {sorted(artifacts)}")
+        local = client.download_artifacts(run.info.run_id, "checkpoints/best.safetensors", work)
+        if open(local, "rb").read() != open(os.path.join(run_dir, "checkpoints", "best.safetensors"), "rb").read():
+            fail("the best checkpoint read back from MLflow differs from the run's")
+        summary = json.load(open(os.path.join(run_dir, "summary.json")))["mlflow"]
+        if summary["dropped"] != 0 or summary["run_id"] != run.info.run_id or summary["sent"] < scalars + len(config):
+            fail(f"summary.json's mlflow section {summary}: expected 0 dropped, run {run.info.run_id}, "
+                 f"at least {scalars + len(config)} sent")
+        print(f"round trip: {len(config)} params, {len(want)} metrics with {scalars} values at their steps, "
+              f"{len(artifacts)} artifacts (best checkpoint byte-equal), status FINISHED; summary.json: {summary}")
+        return url, server
+    except BaseException:
+        stop_server(server)
+        raise
+
+
+def server_killed_mid_run(cohort, work):
+    server, url = start_server(os.path.join(work, "server-killed"))
+    longer = ["train.epochs=3", "data.train_limit=4096", "log.every_steps=1"]
+    run_dir = os.path.join(work, "killed")
+    p = train(cohort, run_dir, *longer, f"log.mlflow={url}", "log.mlflow_experiment=killed",
+              "log.mlflow_buffer=8", "log.mlflow_timeout_s=2")
+    client = MlflowClient(tracking_uri=url)
+    deadline = time.time() + 300
+    while True:  # the run is on the server and has metrics: now the server goes
+        try:
+            e = client.get_experiment_by_name("killed")
+            runs = client.search_runs([e.experiment_id]) if e else []
+            if runs and runs[0].data.metrics:
+                break
+        except Exception:
+            pass
+        if p.poll() is not None or time.time() > deadline:
+            stop_server(server)
+            fail("the run never showed metrics on the server before it ended")
+        time.sleep(0.2)
+    stop_server(server)
+    killed_at = time.time()
+    out, err = finished(p, "server killed mid-run")
+    after = time.time() - killed_at
+    if url not in err or "warning" not in err:
+        fail(f"no warning naming the server {url}: {err[-2000:]}")
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    if summary["mlflow"]["dropped"] <= 0:
+        fail(f"summary.json counts no dropped records: {summary['mlflow']}")
+    plain_dir = os.path.join(work, "plain")
+    finished(train(cohort, plain_dir, *longer), "the same run without MLflow")
+    losses = lambda d: [(r["step"], r["loss"]) for r in map(json.loads, open(os.path.join(d, "metrics.jsonl")))
+                        if r["kind"] == "train"]
+    if losses(run_dir) != losses(plain_dir):
+        fail("the run whose server was killed trained differently from the run without MLflow")
+    top1 = json.load(open(os.path.join(plain_dir, "summary.json")))["test_accuracy"]
+    if summary["test_accuracy"] != top1:
+        fail(f"test accuracy {summary['test_accuracy']} against {top1} without MLflow")
+    print(f"server killed mid-run: exit 0, {after:.1f} s after the kill, warned naming {url}, "
+          f"{summary['mlflow']['dropped']} records dropped (summary.json), {summary['mlflow']['sent']} sent before; "
+          f"losses at {len(losses(run_dir))} steps and test top-1 equal to a run without MLflow")
+
+
+def main():
+    cohort, work = sys.argv[1], sys.argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    url, server = round_trip(cohort, work)
+    stop_server(server)
+    server_killed_mid_run(cohort, work)
+
+
+if __name__ == "__main__":
+    main()
