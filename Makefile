@@ -27,7 +27,7 @@ run: deps
 
 # The fuzz smoke run (scripts/fuzz --smoke) builds its own clang + sanitizer tree in build-fuzz/.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE 'reference|slow|swarm|slurm'
+	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE 'reference|slow|swarm|slurm|mlflow'
 	bash scripts/fuzz --smoke
 
 # The long variants (tests named Slow*, ctest label slow: the 20 kill trials, the 12000-step soak): CI
