@@ -60,9 +60,11 @@ test-tsan: deps
 	@cmake --build --preset tsan
 	setarch $$(uname -m) -R ctest --preset tsan
 
-# cohort's MLflow runs against a real `mlflow server` and MLflow's client (ctest label mlflow), in the
-# reference environment (scripts/pip-libtorch); .ci/run runs it when it fits.
+# cohort's MLflow runs against a real `mlflow server` and MLflow's client, and the run's page in headless
+# Chromium (ctest label mlflow), in the reference environment (scripts/pip-libtorch); .ci/run runs it
+# when it fits.
 test-mlflow: build
+	@bash scripts/install-deps chromium
 	@cmake --preset default -DCOHORT_REFERENCE_PYTHON=$$(bash scripts/pip-libtorch --venv)/bin/python > /dev/null
 	cd $(BUILD) && ctest --output-on-failure -j1 -L '^mlflow$$'
 

@@ -2,7 +2,7 @@
 """cohort's MLflow runs read back by MLflow itself: a real `mlflow server` (the reference environment's
 mlflow) on loopback, two workers training with log.mlflow, then MLflow's own Python client finds every
 param of config.json, every scalar of metrics.jsonl at its step, the tags, the artifacts and the status.
-Then a server killed mid-run: the run still ends with exit status 0, warns naming the server, counts the
+A run stopped by Slurm's preemption signal ends KILLED. Then a server killed mid-run: the run still ends with exit status 0, warns naming the server, counts the
 records it dropped in summary.json, and trains exactly as a run without MLflow.
 
   mlflow_runs.py COHORT WORKDIR
@@ -154,27 +154,55 @@ def round_trip(cohort, work):
         raise
 
 
+def wait_for_metrics(client, experiment, p, deadline_s=300):
+    """Until the experiment's run shows metrics on the server; the run's process must still be going."""
+    deadline = time.time() + deadline_s
+    while True:
+        try:
+            e = client.get_experiment_by_name(experiment)
+            runs = client.search_runs([e.experiment_id]) if e else []
+            if runs and runs[0].data.metrics:
+                return runs[0]
+        except Exception:
+            pass
+        if p.poll() is not None or time.time() > deadline:
+            return None
+        time.sleep(0.2)
+
+
+def stopped_by_a_signal(cohort, work, url):
+    """Slurm's preemption warning, SIGUSR1 to each worker as Slurm sends it to each task: the ranks agree on
+    a stop step, save, say so in summary.json, and the MLflow run ends KILLED."""
+    run_dir = os.path.join(work, "preempted")
+    p = train(cohort, run_dir, "train.epochs=3", "data.train_limit=4096", "log.every_steps=1", f"log.mlflow={url}",
+              "log.mlflow_experiment=preempted")
+    client = MlflowClient(tracking_uri=url)
+    run = wait_for_metrics(client, "preempted", p)
+    if run is None:
+        fail("the run never showed metrics on the server before it ended")
+    workers = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()
+    for w in workers:
+        os.kill(int(w), signal.SIGUSR1)
+    out, err = p.communicate(timeout=300)
+    status = client.get_run(run.info.run_id).info.status
+    summary_file = os.path.join(run_dir, "summary.json")
+    stopped_by = json.load(open(summary_file)).get("stopped_by") if os.path.exists(summary_file) else "no summary.json"
+    if status != "KILLED" or stopped_by != "SIGUSR1":
+        fail(f"after SIGUSR1 to workers {workers}: MLflow status {status}, summary.json stopped_by {stopped_by!r} "
+             f"(exit {p.returncode}): {err[-2000:]}")
+    print(f"SIGUSR1 to both workers mid-run: exit {p.returncode}, summary.json stopped_by SIGUSR1, MLflow status KILLED")
+
+
 def server_killed_mid_run(cohort, work):
     server, url = start_server(os.path.join(work, "server-killed"))
     longer = ["train.epochs=3", "data.train_limit=4096", "log.every_steps=1"]
     run_dir = os.path.join(work, "killed")
     p = train(cohort, run_dir, *longer, f"log.mlflow={url}", "log.mlflow_experiment=killed",
               "log.mlflow_buffer=8", "log.mlflow_timeout_s=2")
-    client = MlflowClient(tracking_uri=url)
-    deadline = time.time() + 300
-    while True:  # the run is on the server and has metrics: now the server goes
-        try:
-            e = client.get_experiment_by_name("killed")
-            runs = client.search_runs([e.experiment_id]) if e else []
-            if runs and runs[0].data.metrics:
-                break
-        except Exception:
-            pass
-        if p.poll() is not None or time.time() > deadline:
-            stop_server(server)
-            fail("the run never showed metrics on the server before it ended")
-        time.sleep(0.2)
-    stop_server(server)
+    if wait_for_metrics(MlflowClient(tracking_uri=url), "killed", p) is None:
+        stop_server(server)
+        fail("the run never showed metrics on the server before it ended")
+    stop_server(server)  # the run is on the server and has metrics: now the server goes
     killed_at = time.time()
     out, err = finished(p, "server killed mid-run")
     after = time.time() - killed_at
@@ -202,7 +230,10 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     url, server = round_trip(cohort, work)
-    stop_server(server)
+    try:
+        stopped_by_a_signal(cohort, work, url)
+    finally:
+        stop_server(server)
     server_killed_mid_run(cohort, work)
 
 

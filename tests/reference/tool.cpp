@@ -16,6 +16,9 @@
 //   cohort_reference_tool preprocess OUT FILE... [key=value ...]
 //       `cohort predict`'s evaluation transform of each JPEG FILE for the config's model and data, stacked
 //       into the tensor "images" of OUT (safetensors)
+//   cohort_reference_tool flops BATCH IMAGE_SIZE IN_CHANNELS [key=value ...]
+//       the FLOPs cohort counts (models/Flops.h) for the config's model in training mode on a random
+//       batch: one JSON line {"forward", "backward", "by_op"}
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -27,6 +30,8 @@
 #include "cohort/checkpoint/Safetensors.h"
 #include "cohort/config/Config.h"
 #include "cohort/data/DistributedSampler.h"
+#include "cohort/models/Flops.h"
+#include "cohort/models/Models.h"
 #include "cohort/optim/Ema.h"
 #include "cohort/optim/Optimizer.h"
 #include "cohort/optim/Schedule.h"
@@ -115,6 +120,30 @@ int preprocess(const std::string& out, int n, char** words) {
   return 0;
 }
 
+int flops(int64_t batch, int64_t image_size, int64_t in_channels, const std::vector<std::string>& overrides) {
+  const auto cfg = cohort::config::load(std::nullopt, overrides);
+  torch::manual_seed(0);
+  auto model = cohort::models::build(cfg.model, in_channels, image_size);
+  model->train();
+  const auto images = torch::randn({batch, in_channels, image_size, image_size});
+  nlohmann::json out;
+  at::Tensor loss;
+  {
+    cohort::models::FlopCounter count;
+    loss = model->forward(images).sum();
+    out["forward"] = count.total();
+    out["by_op"]["forward"] = count.by_op();
+  }
+  {
+    cohort::models::FlopCounter count;
+    loss.backward();
+    out["backward"] = count.total();
+    out["by_op"]["backward"] = count.by_op();
+  }
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,6 +154,9 @@ int main(int argc, char** argv) {
     if (what == "preprocess" && argc >= 4) return preprocess(argv[2], argc - 3, argv + 3);
     if (what == "loss" && argc >= 4)
       return loss_and_grad(argv[2], argv[3], std::vector<std::string>(argv + 4, argv + argc));
+    if (what == "flops" && argc >= 5)
+      return flops(std::stoll(argv[2]), std::stoll(argv[3]), std::stoll(argv[4]),
+                   std::vector<std::string>(argv + 5, argv + argc));
     if (what == "optim" && argc >= 7)
       return optim_steps(argv[2], argv[3], std::stoll(argv[4]), std::stoll(argv[5]), std::stod(argv[6]),
                          std::vector<std::string>(argv + 7, argv + argc));
@@ -136,6 +168,7 @@ int main(int argc, char** argv) {
                "       cohort_reference_tool safetensors-copy IN OUT\n"
                "       cohort_reference_tool loss IN OUT [key=value ...]\n"
                "       cohort_reference_tool preprocess OUT FILE... [key=value ...]\n"
+               "       cohort_reference_tool flops BATCH IMAGE_SIZE IN_CHANNELS [key=value ...]\n"
                "       cohort_reference_tool optim IN OUT N STEPS_PER_EPOCH EMA_DECAY [key=value ...]\n";
   return 2;
 }

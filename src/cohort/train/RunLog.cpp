@@ -1,5 +1,6 @@
 #include "cohort/train/RunLog.h"
 
+#include <cstdlib>
 #include <ctime>
 #include <iomanip>
 #include <iostream>
@@ -38,6 +39,24 @@ std::string percent(double fraction) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(2) << 100.0 * fraction << "%";
   return os.str();
+}
+
+// The peers of one swarm (or DiLoCo job) are runs of their own, tagged with one name: the strategy and a
+// hash of the config they must share (every key but the machine-local ones), the same on every peer.
+// std::hash of a string is libstdc++'s murmur hash, the same on every machine of one build.
+RunLog::Tags tracker_tags(const RunIdentity& run) {
+  RunLog::Tags tags = {{"cohort.version", COHORT_VERSION}, {"cohort.world_size", std::to_string(run.world_size)},
+                       {"cohort.strategy", run.strategy},  {"cohort.precision", run.precision},
+                       {"cohort.launcher", run.launcher},  {"cohort.run_dir", fs::absolute(run.run_dir).string()}};
+  if (const char* user = std::getenv("USER")) tags.emplace_back("mlflow.user", user);  // MLflow's own "User"
+  if (is_decentralized(run.cfg.dist.kind())) {
+    nlohmann::json shared = run.config_json;
+    for (const auto& key : config::machine_local_keys()) shared.erase(key);
+    std::ostringstream name;
+    name << run.cfg.dist.strategy << "-" << std::hex << std::hash<std::string>{}(shared.dump());
+    tags.emplace_back("cohort.swarm", name.str());
+  }
+  return tags;
 }
 
 RunLog::RunLog(const TrainConfig& cfg, const std::filesystem::path& run_dir, int world_size, bool lead,

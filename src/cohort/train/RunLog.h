@@ -47,6 +47,16 @@ struct EvalWindow {
   double best = -1, train_seconds = 0;
 };
 
+// What a tracker's run is tagged with, to find and compare runs by.
+struct RunIdentity {
+  const TrainConfig& cfg;
+  const nlohmann::json& config_json;
+  int world_size;
+  std::string launcher, strategy, precision;
+  std::filesystem::path run_dir;
+};
+std::vector<std::pair<std::string, std::string>> tracker_tags(const RunIdentity& run);
+
 class RunLog {
  public:
   using Tags = log::MlflowRun::Tags;

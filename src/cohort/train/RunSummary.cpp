@@ -103,6 +103,9 @@ nlohmann::json summary_json(const RunFacts& f, const Gathered& g, const nlohmann
   s["channels_last"] = f.channels_last;
   s["time_breakdown"] = time_breakdown;
   s["stopped_by"] = f.stop_signal != 0 ? nlohmann::json(util::signal_name(f.stop_signal)) : nlohmann::json();
+  // FLOPs as torch.utils.flop_counter counts them (Note [Counting FLOPs]), over every worker's time.
+  s["flops_per_image"] = or_null(f.flops_per_image);
+  s["achieved_tflops"] = f.flops_per_image < 0 ? nlohmann::json() : nlohmann::json(f.flops_per_image * ips / 1e12);
   for (const auto& [name, value] : f.strategy.figures()) s[name] = value;  // the swarm's own figures
   return s;
 }

@@ -39,8 +39,9 @@ struct RunFacts {
   int64_t steps = 0, steps_per_epoch = 1, global_batch = 0, images_seen = 0;
   double train_seconds = 0, test_accuracy = -1, best = -1;
   StateBytes state_bytes;
-  int64_t bad_files = 0;  // this rank's skipped files, training and test
-  int stop_signal = 0;    // the run left early on this signal (Note [Leaving a swarm]); 0: it ran to its end
+  int64_t bad_files = 0;        // this rank's skipped files, training and test
+  int stop_signal = 0;          // the run left early on this signal (Note [Leaving a swarm]); 0: it ran to its end
+  double flops_per_image = -1;  // one training image's forward and backward (models/Flops.h); -1: not counted
 };
 
 void write_run_summary(const RunFacts& facts, const PhaseClock& clock, log::ResourceMonitor& monitor, RunLog& log);

@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -21,6 +20,7 @@
 #include "cohort/data/DistributedSampler.h"
 #include "cohort/launch/SlurmRequeue.h"
 #include "cohort/log/ResourceMonitor.h"
+#include "cohort/models/Flops.h"
 #include "cohort/models/Models.h"
 #include "cohort/optim/Ema.h"
 #include "cohort/optim/Schedule.h"
@@ -104,7 +104,9 @@ class TrainingRun {
       step_ = *caught_up;
     }
     first_step_ = step_;
-    log_.started(config_json_, first_line(resume.active()), tracker_tags());
+    log_.started(config_json_, first_line(resume.active()),
+                 tracker_tags({cfg_, config_json_, info_.world_size, info_.launcher, job.strategy->name(),
+                               job.precision->name(), run_dir_}));
   }
 
   bool more(int64_t epoch) const { return epoch < cfg_.train.epochs && step_ < plan_.stop_step && !stopped(); }
@@ -129,7 +131,6 @@ class TrainingRun {
 
  private:
   std::string first_line(bool resuming) const;
-  RunLog::Tags tracker_tags() const;
   double train_step(data::Loader* epoch_loader);
   data::Batch next_batch(data::Loader* epoch_loader);
   bool optimizer_step(double step_loss);
@@ -168,31 +169,13 @@ class TrainingRun {
   double best_ = -1, test_accuracy_ = -1;
   double train_seconds_ = 0, grad_norm_ = -1;  // grad_norm_: the last step's, when clipping computes it
   int64_t images_seen_ = 0, window_images_ = 0;
+  double flops_per_image_ = -1;
   Clock::time_point window_start_ = Clock::now(), session_start_ = Clock::now();
   // Model-state bytes, sampled in the session's first step with gradients present (after backward) and
   // with optimizer state present (after the update): the larger of each.
   StateBytes state_bytes_;
   std::vector<double> step_losses_;
 };
-
-// What a tracker's run is tagged with, to find and compare runs by. The peers of one swarm (or DiLoCo
-// job) are runs of their own, tagged with one name: the hash of the config they must share (every key but
-// the machine-local ones), the same on every peer of a job.
-RunLog::Tags TrainingRun::tracker_tags() const {
-  RunLog::Tags tags = {
-      {"cohort.version", COHORT_VERSION},         {"cohort.world_size", std::to_string(info_.world_size)},
-      {"cohort.strategy", job_.strategy->name()}, {"cohort.precision", job_.precision->name()},
-      {"cohort.launcher", info_.launcher},        {"cohort.run_dir", fs::absolute(run_dir_).string()}};
-  if (const char* user = std::getenv("USER")) tags.emplace_back("mlflow.user", user);  // MLflow's own "User"
-  if (is_decentralized(cfg_.dist.kind())) {
-    nlohmann::json shared = config_json_;
-    for (const auto& key : config::machine_local_keys()) shared.erase(key);
-    std::ostringstream name;
-    name << cfg_.dist.strategy << "-" << std::hex << std::hash<std::string>{}(shared.dump());
-    tags.emplace_back("cohort.swarm", name.str());
-  }
-  return tags;
-}
 
 std::string TrainingRun::first_line(bool resuming) const {
   std::ostringstream os;
@@ -220,7 +203,12 @@ void TrainingRun::train_epoch(int64_t epoch) {
                    prefetch_batches(cfg_), /*pin=*/job_.device.is_cuda());
   for (int64_t s = first; s < plan_.steps_per_epoch && step_ < plan_.stop_step;) {
     const auto t0 = Clock::now();
+    // This process's first step counts the model's FLOPs (rank 0, the one that reports them).
+    std::optional<models::FlopCounter> flops;
+    if (lead_ && flops_per_image_ < 0) flops.emplace();
     pending_loss_ += train_step(loader ? &*loader : nullptr);
+    if (flops && flops->counting()) flops_per_image_ = flops->total() / static_cast<double>(plan_.batch * plan_.accum);
+    flops.reset();
     ++pending_batches_;
     const bool applied = optimizer_step(pending_loss_ / static_cast<double>(pending_batches_));
     train_seconds_ += seconds_since(t0);
@@ -431,7 +419,8 @@ TrainResult TrainingRun::finish() {
                        best_,
                        state_bytes_,
                        job_.data.train->bad_files() + job_.data.test->bad_files(),
-                       stop_signal_};
+                       stop_signal_,
+                       flops_per_image_};
   write_run_summary(facts, clock_, monitor_, log_);
   // A run a signal stopped (Ctrl-C, SIGTERM, Slurm's warning) had time to say so; an error unwinding
   // past here leaves the tracker's run FAILED (~RunLog).
