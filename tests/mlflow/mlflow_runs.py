@@ -25,7 +25,8 @@ SMALL = ["data.train_limit=1024", "data.test_limit=256", "data.batch_size=64", "
 # metrics.jsonl field -> the scalar's name (TensorBoard's tag, MLflow's metric key), per record kind.
 KEYS = {
     "train": {"loss": "train/loss", "top1": "train/top1", "top5": "train/top5", "lr": "train/lr",
-              "images_per_second": "train/images_per_second", "sync_bytes": "train/sync_bytes"},
+              "images_per_second": "train/images_per_second", "sync_bytes": "train/sync_bytes",
+              "achieved_tflops": "train/achieved_tflops"},
     "eval": {"test_loss": "val/loss", "test_top1": "val/top1", "test_top5": "val/top5"},
 }
 

@@ -148,6 +148,8 @@ void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::Resou
     rec["skipped_steps"] = w.skipped_steps;
   }
   for (const auto& [name, value] : w.strategy_figures) rec[name] = value;
+  const double tflops = w.flops_per_image > 0 ? w.flops_per_image * w.images_per_second / 1e12 : -1;
+  if (tflops >= 0) rec["achieved_tflops"] = tflops;
   metrics_.write(rec);
   write_resources(w.step, w.train_seconds, resources);
   scalar("train/loss", g.loss(), w.step);
@@ -157,6 +159,7 @@ void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::Resou
   scalar("train/images_per_second", w.images_per_second, w.step);
   scalar("train/sync_bytes", static_cast<double>(w.sync_bytes), w.step);
   if (w.loss_scaling) scalar("amp/loss_scale", w.loss_scale, w.step);
+  if (tflops >= 0) scalar("train/achieved_tflops", tflops, w.step);
   // "swarm_rounds" becomes "swarm/rounds": one TensorBoard section per strategy.
   for (const auto& [name, value] : w.strategy_figures) {
     const auto cut = name.find('_');

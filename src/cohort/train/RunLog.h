@@ -39,6 +39,7 @@ struct TrainWindow {
   double loss_scale = 0;
   int64_t skipped_steps = 0;
   std::vector<std::pair<std::string, double>> strategy_figures;  // Strategy::figures(), by name
+  double flops_per_image = -1;  // models/Flops.h, once rank 0 has counted them; -1: not (yet)
 };
 
 struct EvalWindow {

@@ -360,7 +360,8 @@ void TrainingRun::after_step(int64_t epoch, int64_t step_in_epoch, double step_l
                         scaling,
                         scaling ? precision.loss_scale() : 0.0,
                         scaling ? precision.scaler().state().skipped_steps : int64_t{0},
-                        job_.strategy->figures()};
+                        job_.strategy->figures(),
+                        flops_per_image_};
     log_.train_window(w, window_, monitor_, *world_.comm);
     window_images_ = 0;
     window_start_ = Clock::now();
