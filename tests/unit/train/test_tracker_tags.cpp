@@ -13,8 +13,7 @@ std::map<std::string, std::string> tags_of(const std::vector<std::string>& overr
   const auto cfg = cohort::config::load(std::nullopt, overrides);
   const auto json = cohort::config::to_json(cfg);
   std::map<std::string, std::string> out;
-  for (const auto& [k, v] : cohort::train::tracker_tags({cfg, json, 2, "cohort", "ddp", "bf16", "runs/a"}))
-    out[k] = v;
+  for (const auto& [k, v] : cohort::train::tracker_tags({cfg, json, 2, "cohort", "ddp", "bf16", "runs/a"})) out[k] = v;
   return out;
 }
 
