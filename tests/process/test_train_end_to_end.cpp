@@ -46,7 +46,8 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
        {"conv1.weight", "bn1.running_mean", "layer1.0.conv1.weight", "layer1.0.bn1.running_var",
         "layer2.0.downsample.0.weight", "layer2.0.downsample.1.num_batches_tracked", "fc.weight", "fc.bias"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
-  // TensorBoard: one event file from rank 0 holding the file_version event, 6 training scalars and 3
+  // TensorBoard: one event file from rank 0 holding the file_version event, 7 training scalars (the 7th:
+  // train/achieved_tflops, from the FLOPs rank 0 counts on its first step) and 3
   // resource scalars per rank (RSS, peak RSS, CPU; no GPU here) per log line (48), and 3 per evaluation
   // (2), in TFRecord framing that ends exactly at the end of the file.
   std::vector<fs::path> events;
@@ -63,7 +64,8 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
     ++records;
   }
   EXPECT_EQ(at, bytes.size());
-  EXPECT_EQ(records, 1u + 48 * (6 + 2 * 3) + 2 * 3);
+  EXPECT_EQ(records, 1u + 48 * (7 + 2 * 3) + 2 * 3);
+  EXPECT_NE(bytes.find("train/achieved_tflops"), std::string::npos);
   EXPECT_NE(bytes.find("train/loss"), std::string::npos);
   EXPECT_NE(bytes.find("val/top1"), std::string::npos);
 

@@ -4,6 +4,7 @@
 #include <iomanip>
 #include <iostream>
 
+#include "cohort/log/Peak.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Memory.h"
 #include "cohort/util/StopSignal.h"
@@ -62,6 +63,8 @@ nlohmann::json per_rank_resources(const Gathered& g, int world) {
 
 nlohmann::json or_null(double v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); }
 
+void add_mfu(nlohmann::json& s, const RunFacts& f, double achieved);
+
 nlohmann::json summary_json(const RunFacts& f, const Gathered& g, const nlohmann::json& resources,
                             const nlohmann::json& time_breakdown, log::ResourceMonitor& monitor) {
   const auto sync = f.strategy.last_sync_bytes();
@@ -106,8 +109,26 @@ nlohmann::json summary_json(const RunFacts& f, const Gathered& g, const nlohmann
   // FLOPs as torch.utils.flop_counter counts them (Note [Counting FLOPs]), over every worker's time.
   s["flops_per_image"] = or_null(f.flops_per_image);
   s["achieved_tflops"] = f.flops_per_image < 0 ? nlohmann::json() : nlohmann::json(f.flops_per_image * ips / 1e12);
+  if (f.flops_per_image > 0 && ips > 0) add_mfu(s, f, f.flops_per_image * ips);
   for (const auto& [name, value] : f.strategy.figures()) s[name] = value;  // the swarm's own figures
   return s;
+}
+
+// MFU: the FLOP/s reached over the workers' peak (Note [Which peak] in log/Peak.cpp).
+void add_mfu(nlohmann::json& s, const RunFacts& f, double achieved) {
+  const std::string dtype = f.precision.compute_dtype();
+  std::optional<log::Peak> peak;
+  if (f.device.is_cuda()) {
+    const std::string name = log::cuda_device_name(f.device.index());
+    peak = log::gpu_peak(name, dtype);
+    if (!peak) s["peak_source"] = "no peak known for " + name + " in " + dtype + " (log/Peak.cpp's table)";
+  } else {
+    peak = log::cpu_peak(dtype, at::get_num_threads(), log::peak_cache_file());
+  }
+  s["mfu"] = peak ? nlohmann::json(achieved / (peak->flops * f.info.world_size)) : nlohmann::json();
+  if (!peak) return;
+  s["peak_tflops_per_worker"] = peak->flops / 1e12;
+  s["peak_source"] = peak->source;
 }
 
 }  // namespace

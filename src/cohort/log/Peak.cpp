@@ -1,0 +1,148 @@
+#include "cohort/log/Peak.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "cohort/util/AtomicFile.h"
+
+#ifdef COHORT_HAVE_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+// Note [Which peak]
+// MFU is only as honest as its denominator. For NVIDIA GPUs we divide by the dense (not 2:4-sparse)
+// tensor-core peak of the run's compute dtype from NVIDIA's datasheets, as PaLM's MFU, torchtitan and
+// Lightning's ThroughputMonitor do; float32 takes the non-tensor-core figure, since cohort leaves TF32 off.
+// For CPUs no datasheet figure is reachable: clocks, core counts per worker and enabled units (AMX,
+// AVX512-BF16) differ between machines of one name. So we measure what the run's own kernels reach: a
+// 1024^3 matmul and a 64-channel 3x3 convolution (batch 8 at 56x56, channels-last), in the run's dtype
+// with the worker's threads, best of 3 after a warm-up, the faster of the two. That is a ceiling the
+// model's large operands can approach; small ones cannot, which is what MFU shows. Cached per CPU model,
+// dtype and thread count in peaks.json, so the cost (about a second) is paid once per machine.
+
+namespace cohort::log {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Row {
+  const char* name;         // a substring of CUDA's device name; the first row that matches wins
+  double fp32, bf16, fp16;  // dense TFLOP/s; 0: no such unit
+  const char* source;
+};
+
+// NVIDIA datasheets, dense figures (the sparse ones are twice these).
+constexpr Row kGpus[] = {
+    {"H200", 67, 989.4, 989.4, "NVIDIA H200 Tensor Core GPU datasheet (SXM), dense"},
+    {"H100 PCIe", 51, 756.5, 756.5, "NVIDIA H100 Tensor Core GPU datasheet (PCIe), dense"},
+    {"H100 NVL", 60, 835.5, 835.5, "NVIDIA H100 Tensor Core GPU datasheet (NVL), dense"},
+    {"H100", 67, 989.4, 989.4, "NVIDIA H100 Tensor Core GPU datasheet (SXM), dense"},
+    {"A100", 19.5, 312, 312, "NVIDIA A100 Tensor Core GPU datasheet, dense"},
+    {"L40S", 91.6, 362.05, 362.05, "NVIDIA L40S datasheet, dense"},
+    {"L40", 90.5, 181.05, 181.05, "NVIDIA L40 datasheet, dense"},
+    {"A10", 31.2, 125, 125, "NVIDIA A10 datasheet, dense"},
+    {"L4", 30.3, 121, 121, "NVIDIA L4 datasheet, dense"},
+    {"T4", 8.1, 0, 65, "NVIDIA T4 datasheet (no bfloat16 tensor cores), dense"},
+};
+
+at::ScalarType dtype_of(const std::string& compute_dtype) {
+  if (compute_dtype == "bfloat16") return at::kBFloat16;
+  if (compute_dtype == "float16") return at::kHalf;
+  return at::kFloat;
+}
+
+// Best of 3 after a warm-up, in FLOP/s.
+double measure(double flops, const std::function<void()>& run) {
+  run();
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, flops / std::max(s, 1e-9));
+  }
+  return best;
+}
+
+Peak measure_cpu(const std::string& compute_dtype, int threads) {
+  const auto dtype = dtype_of(compute_dtype);
+  const at::NoGradGuard no_grad;
+  const int64_t n = 1024;
+  const auto a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
+  const double matmul = measure(2.0 * n * n * n, [&] { at::mm(a, b); });
+  const int64_t batch = 8, ch = 64, hw = 56;
+  const auto x = at::randn({batch, ch, hw, hw}).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
+  const auto w = at::randn({ch, ch, 3, 3}).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
+  const double conv = measure(2.0 * batch * ch * hw * hw * ch * 9, [&] { at::conv2d(x, w, {}, 1, 1); });
+  return {std::max(matmul, conv),
+          "measured here: " + std::to_string(n) + "^3 matmul " + std::to_string(static_cast<int64_t>(matmul / 1e9)) +
+              " GFLOP/s, 64-channel 3x3 convolution " + std::to_string(static_cast<int64_t>(conv / 1e9)) +
+              " GFLOP/s, " + compute_dtype + ", " + std::to_string(threads) + " thread(s)"};
+}
+
+}  // namespace
+
+std::optional<Peak> gpu_peak(const std::string& device_name, const std::string& compute_dtype) {
+  for (const auto& row : kGpus) {
+    if (device_name.find(row.name) == std::string::npos) continue;
+    const double tflops = compute_dtype == "bfloat16" ? row.bf16 : compute_dtype == "float16" ? row.fp16 : row.fp32;
+    if (tflops <= 0) return std::nullopt;
+    return Peak{tflops * 1e12, std::string(row.source) + ", " + compute_dtype};
+  }
+  return std::nullopt;
+}
+
+Peak cpu_peak(const std::string& compute_dtype, int threads, const fs::path& cache) {
+  const std::string key = cpu_model() + " | " + compute_dtype + " | " + std::to_string(threads) + " thread(s)";
+  nlohmann::json known = nlohmann::json::object();
+  if (std::ifstream in(cache); in) {
+    known = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!known.is_object()) known = nlohmann::json::object();
+  }
+  if (known.contains(key) && known[key].value("flops", 0.0) > 0)
+    return {known[key]["flops"].get<double>(), known[key].value("source", "") + " (cached in " + cache.string() + ")"};
+  Peak p = measure_cpu(compute_dtype, threads);
+  known[key] = {{"flops", p.flops}, {"source", p.source}};
+  try {
+    fs::create_directories(cache.parent_path());
+    util::write_file_atomic(cache, known.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    std::cerr << "cohort: note: the measured CPU peak is not cached: " << e.what() << std::endl;
+  }
+  return p;
+}
+
+fs::path peak_cache_file() {
+  if (const char* dir = std::getenv("COHORT_CACHE"); dir && *dir) return fs::path(dir) / "peaks.json";
+  const char* home = std::getenv("HOME");
+  return fs::path(home && *home ? home : "/tmp") / ".cache" / "cohort" / "peaks.json";
+}
+
+std::string cpu_model(const std::string& cpuinfo_path) {
+  std::ifstream in(cpuinfo_path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+  }
+  return "unknown CPU";
+}
+
+std::string cuda_device_name(int index) {
+#ifdef COHORT_HAVE_CUDA
+  return at::cuda::getDeviceProperties(index)->name;
+#else
+  (void)index;
+  return "";
+#endif
+}
+
+}  // namespace cohort::log

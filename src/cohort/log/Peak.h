@@ -1,0 +1,40 @@
+// What a device can do at most, in FLOP/s, so a run can say how close it came (MFU: achieved FLOP/s over
+// the peak; summary.json's mfu). GPUs: NVIDIA's published dense peaks per compute dtype, by device name.
+// CPUs have no such table (the same model name runs at different clocks and with different units
+// enabled), so the peak is measured: a large matmul and a large convolution in the run's dtype and
+// thread count, through the same ATen and oneDNN paths training uses, the faster of the two; cached
+// per machine. Note [Which peak] in Peak.cpp.
+//
+//   auto p = cohort::log::gpu_peak("NVIDIA H100 80GB HBM3", "bfloat16");   // 989.4e12, datasheet
+//   auto c = cohort::log::cpu_peak("bfloat16", at::get_num_threads(), cohort::log::peak_cache_file());
+//   double mfu = achieved_flops_per_second / (c.flops * world_size);
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace cohort::log {
+
+struct Peak {
+  double flops = 0;    // FLOP/s of one device (one GPU, or one worker's CPU threads)
+  std::string source;  // where the figure comes from, for the summary
+};
+
+// compute_dtype: "float32", "bfloat16" or "float16" (amp::MixedPrecision::compute_dtype). Nothing for a
+// device or dtype the table does not hold.
+std::optional<Peak> gpu_peak(const std::string& device_name, const std::string& compute_dtype);
+
+// Measured once per CPU model, dtype and thread count, then read from `cache` (JSON).
+Peak cpu_peak(const std::string& compute_dtype, int threads, const std::filesystem::path& cache);
+
+// $COHORT_CACHE/peaks.json, or ~/.cache/cohort/peaks.json.
+std::filesystem::path peak_cache_file();
+
+// "model name" of /proc/cpuinfo ("unknown CPU" when it has none).
+std::string cpu_model(const std::string& cpuinfo_path = "/proc/cpuinfo");
+
+// The name CUDA gives device `index` ("" without CUDA).
+std::string cuda_device_name(int index);
+
+}  // namespace cohort::log
