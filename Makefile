@@ -47,7 +47,7 @@ test-slurm: build
 	cd $(BUILD) && ctest --output-on-failure -j1 -L '^slurm$$'
 
 # The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded parts (peer watch,
-# loader, image folder, resource monitor, store; docs/developing.md says why not the Gloo
+# loader, image folder, resource monitor, store, the MLflow sender; docs/developing.md says why not the Gloo
 # communicator and ddp's reducer) under ThreadSanitizer: each its own gcc tree
 # (build-asan/, build-tsan/). Run them before closing work on the code they cover; CI runs them when its
 # measured time leaves room.
