@@ -25,6 +25,15 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
   EXPECT_GT(summary["train_seconds"].get<double>(), 0);
   EXPECT_GT(summary["test_accuracy"].get<double>(), 0.3) << "a tiny ResNet learns something in 48 steps";
   EXPECT_GE(summary["best_test_accuracy"].get<double>(), summary["test_accuracy"].get<double>());
+  // FLOPs and MFU (models/Flops.h, log/Peak.h): rank 0's count, the FLOP/s it implies, over the CPU's
+  // measured peak for both workers.
+  const double flops = summary["flops_per_image"].get<double>(), ips = summary["images_per_second"].get<double>();
+  EXPECT_GT(flops, 1e6);
+  EXPECT_NEAR(summary["achieved_tflops"].get<double>(), flops * ips / 1e12, 1e-9);
+  const double peak = summary["peak_tflops_per_worker"].get<double>();
+  EXPECT_GT(peak, 0);
+  EXPECT_NEAR(summary["mfu"].get<double>(), flops * ips / (peak * 1e12 * 2), 1e-9);
+  EXPECT_NE(summary["peak_source"].get<std::string>().find("measured here"), std::string::npos);
   ASSERT_EQ(summary["peak_rss_bytes"].size(), 2u);
   for (const auto& b : summary["peak_rss_bytes"]) EXPECT_GT(b.get<int64_t>(), 10 << 20);
 
