@@ -84,5 +84,61 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
   EXPECT_GT(farthest, 0.0) << "every peer ended with the same weights: the groups were never smaller than the swarm";
 }
 
+// Four DiLoCo peers in groups of at most two (Note [DiLoCo in bounded groups] in
+// parallel/swarm/DilocoStrategy.cpp), their steps slowed to 100 ms so that all four start together: every
+// outer round's group holds two or fewer, the groups average
+// their outer state every two rounds and at the last, and the peers end close to each other: within one
+// group identical, across groups apart by a little.
+TEST(Swarm, DilocoPeersAverageInBoundedGroupsAndEndClose) {
+  SKIP_WITHOUT_SWARM();
+  constexpr int kPeers = 4;
+  std::vector<fs::path> dirs;
+  const auto peers = start_peers(
+      "diloco-groups", kPeers, 110,
+      [](int i) -> std::vector<std::string> {
+        return {"dist.strategy=diloco",
+                "diloco.inner_steps=3",
+                "diloco.compress=int8",
+                "swarm.sampler=partition",
+                "swarm.partitions=4",
+                "swarm.partition=" + std::to_string(i),
+                "swarm.min_peers_to_start=4",
+                "swarm.group_size=2",
+                "swarm.average_state_every=2",
+                "swarm.matchmaking_s=5",
+                "train.max_steps=15",
+                "train.epochs=100",
+                "train.threads=1"};
+      },
+      dirs, [](int) { return slow_steps(); });
+  for (int i = 0; i < kPeers; ++i) {
+    const auto r = peers[static_cast<size_t>(i)]->wait(300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto summary = read_json(dirs[static_cast<size_t>(i)] / "summary.json");
+    // Five outer rounds; a peer that came up after the others' first round downloads their state instead
+    // of averaging in it.
+    EXPECT_GE(summary["swarm_rounds"].get<double>(), 4) << r.output;
+    EXPECT_LE(summary["swarm_rounds"].get<double>(), 5) << r.output;
+    EXPECT_LE(summary["swarm_mean_group_size"].get<double>(), 2.0) << r.output;
+    EXPECT_GE(summary["swarm_mean_group_size"].get<double>(), 1.6) << r.output;
+    // Outer rounds 2 and 4 (every second) and the last, the fifth.
+    EXPECT_GE(summary["swarm_state_rounds"].get<double>(), 2) << r.output;
+  }
+  std::vector<checkpoint::NamedTensors> weights;
+  for (const auto& d : dirs) weights.push_back(final_weights(d));
+  double farthest = 0;
+  int identical_pairs = 0;
+  for (int i = 0; i < kPeers; ++i)
+    for (int j = i + 1; j < kPeers; ++j) {
+      const double d = relative_distance(weights[static_cast<size_t>(i)], weights[static_cast<size_t>(j)]);
+      farthest = std::max(farthest, d);
+      identical_pairs += d == 0.0;
+    }
+  std::cout << "farthest relative L2 distance between the DiLoCo peers' weights: " << farthest << ", "
+            << identical_pairs << " identical pair(s)\n";
+  EXPECT_LT(farthest, 0.02);
+  EXPECT_GE(identical_pairs, 1) << "no last group left its peers with the same outer state";
+}
+
 }  // namespace
 }  // namespace cohort::testing

@@ -54,6 +54,7 @@ double to_f64(const std::string& text, const std::string& key, const std::string
                         "the file is damaged; resume from an earlier checkpoint");
 }
 
+// Note [Checkpoint format versions] in Checkpoint.h: a newer major version is refused, saying so.
 void check_version(const SafetensorsFile& f, const std::string& format, const std::string& source) {
   if (need(f, "cohort.format", source) != format)
     throw CheckpointError(source + " is a '" + need(f, "cohort.format", source) + "' file, expected '" + format + "'",

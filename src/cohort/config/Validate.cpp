@@ -27,11 +27,6 @@ void validate_swarm(const TrainConfig& cfg) {
     throw ConfigError("swarm.min_group_size=" + std::to_string(s.min_group_size) +
                           " is above swarm.group_size=" + std::to_string(s.group_size) + ": no group could ever form",
                       "lower swarm.min_group_size, or raise swarm.group_size (0: every ready peer)");
-  if (s.group_size > 0 && cfg.dist.kind() == StrategyKind::kDiloco)
-    throw ConfigError(
-        "swarm.group_size is not built for dist.strategy=diloco yet: its outer rounds average over "
-        "every ready peer",
-        "leave swarm.group_size at 0 with diloco");
   if (s.partition >= s.partitions)
     throw ConfigError("swarm.partition=" + std::to_string(s.partition) +
                           " is not below swarm.partitions=" + std::to_string(s.partitions),

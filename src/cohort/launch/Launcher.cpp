@@ -1,6 +1,6 @@
 // Over 450 lines on purpose: the launcher's one job, start N workers and watch them (spawning, signals,
 // restarts), in short functions that share its worker table. The launchers' own rendezvous of an elastic
-// job is ElasticRendezvous.h's.
+// job is ElasticRendezvous.h's (Note [Elastic rendezvous of launchers]).
 #include "cohort/launch/Launcher.h"
 
 #include <fcntl.h>

@@ -266,6 +266,34 @@ std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg) {
   return std::make_shared<AllReduceHook>();
 }
 
+StrategyTraits strategy_traits(const TrainConfig& cfg, int rank, int world_size) {
+  StrategyTraits t;
+  const StrategyKind kind = cfg.dist.kind();
+  t.data_parts = world_size;
+  t.data_part = rank;
+  t.data_seed = cfg.train.seed;
+  // One Gloo collective at a time under ddp's optim.in_backward, so each bucket's step overlaps the next
+  // one's transfer. Not for the sharded strategies: their gathers at the step then queue one behind
+  // another (Note [Sharded steps inside backward]).
+  t.one_collective_at_a_time = cfg.optim.in_backward && kind == StrategyKind::kDdp;
+  if (!is_decentralized(kind)) return t;
+  // A swarm (or diloco) peer's workers are its ranks. With swarm.sampler=partition: the peer's shard of
+  // swarm.partitions, as ddp's ranks would have it. With swarm.sampler=random: the whole set under the
+  // peer's own seed (train.seed and its swarm.listen address), for the swarm drawn pass after pass, for
+  // diloco epoch by epoch (each peer's epoch is then a pass over the whole set).
+  t.leaves_alone = t.groups_runs = true;
+  if (cfg.swarm.sampler == "partition") {
+    t.data_parts = static_cast<int>(cfg.swarm.partitions) * world_size;
+    t.data_part = static_cast<int>(cfg.swarm.partition) * world_size + rank;
+    return t;
+  }
+  t.data_seed = cfg.train.seed ^ std::hash<std::string>{}(cfg.swarm.listen);
+  if (kind == StrategyKind::kSwarm)
+    t.endless_step_samples =
+        cfg.swarm.target_batch_size > 0 ? cfg.swarm.target_batch_size : cfg.data.batch_size * world_size;
+  return t;
+}
+
 std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
                                         CommunicatorPtr comm) {
   const StrategyKind kind = cfg.dist.kind();

@@ -130,4 +130,26 @@ std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg);
 std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
                                         CommunicatorPtr comm);
 
+// Note [What the strategy decides for the loop]
+// Strategies differ outside the step too: in how the data is shared and paced, and in how a run stops on
+// a signal. The factory decides those from the config (strategy_traits, beside make_strategy), before
+// the world or the model exist, and the loop in train/ reads them as data: it branches on no strategy.
+struct StrategyTraits {
+  // This process's share of the training set: part `data_part` of `data_parts`, shuffled under
+  // `data_seed` (ddp's ranks: their rank of the world, under train.seed).
+  int data_parts = 1, data_part = 0;
+  uint64_t data_seed = 0;
+  // > 0: a step is this many samples from every process together, however they split them, drawn pass
+  // after pass without epochs (the swarm's random sampler); 0: a step is a batch of every rank.
+  int64_t endless_step_samples = 0;
+  // Ctrl-C or SIGTERM makes this process leave alone between steps (Note [Leaving a swarm] in
+  // train/Trainer.cpp); otherwise every rank stops after the step they agree on.
+  bool leaves_alone = false;
+  // Its processes are runs of their own that trackers group under one tag (the swarm's peers).
+  bool groups_runs = false;
+  // One collective in flight at a time (ddp stepping inside backward: Note [The optimizer inside backward]).
+  bool one_collective_at_a_time = false;
+};
+StrategyTraits strategy_traits(const TrainConfig& cfg, int rank, int world_size);
+
 }  // namespace cohort

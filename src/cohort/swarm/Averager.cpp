@@ -154,7 +154,8 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
     hear_ready(round, group_key, said_ready);
     const auto peers = directory_.peers();
     const auto s = survey(peers, static_cast<int64_t>(round), me, said_ready, group_key);
-    // Note [A straggler does not wait for a group]: every other live peer is past this step (they closed
+    // Note [A straggler does not wait for a group]
+    // Every other live peer is past this step (they closed
     // its round without this peer, which came late: a newcomer whose download landed a step behind, a slow
     // or frozen peer). Nobody can join it any more, so it takes this step alone at once, and its next
     // catch_up downloads their state (Note [A peer that fell out of a round resynchronizes] in
@@ -341,7 +342,8 @@ RoundOutcome Averager::all_reduce(uint64_t round, const std::vector<Member>& gro
     ::raise(options_.fault_signal);
   }
   out.averaged = r.values.clone();
-  // This member reduces its own part from what arrives by half the timeout (Note [What a round does...]).
+  // This member reduces its own part from what arrives by half the timeout (Note [What a round does when a peer
+  // fails]).
   const auto missing = reduce_own_part(r, weight, after(start, options_.averaging_timeout_s / 2), out);
   const auto lost = receive_results(r, after(start, options_.averaging_timeout_s), out);
   out.averaging_s = seconds_since(start);

@@ -36,7 +36,8 @@ at::Tensor roundtrip(const at::Tensor& values, Codec codec);
 // Error feedback (EF-SGD; INTELLECT-1's int8 all-reduce): returns `values` plus what the wire lost of the
 // vector sent last time (`residual`), and sets `residual` to what it loses of this one, so that over
 // steps the sum of what arrives stays within one step of the codec of the sum sent. `residual` starts
-// undefined or zero; with kNone it returns `values` and leaves `residual` alone.
+// undefined or zero; with kNone it returns `values` and leaves `residual` alone. The swarm's int8 gradients
+// and DiLoCo's int8 pseudo-gradients go through it (Note [A swarm's int8 gradients carry what the wire lost]).
 at::Tensor with_error_feedback(const at::Tensor& values, at::Tensor& residual, Codec codec);
 
 }  // namespace cohort::swarm

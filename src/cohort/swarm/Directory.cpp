@@ -15,12 +15,13 @@ namespace cohort::swarm {
 
 namespace {
 
-// The DHT value type of a peer record. Note [A peer's record is edited in place]: OpenDHT's default type
-// refuses to replace a stored value with a new one of the same id (its edit policy is "never"), and
-// keeps every value for 10 minutes, so a peer's updates would never reach the nodes that store its
-// first record. Every cohort node registers this type: a record may be replaced (a forged replacement
-// is still refused by whoever reads it: records are sealed) and expires soon after its peer stops
-// republishing it.
+// The DHT value type of a peer record (Note [A peer's record is edited in place]).
+//
+// Note [A peer's record is edited in place]
+// OpenDHT's default type refuses to replace a stored value with a new one of the same id (its edit policy is "never"),
+// and keeps every value for 10 minutes, so a peer's updates would never reach the nodes that store its first record.
+// Every cohort node registers this type: a record may be replaced (a forged replacement is still refused by whoever
+// reads it: records are sealed) and expires soon after its peer stops republishing it.
 constexpr dht::ValueType::Id kRecordType = 0x4348;
 
 using std::chrono::duration;
@@ -115,7 +116,8 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
   config.bind4 = addresses.front();
   try {
     dht_->run(config, {});
-    // Note [A DHT value outlives OpenDHT's reannounce margin]: OpenDHT puts a value again REANNOUNCE_MARGIN
+    // Note [A DHT value outlives OpenDHT's reannounce margin]
+    // OpenDHT puts a value again REANNOUNCE_MARGIN
     // (10 s) before it expires. A type that expires within 10 s is put again at once, without end: the
     // records' first type (10 s) made every node send about 900 puts a second (measured, 1 MB/s a peer).
     // The stored copy lives a minute; readers judge liveness by the record's own time (record_ttl_s).
@@ -217,7 +219,8 @@ std::vector<Refusal> Directory::refusals() const {
   return out;
 }
 
-// Note [No DHT request before the first contact]: a search started while this node knows no other (the
+// Note [No DHT request before the first contact]
+// A search started while this node knows no other (the
 // first peer, before anyone bootstraps through it) backs off, and its first answer then takes seconds. So
 // the DHT is neither read nor written before a first contact.
 bool Directory::has_contact() const {
@@ -236,7 +239,8 @@ void Directory::run() {
     std::vector<std::string> contacts;
     contacts.swap(to_contact_);
     const bool publishing = transport_ && !mine_.address.empty();
-    // Note [The heartbeat is its own clock]: it is due announce_s after the last heartbeat, not after the
+    // Note [The heartbeat is its own clock]
+    // It is due announce_s after the last heartbeat, not after the
     // last record sent. A peer sends a record at every step, and with steps shorter than announce_s a
     // heartbeat counted from those never came: the others' records were never passed on, and a newcomer
     // knocking on one peer met that one alone (seen: 2 of 4 live peers, for a minute).
@@ -253,7 +257,8 @@ void Directory::run() {
       mine_sealed_ = sealed;
     }
     lock.unlock();
-    // Note [Every peer is a DHT contact]: a peer that bootstrapped through one peer may know only that one
+    // Note [Every peer is a DHT contact]
+    // A peer that bootstrapped through one peer may know only that one
     // in the DHT (its searches are answered there); when that peer dies, it finds nobody and trains alone
     // (measured: three peers alone for the rest of the run after their bootstrap peer was killed). Every
     // peer seen in a record is made a direct contact, so the swarm outlives any one peer.
@@ -290,30 +295,47 @@ void Directory::run() {
 void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) {
   std::vector<PeerRecord> to = with_others ? heartbeat_peers() : peers();
   std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
+  std::set<PeerKey> gossip_to;
   if (with_others) {
     std::lock_guard lock(mutex_);
-    const double oldest = unix_now() - options_.record_ttl_s;
+    const double now = unix_now(), oldest = now - options_.record_ttl_s;
     for (const auto& [key, entry] : records_)
-      if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest)
+      if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest) {
         others.emplace_back(key, entry.sealed);
-    // Note [The heartbeat passes on a few records]: every record it knew went to every peer it knew, so
+        if (entry.met_unix >= now - kWelcomeBeats * options_.announce_s) gossip_to.insert(key);
+      }
+    // Note [The heartbeat passes on a few records]
+    // Every record it knew went to every peer it knew, so
     // each peer checked the signatures of every other's records once a second from every other peer:
     // N^2 a peer, N^3 in all. At 32 peers on 2 cores that took most of the machine, and rounds failed for
-    // want of CPU (bench/scale.py, issue 41). A random kGossipRecords of them, drawn anew at each heartbeat,
-    // still reach a newcomer from every peer that knows it within a beat or two.
+    // want of CPU (bench/scale.py, issue 41). So a heartbeat passes on a random kGossipRecords of them,
+    // drawn anew at each beat, and only to some peers: those it met in the last kWelcomeBeats beats (a
+    // newcomer, or a peer back after its record expired here, learns the swarm from every peer that meets
+    // it within a beat or two) and kGossipFanout others drawn at random (views that differ still merge).
+    // Passed to every peer, the 8 records made the heartbeat 9 records a peer a second from each of N - 1
+    // peers: 183 kB/s a peer at 64 peers against 67 at 8 (bench/scale.py). Every peer still hears each live
+    // peer's own record from that peer every beat, which keeps each record live where it is known.
     if (others.size() > kGossipRecords) {
       std::shuffle(others.begin(), others.end(), gossip_random_);
       others.resize(kGossipRecords);
     }
+    std::vector<PeerKey> live;
+    for (const auto& peer : to)
+      if (!gossip_to.count(peer.key) && peer.written_unix >= oldest) live.push_back(peer.key);
+    std::shuffle(live.begin(), live.end(), gossip_random_);
+    for (size_t i = 0; i < live.size() && i < kGossipFanout; ++i) gossip_to.insert(live[i]);
   }
   const double live_since = unix_now() - options_.record_ttl_s;
   for (const auto& peer : to) {
     Writer w;
+    const bool gossip = gossip_to.count(peer.key) > 0;
     uint64_t count = 1;
-    for (const auto& other : others) count += other.first != peer.key;
+    if (gossip)
+      for (const auto& other : others) count += other.first != peer.key;
     w.u64(count).u64(mine.size()).raw(mine.data(), mine.size());
-    for (const auto& [key, sealed] : others)
-      if (key != peer.key) w.u64(sealed.size()).raw(sealed.data(), sealed.size());
+    if (gossip)
+      for (const auto& [key, sealed] : others)
+        if (key != peer.key) w.u64(sealed.size()).raw(sealed.data(), sealed.size());
     // To a peer whose record expired, addressed to whoever is there now, as a knock is: another process may
     // have taken its address.
     const bool live = peer.written_unix >= live_since;
@@ -334,7 +356,8 @@ std::vector<PeerRecord> Directory::heartbeat_peers() const {
   return written_since(unix_now() - options_.record_ttl_s - kHeartbeatAfterDeathS);
 }
 
-// Note [A peer that knows nobody knocks]: a peer that knows no live peer sends its record, every
+// Note [A peer that knows nobody knocks]
+// A peer that knows no live peer sends its record, every
 // announce_s, to the addresses in swarm.initial_peers and to those of the peers it has seen (addressed to
 // whoever is there: a newcomer does not know their keys yet). A live peer there takes it in like any record
 // and, from its next heartbeat on, sends this peer its own record and every other it knows. Without it a
@@ -418,7 +441,9 @@ void Directory::take_in(const uint8_t* data, size_t size, const PeerKey& carrier
       if (o.counter <= slot.counter) return;
       introduce_twins(slot, *rec, data, size, replies);
       if (!rec->leaving && seen_.insert(rec->key).second) to_contact_.push_back(rec->address);
-      slot = {o.counter, std::move(*rec), std::vector<uint8_t>(data, data + size)};
+      const double now = unix_now();
+      const bool met = slot.record.written_unix < now - options_.record_ttl_s;
+      slot = {o.counter, std::move(*rec), std::vector<uint8_t>(data, data + size), met ? now : slot.met_unix};
     }
   }
   if (transport_)

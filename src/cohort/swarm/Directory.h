@@ -20,7 +20,8 @@
 // a swarm's steps waited on the lag. So the DHT is for finding peers (a record put every `dht_put_s`, read
 // every `dht_read_s`), and each change of a record goes to the known peers as one frame over the swarm's
 // transport (at once when the step, readiness or leaving changes; other changes
-// at most every 50 ms). The heartbeat, every announce_s, also carries up to 8 live records of the other
+// at most every 50 ms). The heartbeat, every announce_s, goes to every known peer; to a few of them (the
+// peers met in the last beats, and two drawn at random) it also carries up to 8 live records of the other
 // peers this one knows, drawn anew each beat (each still sealed by its own peer), so that two peers who
 // found each other in the DHT learn everyone the other knows within a few beats, whatever their own view
 // of the DHT (Notes [The heartbeat is its own clock] and [The heartbeat passes on a few records] in
@@ -121,7 +122,7 @@ class Directory {
 
  private:
   void run();
-  bool has_contact() const;
+  bool has_contact() const;  // Note [No DHT request before the first contact]
   // Sends `mine` (sealed) to every live peer, with the others' records when `with_others` (the heartbeat).
   void send_direct(const std::vector<uint8_t>& mine, bool with_others);
   // The live peers and those whose record expired less than kHeartbeatAfterDeathS ago (Note [A peer whose
@@ -141,6 +142,8 @@ class Directory {
 
   static constexpr double kMinDirectGapS = 0.05;       // non-urgent record changes go out at most this often
   static constexpr size_t kGossipRecords = 8;          // others' records a heartbeat passes on, at most
+  static constexpr size_t kGossipFanout = 2;           // peers, drawn at random, a heartbeat passes them to
+  static constexpr double kWelcomeBeats = 3;           // and peers met within this many announce_s
   static constexpr double kHeartbeatAfterDeathS = 60;  // heartbeats still go to a peer this long after its TTL
 
   PeerIdentity me_;
@@ -160,11 +163,13 @@ class Directory {
   bool mine_dirty_ = false;   // changed since it was last sent
   bool mine_urgent_ = false;  // its step, readiness or leaving changed: send it now
   bool read_in_flight_ = false;
-  std::vector<std::string> to_contact_;  // addresses of peers met, to make DHT contacts of
+  // Addresses of peers met, to make DHT contacts of (Note [Every peer is a DHT contact]).
+  std::vector<std::string> to_contact_;
   struct Entry {
     uint64_t counter = 0;  // its seal's counter: a record replaces only an older one
     PeerRecord record;
     std::vector<uint8_t> sealed;  // as its peer sealed it, to pass on
+    double met_unix = 0;          // when its record last became live here (first seen, or back after its TTL)
   };
   std::map<PeerKey, Entry> records_;  // the newest record of each peer
 

@@ -87,7 +87,8 @@ Transport::~Transport() {
 void Transport::send(const PeerKey& to, const std::string& address, Topic topic, const std::vector<uint8_t>& body) {
   Writer w;
   w.u8(static_cast<uint8_t>(topic.kind)).u64(topic.round).i64(topic.part).raw(body.data(), body.size());
-  // Note [Frames leave in the order of their counters]: a receiver refuses a counter lower than the last
+  // Note [Frames leave in the order of their counters]
+  // A receiver refuses a counter lower than the last
   // it took from this sender (a replay). The directory's thread and the training thread both send, so
   // a counter is taken and its frame queued under one lock: otherwise a frame sealed first could be
   // queued second and refused (seen: averaging parts refused as replays once records went direct).

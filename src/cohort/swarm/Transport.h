@@ -86,7 +86,8 @@ class Transport {
   const PeerKey& key() const { return me_.token.peer_public_key; }
   const std::string& address() const { return address_; }
 
-  // Seals and queues the frame for `to` at `address`; never blocks (Note [A swarm round never waits...]).
+  // Seals and queues the frame for `to` at `address`; never blocks (Note [A swarm round never waits without a
+  // deadline]).
   void send(const PeerKey& to, const std::string& address, Topic topic, const std::vector<uint8_t>& body);
   // The first message on `topic` (from `from`, when given) that arrived or arrives before `deadline`.
   std::optional<Message> receive(Topic topic, Clock::time_point deadline, const std::optional<PeerKey>& from = {});

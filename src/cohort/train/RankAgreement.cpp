@@ -78,9 +78,9 @@ void check_same_config(const nlohmann::json& mine, World& world) {
                       "data.root, run.dir and train.threads may differ)");
 }
 
-int agreed_stop_signal(World& world, int mine, int64_t step, bool swarm_peer, c10::Device device) {
+int agreed_stop_signal(World& world, int mine, int64_t step, bool leaves_alone, c10::Device device) {
   if (world.comm->size() == 1) return mine;
-  if (swarm_peer) {
+  if (leaves_alone) {
     auto flag = at::full({1}, static_cast<double>(mine), at::kDouble);
     world.comm->broadcast(flag, 0, "a stop request")->wait();
     return static_cast<int>(flag.item<double>());

@@ -31,13 +31,14 @@ std::string decided_by_rank0(World& world, const std::string& key, const std::fu
 // from rank 0's in a key that is not machine-local.
 void check_same_config(const nlohmann::json& mine, World& world);
 
-// The stop signal every rank acts on after `step`, from each rank's own (`mine`, 0 for none). A swarm
-// peer's first worker decides for all its workers, every step. Elsewhere a scheduler's warning (SIGUSR1)
+// The stop signal every rank acts on after `step`, from each rank's own (`mine`, 0 for none). A process
+// that `leaves_alone` (a swarm peer: StrategyTraits) has its first worker decide for all its workers, every
+// step. Elsewhere a scheduler's warning (SIGUSR1)
 // may reach the ranks at different steps, or only some of them: the largest signal number any rank holds
 // decides, every kStopCheckSteps steps (0 in between), so that every rank stops after the same step and
 // the save that follows is whole. `device` is where the training runs (NCCL reduces device tensors only).
 inline constexpr int64_t kStopCheckSteps = 10;
-int agreed_stop_signal(World& world, int mine, int64_t step, bool swarm_peer, c10::Device device);
+int agreed_stop_signal(World& world, int mine, int64_t step, bool leaves_alone, c10::Device device);
 
 // The run directory rank 0 picks (run.dir, or runs/<timestamp>) and creates, as an absolute path.
 std::filesystem::path agree_run_dir(const TrainConfig& cfg, World& world);

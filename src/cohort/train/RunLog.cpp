@@ -8,6 +8,7 @@
 
 #include "cohort/checkpoint/Names.h"
 #include "cohort/log/Report.h"
+#include "cohort/parallel/Strategy.h"
 #include "cohort/util/AtomicFile.h"
 
 namespace cohort::train {
@@ -49,7 +50,7 @@ RunLog::Tags tracker_tags(const RunIdentity& run) {
                        {"cohort.strategy", run.strategy},  {"cohort.precision", run.precision},
                        {"cohort.launcher", run.launcher},  {"cohort.run_dir", fs::absolute(run.run_dir).string()}};
   if (const char* user = std::getenv("USER")) tags.emplace_back("mlflow.user", user);  // MLflow's own "User"
-  if (is_decentralized(run.cfg.dist.kind())) {
+  if (strategy_traits(run.cfg, 0, run.world_size).groups_runs) {
     nlohmann::json shared = run.config_json;
     for (const auto& key : config::machine_local_keys()) shared.erase(key);
     std::ostringstream name;

@@ -22,11 +22,7 @@ namespace fs = std::filesystem;
 World join_world(const TrainConfig& cfg, const WorldInfo& info) {
   at::set_num_threads(worker_threads(cfg, info));
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
-  // One Gloo collective at a time under ddp's optim.in_backward, so each bucket's step overlaps the next
-  // one's transfer: Note [The optimizer inside backward] in parallel/Strategy.cpp. Not for the sharded
-  // strategies: their gathers at the step then queue one behind another (Note [Sharded steps inside
-  // backward]).
-  const bool one_at_a_time = cfg.optim.in_backward && cfg.dist.kind() == StrategyKind::kDdp;
+  const bool one_at_a_time = strategy_traits(cfg, info.rank, info.world_size).one_collective_at_a_time;
   World world = rendezvous(info, cfg.dist.backend, timeout, one_at_a_time ? 1 : 2);
   const char* torch_debug = std::getenv("TORCH_DISTRIBUTED_DEBUG");
   if (cfg.dist.debug == "detail" || (torch_debug && std::string(torch_debug) == "DETAIL")) world.comm->set_debug(true);
@@ -109,33 +105,21 @@ Job set_up_job(TrainConfig& cfg, const WorldInfo& info, World& world, const Resu
   return job;
 }
 
-bool endless_stream(const TrainConfig& cfg) {
-  return cfg.dist.kind() == StrategyKind::kSwarm && cfg.swarm.sampler == "random";
-}
-
 data::DistributedSampler training_sampler(const TrainConfig& cfg, int64_t dataset_size, const WorldInfo& info) {
+  const auto t = strategy_traits(cfg, info.rank, info.world_size);
   const bool shuffle = true, drop_last = false;
-  if (!is_decentralized(cfg.dist.kind()))
-    return {dataset_size, info.world_size, info.rank, shuffle, cfg.train.seed, drop_last};
-  if (cfg.swarm.sampler == "partition") {
-    const auto parts = static_cast<int>(cfg.swarm.partitions) * info.world_size;
-    return {dataset_size, parts,          static_cast<int>(cfg.swarm.partition) * info.world_size + info.rank,
-            shuffle,      cfg.train.seed, drop_last};
-  }
-  const uint64_t peer_seed = cfg.train.seed ^ std::hash<std::string>{}(cfg.swarm.listen);
-  return {dataset_size, info.world_size, info.rank, shuffle, peer_seed, drop_last};
+  return {dataset_size, t.data_parts, t.data_part, shuffle, t.data_seed, drop_last};
 }
 
 namespace {
 
-// Steps per epoch and the global batch. A swarm step is swarm.target_batch_size samples from all peers
-// together, however they split them; otherwise a step is a batch of every rank (sampler.world_size():
-// the ranks, or in a swarm partition every peer's ranks).
+// Steps per epoch and the global batch. An endless stream's step is its samples from all processes
+// together, however they split them (the swarm's swarm.target_batch_size); otherwise a step is a batch of
+// every rank (sampler.world_size(): the ranks, or in a swarm partition every peer's ranks).
 std::pair<int64_t, int64_t> step_shape(const TrainConfig& cfg, const data::DistributedSampler& sampler,
                                        const WorldInfo& info) {
   const int64_t batch = cfg.data.batch_size, accum = cfg.train.grad_accum_steps;
-  if (endless_stream(cfg)) {
-    const int64_t target = cfg.swarm.target_batch_size > 0 ? cfg.swarm.target_batch_size : batch * info.world_size;
+  if (const int64_t target = strategy_traits(cfg, info.rank, info.world_size).endless_step_samples) {
     if (sampler.dataset_size() < target)
       throw ConfigError("swarm.target_batch_size=" + std::to_string(target) + " exceeds the " +
                             std::to_string(sampler.dataset_size()) + " training images",

@@ -77,12 +77,8 @@ struct Plan {
 
 Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const WorldInfo& info);
 
-// The sampler of the training set: this rank's DistributedSampler shard. In a swarm (or diloco), a peer's workers
-// are its ranks: with swarm.sampler=partition the peer's shard of swarm.partitions (as ddp's ranks would
-// have it); with swarm.sampler=random the whole set under the peer's own seed (train.seed and the
-// peer's swarm.listen address), for the swarm drawn pass after pass (endless_stream), for diloco epoch
-// by epoch (each peer's epoch is then a pass over the whole set).
+// The sampler of the training set: this rank's share as its strategy deals it (Note [What the strategy
+// decides for the loop] in parallel/Strategy.h).
 data::DistributedSampler training_sampler(const TrainConfig& cfg, int64_t dataset_size, const WorldInfo& info);
-bool endless_stream(const TrainConfig& cfg);
 
 }  // namespace cohort::train

@@ -62,8 +62,8 @@ StateBytes max_bytes(StateBytes a, StateBytes b) {
 // ends normally (the others do not wait for it), its record says it is leaving (swarm/Directory.h), and
 // it saves `last` and writes its summary at once, without the final evaluation. The launcher gives it
 // torchrun's 30 s before SIGKILL; a second Ctrl-C kills it at once. Other strategies keep the signals'
-// defaults: a worker of a fixed group cannot leave alone, and the launcher stops them all.
-bool leaves_on_signal(const TrainConfig& cfg) { return is_decentralized(cfg.dist.kind()); }
+// defaults: a worker of a fixed group cannot leave alone, and the launcher stops them all. Which
+// strategies leave alone is StrategyTraits::leaves_alone (parallel/Strategy.h).
 
 // One worker's training after setup: the epoch and step loop, evaluation with the best checkpoint, and
 // the periodic saves. run_worker below reads as the whole job; this holds the state its steps share.
@@ -79,7 +79,7 @@ class TrainingRun {
         lead_(info.rank == 0),
         sampler_(training_sampler(cfg, job.data.train->size(), info)),
         test_sampler_(job.data.test->size(), info.world_size, info.rank, false, cfg.train.seed, false),
-        endless_(endless_stream(cfg)),
+        traits_(strategy_traits(cfg, info.rank, info.world_size)),
         plan_(make_plan(cfg, sampler_, info)),
         config_json_(config::to_json(cfg)),
         monitor_(cfg.log.monitor_s, run_dir / ("resources.rank" + std::to_string(info.rank) + ".jsonl"),
@@ -89,8 +89,7 @@ class TrainingRun {
         log_(cfg, run_dir, info.world_size, lead_, progress_.mode() == Progress::Mode::kPlain),
         checkpoints_(cfg, run_dir, world, {*job.model, *job.strategy, *job.precision, job.lookahead.get()},
                      config_json_.dump()),
-        faults_(FaultPlan::from_env()),
-        leaves_on_signal_(leaves_on_signal(cfg)) {
+        faults_(FaultPlan::from_env()) {
     if (resume.active()) {
       checkpoints_.restore(resume.checkpoint);
       step_ = resume.checkpoint.state.step;
@@ -146,11 +145,12 @@ class TrainingRun {
   fs::path run_dir_;
   bool lead_;
   data::DistributedSampler sampler_, test_sampler_;
-  // The swarm's peers draw pass after pass over the whole set: their batches do not follow the epochs.
-  bool endless_;
+  // How the strategy shares and paces the data and stops (Note [What the strategy decides for the loop]).
+  // An endless stream is drawn pass after pass over the whole set: its batches do not follow the epochs.
+  StrategyTraits traits_;
   std::unique_ptr<data::Loader> stream_;
   int64_t stream_pass_ = 0;
-  double pending_loss_ = 0;  // the swarm: losses of the batches accumulated toward the next step
+  double pending_loss_ = 0;  // losses of the batches accumulated toward the next applied step
   int64_t pending_batches_ = 0;
   Plan plan_;
   nlohmann::json config_json_;
@@ -159,7 +159,6 @@ class TrainingRun {
   RunLog log_;
   Checkpointer checkpoints_;
   FaultPlan faults_;
-  bool leaves_on_signal_;
   int stop_signal_ = 0;
   PhaseClock clock_;  // where the time goes, phase by phase (train/PhaseClock.h)
   MetricWindow window_;
@@ -197,7 +196,7 @@ void TrainingRun::train_epoch(int64_t epoch) {
   const data::AugmentOptions aug{
       cfg_.data.augment, cfg_.data.crop_padding, true, cfg_.train.seed, epoch, cfg_.data.flip == "alternating"};
   std::optional<data::Loader> loader;
-  if (!endless_)
+  if (traits_.endless_step_samples == 0)
     loader.emplace(*job_.data.train,
                    batches_of(sampler_.indices(epoch), plan_.batch, first * plan_.accum, steps * plan_.accum), aug,
                    prefetch_batches(cfg_), /*pin=*/job_.device.is_cuda());
@@ -236,7 +235,7 @@ void TrainingRun::train_epoch(int64_t epoch) {
 
 // Whether to leave now: see agreed_stop_signal (RankAgreement.h) for how the ranks agree on the step.
 bool TrainingRun::stop_requested() {
-  const int sig = agreed_stop_signal(world_, util::stop_signal(), step_, leaves_on_signal_, job_.device);
+  const int sig = agreed_stop_signal(world_, util::stop_signal(), step_, traits_.leaves_alone, job_.device);
   stop_signal_ = sig;
   if (sig != 0 && lead_)
     std::cerr << "cohort: " << util::signal_name(sig) << ": leaving after step " << step_ << "; saving "
@@ -454,7 +453,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   const comm::FlightDumps flight_dumps(world.comm->flight(), run_dir, info.rank, info.world_size);
   Job job = set_up_job(cfg, info, world, resume);
   util::catch_preemption_signal();
-  if (leaves_on_signal(cfg)) util::catch_stop_signals();
+  if (strategy_traits(cfg, info.rank, info.world_size).leaves_alone) util::catch_stop_signals();
   TrainingRun run(cfg, info, world, job, run_dir, resume);
 
   job.model->train();

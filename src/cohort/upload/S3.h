@@ -7,10 +7,10 @@
 //   uint64_t bytes = cohort::upload::upload_file(opt, dest, "ckpt/model.safetensors");
 //   // -> s3://my-bucket/runs/exp1/model.safetensors; throws cohort::upload::UploadError on failure
 //
-// The signing pieces (sha256_hex, signing_key, canonical_request, authorization_header) are public so that
-// they can be checked against known answers without a network.
+// Every request is signed by upload/SigV4.h (included here, where its functions were declared before).
 #pragma once
 
+#include "cohort/upload/SigV4.h"
 #include "cohort/util/Http.h"
 
 #include <cstdint>
@@ -52,39 +52,6 @@ struct S3Options {
   // both. Throws UploadError naming the variables when the credentials are missing.
   static S3Options from_env(const std::string& endpoint_flag = "");
 };
-
-// ---- Signature Version 4, pure functions ----
-
-std::string sha256_hex(const std::string& data);                           // lowercase hex
-std::string hmac_sha256(const std::string& key, const std::string& data);  // raw 32 bytes
-std::string to_hex(const std::string& bytes);
-// HMAC chain "AWS4"+secret -> date (YYYYMMDD) -> region -> service -> "aws4_request"; raw 32 bytes.
-std::string signing_key(const std::string& secret, const std::string& date, const std::string& region,
-                        const std::string& service);
-// Percent-encodes everything but A-Z a-z 0-9 - _ . ~ (and '/' when keep_slash), as SigV4 requires.
-using http::uri_encode;
-// The current UTC time as "YYYYMMDDTHHMMSSZ".
-std::string amz_date_now();
-
-// One request as SigV4 sees it. Names and values are plain (unencoded); the canonical form encodes them.
-struct SignedRequest {
-  std::string method;  // "PUT", "POST", "DELETE", ...
-  std::string path;    // e.g. "/bucket/runs/exp 1/model.pt"; S3 paths are encoded once, '/' kept
-  std::vector<std::pair<std::string, std::string>> query;  // e.g. {{"partNumber","2"},{"uploadId","x"}}
-  // Every header to sign, in any order and case. Must hold "host" and "x-amz-date" (equal to amz_date),
-  // and for S3 "x-amz-content-sha256" (equal to payload_hash).
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string payload_hash;  // hex SHA-256 of the body, or "UNSIGNED-PAYLOAD"
-  std::string amz_date;      // "YYYYMMDDTHHMMSSZ"
-  std::string region = "us-east-1";
-  std::string service = "s3";
-};
-
-std::string canonical_query_string(const std::vector<std::pair<std::string, std::string>>& query);
-std::string canonical_request(const SignedRequest& r);
-std::string string_to_sign(const SignedRequest& r);
-// "AWS4-HMAC-SHA256 Credential=<key>/<scope>, SignedHeaders=a;b;c, Signature=<hex>".
-std::string authorization_header(const SignedRequest& r, const std::string& access_key, const std::string& secret_key);
 
 // ---- Upload ----
 

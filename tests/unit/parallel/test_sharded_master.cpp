@@ -215,6 +215,7 @@ TEST(ShardedFp16Master, Zero1Zero2FsdpMatchDdpWithFp16WeightsAndFloat32Masters) 
         spec.strategy = strategy;
         const auto got = train(spec);
         const auto what = strategy + " " + opt + " at " + std::to_string(world) + " ranks";
+        // Equal to the reference within Note [fp16-master parity tolerance].
         ASSERT_EQ(got.losses.size(), want.losses.size());
         for (size_t s = 0; s < got.losses.size(); ++s)
           EXPECT_NEAR(got.losses[s], want.losses[s], kLossTol) << what << ", step " << s;

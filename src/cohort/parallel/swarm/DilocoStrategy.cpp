@@ -26,11 +26,13 @@ class DilocoStrategy : public Strategy {
         outer_lr_(cfg.diloco.outer_lr),
         outer_momentum_(cfg.diloco.outer_momentum),
         codec_(swarm::codec_from_name(cfg.diloco.compress, "diloco.compress")),
-        samples_per_step_(cfg.data.batch_size * cfg.train.grad_accum_steps * comm->size()) {
+        samples_per_step_(cfg.data.batch_size * cfg.train.grad_accum_steps * comm->size()),
+        averages_state_(cfg.swarm.group_size > 0),
+        average_state_every_(cfg.swarm.average_state_every) {
     TrainConfig local = cfg;  // inside the peer its workers are a ddp job; DiLoCo is between peers
     local.dist.strategy = "ddp";
     inner_ = make_strategy(local, std::move(model), comm);
-    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg);
+    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_);
   }
 
   std::string name() const override { return "diloco"; }
@@ -53,7 +55,8 @@ class DilocoStrategy : public Strategy {
   }
 
   StepResult step(double lr, const StepOptions& options) override {
-    // Note [A DiLoCo peer serves its last boundary]: at an outer step's boundary the weights are the
+    // Note [A DiLoCo peer serves its last boundary]
+    // At an outer step's boundary the weights are the
     // outer weights, what a newcomer needs; the state is taken then and served at every inner step until
     // the next boundary. Served at boundaries only, a request waited up to an outer round (18 s at
     // H = 50 in bench/swarm.py) for its answer, past the download's patience: a DiLoCo newcomer found
@@ -69,7 +72,8 @@ class DilocoStrategy : public Strategy {
     // Where this peer is within the round: a newcomer starts where the others are (catch_up).
     if (peer_) peer_->progress(round, (options.step + 1 - round * inner_steps_) * samples_per_step_);
     // The samples this round's pseudo-gradient holds: a whole round's, or a newcomer's rest of one.
-    // Note [A DiLoCo run ends on an outer step]: the run's last step closes its round early, so every peer
+    // Note [A DiLoCo run ends on an outer step]
+    // The run's last step closes its round early, so every peer
     // ends on the same weights (the run's model, as ddp's ranks end on one), not on a few inner steps of
     // its own. That last outer step is the plain average of the peers' weights, without the outer lr and
     // momentum: a Nesterov step there moved the weights away from the batch-norm statistics with no inner
@@ -83,7 +87,8 @@ class DilocoStrategy : public Strategy {
   // A newcomer, or a peer two outer rounds behind, takes a live peer's weights, inner optimizer state and
   // outer momentum at an outer step's boundary (Note [A newcomer catches up] in SwarmStrategy.cpp); the
   // swarm's records count outer rounds. Its int8 residual starts from zero: it is this peer's own.
-  // Note [A DiLoCo newcomer starts where the others are]: the others are partway through that round
+  // Note [A DiLoCo newcomer starts where the others are]
+  // The others are partway through that round
   // (Note [A DiLoCo peer serves its last boundary]); started at the boundary, the newcomer would reach the
   // outer step after they closed it, step alone, download again and land as far behind, round after
   // round (seen: a newcomer that never averaged with the others in bench/swarm.py at H = 50). It starts
@@ -177,7 +182,8 @@ class DilocoStrategy : public Strategy {
     return at::cat(flat);
   }
 
-  // Note [DiLoCo's outer step]: the pseudo-gradient (outer - current, plus what int8 lost last time) is
+  // Note [DiLoCo's outer step]
+  // The pseudo-gradient (outer - current, plus what int8 lost last time) is
   // averaged across the group; the outer optimizer is torch.optim.SGD with Nesterov momentum on it:
   // buf = mu * buf + g; outer -= lr * (g + mu * buf). Every peer of the group applies the same update
   // to the same outer weights, so they leave the outer step identical.
@@ -194,6 +200,7 @@ class DilocoStrategy : public Strategy {
       momentum_.mul_(outer_momentum_).add_(averaged);
       outer_.sub_(averaged.add(momentum_, outer_momentum_), outer_lr_);
     }
+    average_outer_state(round, last, wire);
     int64_t offset = 0;
     for (auto& p : trainable_.params) {
       const auto n = p.numel();
@@ -209,6 +216,26 @@ class DilocoStrategy : public Strategy {
     last_sync_ = {wire / inner_steps_, outer_.numel() * 4};
   }
 
+  // Note [DiLoCo in bounded groups]
+  // With swarm.group_size, an outer round averages the pseudo-gradients
+  // of its group only (Note [Groups on a grid] in swarm/Averager.cpp). The members of a group come from
+  // different groups of the round before, with different outer weights, and each applies the group's
+  // averaged change to its own: their outer states stay apart. So every swarm.average_state_every outer
+  // rounds, and at the run's last, the round's group also averages its outer weights and momentum (fp32,
+  // twice the model: 8 times what int8 pseudo-gradients take), in groups that change from round to round,
+  // so the outer states mix across the swarm as the swarm's weights do. After such a round the members of
+  // one group hold the same outer state; a run ends with each last group's own weights, close to the
+  // others' but not equal.
+  void average_outer_state(int64_t round, bool last, int64_t& wire) {
+    if (!averages_state_ || (!last && (round + 1) % average_state_every_ != 0)) return;
+    auto both = at::cat({outer_, momentum_});
+    if (peer_) both = peer_->average_state(round, both, wire);
+    if (comm_->size() > 1) comm_->broadcast(both, 0, "diloco: the group's averaged outer state")->wait();
+    const auto n = outer_.numel();
+    outer_.copy_(both.slice(0, 0, n));
+    momentum_.copy_(both.slice(0, n, 2 * n));
+  }
+
   CommunicatorPtr comm_;
   std::shared_ptr<torch::nn::Module> model_;
   Trainable trainable_;
@@ -216,6 +243,8 @@ class DilocoStrategy : public Strategy {
   double outer_lr_, outer_momentum_;
   swarm::Codec codec_;
   int64_t samples_per_step_;
+  bool averages_state_;          // swarm.group_size > 0: Note [DiLoCo in bounded groups]
+  int64_t average_state_every_;  // outer rounds
   std::unique_ptr<Strategy> inner_;
   std::unique_ptr<swarm::SwarmPeer> peer_;
   std::string snapshot_;  // the state at the last outer boundary (rank 0), what serve_state answers with

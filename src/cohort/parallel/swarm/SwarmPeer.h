@@ -18,6 +18,7 @@
 
 #include "cohort/config/Config.h"
 #include "cohort/swarm/Auth.h"
+#include "cohort/swarm/Codec.h"
 #include "cohort/swarm/Directory.h"
 #include "cohort/swarm/StateTransfer.h"
 
@@ -45,7 +46,8 @@ std::vector<PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests,
 
 class SwarmPeer {
  public:
-  explicit SwarmPeer(const TrainConfig& cfg);
+  // `codec`: how the rounds put the averaged vector on the wire (swarm.compress, or DiLoCo's diloco.compress).
+  SwarmPeer(const TrainConfig& cfg, Codec codec);
   ~SwarmPeer();
 
   // Announces this peer's progress toward `step` and says whether the swarm reaches `target` samples
@@ -109,7 +111,8 @@ class SwarmPeer {
   // a log every 50 steps would show one round in 50 (a stall after a killed peer among the others).
   double longest_round_s_ = 0;
   int64_t behind_logged_ = -1;
-  bool out_of_step_ = false;  // the last round went on without this peer (Note [A peer that fell out...])
+  bool out_of_step_ =
+      false;  // the last round went on without this peer (Note [A peer that fell out of a round resynchronizes])
   int64_t serving_step_ = -1;
   std::function<std::string()> make_state_;
   bool started_ = false;                 // catch_up was called once

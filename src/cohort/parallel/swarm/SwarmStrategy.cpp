@@ -33,7 +33,7 @@ class SwarmStrategy : public Strategy {
     TrainConfig local = cfg;
     local.dist.strategy = "ddp";
     inner_ = make_strategy(local, std::move(model), comm);
-    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg);
+    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_);
   }
 
   std::string name() const override { return "swarm"; }
@@ -92,7 +92,8 @@ class SwarmStrategy : public Strategy {
       return r;
     }
     auto contribution = batches_ == 1 ? accumulated_ : accumulated_ / static_cast<double>(batches_);
-    // Note [A swarm's int8 gradients carry what the wire lost]: int8 loses up to half a step of each
+    // Note [A swarm's int8 gradients carry what the wire lost]
+    // Int8 loses up to half a step of each
     // block's scale (a 254th of its largest value); that loss goes into the next step's contribution
     // (error feedback), as DiLoCo's int8 does, so no gradient is lost for good. fp16 keeps 11 bits and
     // carries nothing, as Hivemind's Float16Compression.
@@ -109,7 +110,8 @@ class SwarmStrategy : public Strategy {
     return result;
   }
 
-  // Note [A newcomer catches up]: the peer's first worker downloads a live peer's model (parameters and
+  // Note [A newcomer catches up]
+  // The peer's first worker downloads a live peer's model (parameters and
   // buffers) and optimizer state, verified against the donor's digest (swarm/StateTransfer.h), and hands
   // it to the peer's other workers; every worker loads it and the loop goes on from the donor's step.
   std::optional<int64_t> catch_up(int64_t step) override {
