@@ -319,7 +319,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     marks = [(os.path.join(work, f"out{i}.txt"), " peers in the swarm after ") for i in range(peers)]
     wall, trained, peak, peak_pss = wait_sampling(procs, 300 + 10 * steps, marks)
     codes = [p.returncode for p in procs]
-    rounds, failed, sizes, times, avg_bytes, record_rate = 0, [], [], [], [], []
+    rounds, failed, sizes, times, avg_bytes, record_rate, distances, state_rounds = 0, [], [], [], [], [], [], 0
     for d in dirs:
         try:
             with open(os.path.join(d, "summary.json")) as f:
@@ -328,6 +328,9 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
             continue
         rounds += int(s["swarm_rounds"])
         failed.append(s["swarm_failed_rounds"])
+        state_rounds += int(s.get("swarm_state_rounds", 0))
+        if s.get("swarm_state_rounds"):
+            distances.append(s["swarm_state_distance"])
         if s["swarm_rounds"]:
             avg_bytes.append((s["swarm_bytes_sent"] - s.get("swarm_record_bytes_sent", 0)) / s["swarm_rounds"])
         record_rate.append(s.get("swarm_record_bytes_sent", 0) / wall)
@@ -361,6 +364,10 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         "round_s_p95": round(times[int(0.95 * (len(times) - 1))], 3) if times else None,
         "averaging_bytes_per_peer_per_round": round(statistics.mean(avg_bytes)) if avg_bytes else None,
         "record_bytes_per_peer_per_s": round(statistics.mean(record_rate)) if record_rate else None,
+        # With swarm.group_size: the weight (DiLoCo: outer state) averagings, and the largest relative L2
+        # distance of a peer from its group's average at its last one.
+        "state_rounds": state_rounds,
+        "state_distance_max": round(max(distances), 5) if distances else None,
         "peak_rss_mib_per_peer": round(peak / 1024, 1),
         "peak_pss_mib_per_peer": round(peak_pss / 1024, 1),
         "errors": errors,

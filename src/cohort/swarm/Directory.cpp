@@ -313,8 +313,9 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) 
     // newcomer, or a peer back after its record expired here, learns the swarm from every peer that meets
     // it within a beat or two) and kGossipFanout others drawn at random (views that differ still merge).
     // Passed to every peer, the 8 records made the heartbeat 9 records a peer a second from each of N - 1
-    // peers: 183 kB/s a peer at 64 peers against 67 at 8 (bench/scale.py). Every peer still hears each live
-    // peer's own record from that peer every beat, which keeps each record live where it is known.
+    // peers: 183 kB/s a peer at 64 peers against 67 at 8 (bench/scale.py); passed to a few, a peer at 64
+    // sends 0.67 times what one at 8 does (paired runs: bench/results/scale.json). Every peer still hears
+    // each live peer's own record from that peer every beat, which keeps each record live where it is known.
     if (others.size() > kGossipRecords) {
       std::shuffle(others.begin(), others.end(), gossip_random_);
       others.resize(kGossipRecords);

@@ -49,6 +49,8 @@ std::set<std::string> kernel_cpu_flags(const std::string& cpuinfo_path) {
 Hardware probe_cpu(const std::string& cpuinfo_path) {
   Hardware hw;
   const auto flags = kernel_cpu_flags(cpuinfo_path);
+  // x86 lists "sse2"; Arm's "Features" line does not.
+  hw.cpu_wide_vectors = flags.count("avx512f") > 0 || (!flags.empty() && flags.count("sse2") == 0);
   if (flags.empty()) {
     hw.cpu_bf16_source = "no CPU feature flags in " + cpuinfo_path;
   } else if (flags.count("amx_bf16")) {
@@ -97,8 +99,16 @@ AutoChoice choose_precision(const Hardware& hw, const std::string& why_not_fp16_
   return {"fp32", hw.cpu_bf16_source + "; emulated bf16 is slower than fp32", true};
 }
 
-AutoChoice choose_channels_last(const Hardware& hw, const std::string& model_name) {
+// Note [Channels-last on a CPU without AVX-512]
+// On the CPU channels-last pays through oneDNN's NHWC convolutions, its AVX-512 and AMX kernels. On an
+// AMD EPYC with AVX2 only, Debian 12's oneDNN 2.6 (LibTorch 1.13) corrupted the heap ("double free or
+// corruption", SIGABRT) in the backward of fp32 NHWC convolutions of resnet8 at width 4 on Fashion-MNIST,
+// with one thread a worker: 3 runs of 3; contiguous, two threads, bf16 or width 32 did not. So without
+// AVX-512, fp32 keeps the contiguous layout, ATen's own path; bf16 keeps NHWC.
+AutoChoice choose_channels_last(const Hardware& hw, const std::string& model_name, const std::string& precision) {
   if (!is_conv_net(model_name)) return {"false", model_name + " is not a convolutional model", true};
+  if (!hw.cuda && !hw.cpu_wide_vectors && precision == "fp32")
+    return {"false", "fp32 on a CPU without AVX-512: oneDNN's NHWC kernels are its AVX-512 ones", true};
   if (!hw.cuda) return {"true", "convolutional model on CPU: oneDNN's NHWC kernels", true};
   if (hw.cuda_major >= 7) return {"true", "convolutional model on tensor cores: compute capability 7.0 on", true};
   return {"false", "compute capability " + capability(hw) + " has no tensor cores", true};
@@ -119,8 +129,8 @@ AutoSettings resolve_auto(TrainConfig& cfg, const Hardware& hw) {
   // fp16 needs loss scaling, which the optimizer inside backward cannot use (Config.cpp's validate).
   if (cfg.amp.precision == "auto" && cfg.optim.in_backward && s.precision.value.rfind("fp16", 0) == 0)
     s.precision = {"fp32", s.precision.why + "; fp32 because optim.in_backward cannot use fp16 loss scaling", true};
-  s.channels_last =
-      cfg.train.channels_last == "auto" ? choose_channels_last(hw, cfg.model.name) : kept(cfg.train.channels_last);
+  s.channels_last = cfg.train.channels_last == "auto" ? choose_channels_last(hw, cfg.model.name, s.precision.value)
+                                                      : kept(cfg.train.channels_last);
   cfg.amp.precision = s.precision.value;
   cfg.train.channels_last = s.channels_last.value;
   return s;

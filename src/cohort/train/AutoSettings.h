@@ -24,7 +24,8 @@
 //   metrics. See Note [The mixed-precision dtype contract] in amp/MixedPrecision.h.
 // - Layout: channels-last for convolutional models (the small ResNets, torchvision's ResNets, airbench)
 //   on CPU (oneDNN's NHWC kernels) and on GPUs with tensor cores (7.0 on); contiguous for the ViT and
-//   the MLP, whose convolution, if any, is one patch embedding.
+//   the MLP, whose convolution, if any, is one patch embedding, and for fp32 on an x86 CPU without
+//   AVX-512 (Note [Channels-last on a CPU without AVX-512] in AutoSettings.cpp).
 // - Every rank uses rank 0's choice, so machines with different processors still train alike.
 //   `cohort eval` (fp32) resolves only the layout, on each rank: a layout changes no numbers beyond rounding.
 #pragma once
@@ -46,6 +47,8 @@ struct Hardware {
   std::string cuda_name;
   bool cpu_bf16 = false;        // the CPU has native bf16 dot products
   std::string cpu_bf16_source;  // what said so, for the log
+  // The CPU has oneDNN's wide convolution kernels: AVX-512 on x86 (avx512f), or it is not x86 (Arm).
+  bool cpu_wide_vectors = true;
 };
 
 // Reads the CPU's features (the kernel's flags, then COHORT_CPU_BF16) and, on CUDA, the device's capability.
@@ -62,7 +65,8 @@ struct AutoChoice {
 // The pure decisions of Note [What auto picks]. `why_not_fp16_master` says why the run cannot use
 // fp16-master on a GPU without bf16 (empty: it can); see fp16_master_unsuitable().
 AutoChoice choose_precision(const Hardware& hw, const std::string& why_not_fp16_master);
-AutoChoice choose_channels_last(const Hardware& hw, const std::string& model_name);
+// `precision`: the run's, resolved (choose_precision's value or the explicit one).
+AutoChoice choose_channels_last(const Hardware& hw, const std::string& model_name, const std::string& precision);
 // Why fp16 weights and gradients do not fit this config ("" when they do): train.lookahead averages the
 // weights themselves, and gradient compression (dist.compress) expects fp32 gradients.
 std::string fp16_master_unsuitable(const TrainConfig& cfg);

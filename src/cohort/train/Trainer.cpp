@@ -37,6 +37,7 @@
 #include "cohort/train/PhaseClock.h"
 #include "cohort/train/Progress.h"
 #include "cohort/train/RankAgreement.h"
+#include "cohort/train/Recipe.h"
 #include "cohort/train/RunLog.h"
 #include "cohort/train/RunSummary.h"
 #include "cohort/train/Setup.h"
@@ -89,7 +90,8 @@ class TrainingRun {
         log_(cfg, run_dir, info.world_size, lead_, progress_.mode() == Progress::Mode::kPlain),
         checkpoints_(cfg, run_dir, world, {*job.model, *job.strategy, *job.precision, job.lookahead.get()},
                      config_json_.dump()),
-        faults_(FaultPlan::from_env()) {
+        faults_(FaultPlan::from_env()),
+        recipe_(cfg, *job.model, *job.strategy, job.lookahead.get(), plan_.total_steps) {
     if (resume.active()) {
       checkpoints_.restore(resume.checkpoint);
       step_ = resume.checkpoint.state.step;
@@ -159,6 +161,7 @@ class TrainingRun {
   RunLog log_;
   Checkpointer checkpoints_;
   FaultPlan faults_;
+  Recipe recipe_;  // the model's recipe around the step: airbench's whitening freeze and lookahead
   int stop_signal_ = 0;
   PhaseClock clock_;  // where the time goes, phase by phase (train/PhaseClock.h)
   MetricWindow window_;
@@ -187,8 +190,7 @@ std::string TrainingRun::first_line(bool resuming) const {
 }
 
 void TrainingRun::train_epoch(int64_t epoch) {
-  // airbench trains its whitening bias for the first epochs only; a resumed run re-freezes it here too.
-  if (cfg_.train.whiten_bias_epochs > 0 && epoch >= cfg_.train.whiten_bias_epochs) job_.strategy->freeze("whiten.bias");
+  recipe_.epoch_started(epoch);  // a resumed run re-freezes what trains for the first epochs only
   const auto epoch_start = Clock::now();
   // The batches this epoch will train on, from where a resumed run left off to the epoch's end or stop_step.
   const int64_t first = step_ % plan_.steps_per_epoch;
@@ -319,11 +321,7 @@ bool TrainingRun::optimizer_step(double step_loss) {
   faults_.after_step(info_.rank, step_ + 1, info_.restart_count);
   if (step_ == first_step_) state_bytes_ = max_bytes(state_bytes_, job_.strategy->state_bytes());
   ++step_;
-  auto& lookahead = job_.lookahead;
-  if (lookahead && step_ % 5 == 0)
-    lookahead->lookahead(*job_.model, optim::airbench_lookahead_decay(step_, plan_.total_steps));
-  // The run ends on the average itself (decay 1: the weights become the average).
-  if (lookahead && step_ == plan_.total_steps) lookahead->lookahead(*job_.model, 1.0);
+  recipe_.step_done(step_);
   return true;
 }
 

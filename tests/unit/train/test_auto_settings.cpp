@@ -78,14 +78,30 @@ TEST(AutoPrecision, CpuWithAndWithoutNativeBf16) {
 
 TEST(AutoLayout, ChannelsLastForConvNetsWhereItIsFaster) {
   for (const std::string m : {"resnet8", "resnet20", "resnet18", "resnet50", "airbench"}) {
-    EXPECT_EQ(train::choose_channels_last(cpu(false), m).value, "true") << m;
-    EXPECT_EQ(train::choose_channels_last(gpu(7, 0), m).value, "true") << m;
-    EXPECT_EQ(train::choose_channels_last(gpu(6, 1), m).value, "false") << m;
+    EXPECT_EQ(train::choose_channels_last(cpu(false), m, "fp32").value, "true") << m;
+    EXPECT_EQ(train::choose_channels_last(gpu(7, 0), m, "bf16").value, "true") << m;
+    EXPECT_EQ(train::choose_channels_last(gpu(6, 1), m, "fp16-master").value, "false") << m;
   }
   for (const std::string m : {"vit_b32", "mlp"}) {
-    EXPECT_EQ(train::choose_channels_last(cpu(true), m).value, "false") << m;
-    EXPECT_EQ(train::choose_channels_last(gpu(9, 0), m).value, "false") << m;
+    EXPECT_EQ(train::choose_channels_last(cpu(true), m, "bf16").value, "false") << m;
+    EXPECT_EQ(train::choose_channels_last(gpu(9, 0), m, "bf16").value, "false") << m;
   }
+}
+
+// Note [Channels-last on a CPU without AVX-512]: fp32 stays contiguous there, bf16 does not.
+TEST(AutoLayout, Fp32WithoutAvx512KeepsTheContiguousLayout) {
+  auto avx2 = cpu(false);
+  avx2.cpu_wide_vectors = false;
+  const auto fp32 = train::choose_channels_last(avx2, "resnet8", "fp32");
+  EXPECT_EQ(fp32.value, "false");
+  EXPECT_NE(fp32.why.find("AVX-512"), std::string::npos) << fp32.why;
+  EXPECT_EQ(train::choose_channels_last(avx2, "resnet8", "bf16").value, "true");
+  EXPECT_EQ(train::choose_channels_last(gpu(8, 0), "resnet8", "fp32").value, "true") << "a GPU's layout is its own";
+  const auto x86 = [](const std::string& flags) { return "processor\t: 0\nflags\t\t: fpu sse2 " + flags + "\n"; };
+  EXPECT_FALSE(train::probe_cpu(cpuinfo_file("zen3", x86("avx2 fma")).string()).cpu_wide_vectors);
+  EXPECT_TRUE(train::probe_cpu(cpuinfo_file("skx2", x86("avx2 avx512f")).string()).cpu_wide_vectors);
+  EXPECT_TRUE(
+      train::probe_cpu(cpuinfo_file("arm2", "processor\t: 0\nFeatures\t: fp asimd\n").string()).cpu_wide_vectors);
 }
 
 TEST(AutoSettings, ExplicitValuesWinAndAutoIsReplaced) {
