@@ -26,7 +26,7 @@ SMALL = ["data.train_limit=1024", "data.test_limit=256", "data.batch_size=64", "
 KEYS = {
     "train": {"loss": "train/loss", "top1": "train/top1", "top5": "train/top5", "lr": "train/lr",
               "images_per_second": "train/images_per_second", "sync_bytes": "train/sync_bytes",
-              "achieved_tflops": "train/achieved_tflops"},
+              "achieved_tflops": "train/achieved_tflops", "mfu": "train/mfu"},
     "eval": {"test_loss": "val/loss", "test_top1": "val/top1", "test_top5": "val/top5"},
 }
 

@@ -80,6 +80,13 @@ TEST(Logbook, ReportOfTwoRealRunsMatchesTheirSummaries) {
     char best[32];
     std::snprintf(best, sizeof best, "| best test top-1 | %.2f%% |", 100 * summary["best_test_accuracy"].get<double>());
     EXPECT_NE(md.find(best), std::string::npos) << best;
+    // MFU, from the summary, with the peak it divides by and where that came from.
+    EXPECT_EQ(run["results"]["mfu"], summary["mfu"]);
+    EXPECT_EQ(report["comparison"][i]["mfu"], summary["mfu"]);
+    char mfu[64];
+    std::snprintf(mfu, sizeof mfu, "| MFU | %.2f%% (", 100 * summary["mfu"].get<double>());
+    EXPECT_NE(md.find(mfu), std::string::npos) << mfu;
+    EXPECT_NE(md.find(summary["peak_source"].get<std::string>()), std::string::npos);
     // Every rank's monitor wrote its own samples.
     for (int rank = 0; rank < summary["world_size"].get<int>(); ++rank)
       EXPECT_GT(read_jsonl(dirs[i] / ("resources.rank" + std::to_string(rank) + ".jsonl")).size(), 0u);
@@ -103,8 +110,8 @@ TEST(Logbook, ReportOfTwoRealRunsMatchesTheirSummaries) {
     GTEST_SKIP() << "protoc not installed";
   }
   const std::string events = decoded_events(two, out / "record.bin");
-  for (const char* tag : {"train/loss", "train/top1", "train/lr", "train/images_per_second", "val/loss", "val/top1",
-                          "val/top5", "memory/rss_mb/rank0", "memory/rss_mb/rank1", "cpu/percent/rank1"})
+  for (const char* tag : {"train/loss", "train/top1", "train/lr", "train/images_per_second", "train/mfu", "val/loss",
+                          "val/top1", "val/top5", "memory/rss_mb/rank0", "memory/rss_mb/rank1", "cpu/percent/rank1"})
     EXPECT_NE(events.find(std::string("1: \"") + tag + "\""), std::string::npos) << tag;
   EXPECT_NE(events.find("brain.Event:2"), std::string::npos);
 }

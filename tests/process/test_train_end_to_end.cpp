@@ -37,11 +37,16 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
   ASSERT_EQ(summary["peak_rss_bytes"].size(), 2u);
   for (const auto& b : summary["peak_rss_bytes"]) EXPECT_GT(b.get<int64_t>(), 10 << 20);
 
+  // Every training window's MFU: its own FLOP/s over the same peak (the first window's too: rank 0 counts
+  // the FLOPs in its first step, before that step's window is written).
   const auto lines = read_jsonl(dir / "metrics.jsonl");
   int train = 0, eval = 0;
   for (const auto& l : lines) {
     train += l["kind"] == "train";
     eval += l["kind"] == "eval";
+    if (l["kind"] != "train") continue;
+    ASSERT_TRUE(l.contains("mfu")) << l.dump();
+    EXPECT_NEAR(l["mfu"].get<double>(), l["achieved_tflops"].get<double>() / (peak * 2), 1e-12) << l.dump();
   }
   EXPECT_EQ(train, 48);
   EXPECT_EQ(eval, 2);
@@ -55,8 +60,8 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
        {"conv1.weight", "bn1.running_mean", "layer1.0.conv1.weight", "layer1.0.bn1.running_var",
         "layer2.0.downsample.0.weight", "layer2.0.downsample.1.num_batches_tracked", "fc.weight", "fc.bias"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
-  // TensorBoard: one event file from rank 0 holding the file_version event, 7 training scalars (the 7th:
-  // train/achieved_tflops, from the FLOPs rank 0 counts on its first step) and 3
+  // TensorBoard: one event file from rank 0 holding the file_version event, 8 training scalars (the 7th
+  // and 8th: train/achieved_tflops and train/mfu, from the FLOPs rank 0 counts on its first step) and 3
   // resource scalars per rank (RSS, peak RSS, CPU; no GPU here) per log line (48), and 3 per evaluation
   // (2), in TFRecord framing that ends exactly at the end of the file.
   std::vector<fs::path> events;
@@ -73,13 +78,15 @@ TEST(TrainEndToEnd, TwoWorkersWriteSummaryMetricsAndCheckpoints) {
     ++records;
   }
   EXPECT_EQ(at, bytes.size());
-  EXPECT_EQ(records, 1u + 48 * (7 + 2 * 3) + 2 * 3);
+  EXPECT_EQ(records, 1u + 48 * (8 + 2 * 3) + 2 * 3);
   EXPECT_NE(bytes.find("train/achieved_tflops"), std::string::npos);
+  EXPECT_NE(bytes.find("train/mfu"), std::string::npos);
   EXPECT_NE(bytes.find("train/loss"), std::string::npos);
   EXPECT_NE(bytes.find("val/top1"), std::string::npos);
 
-  // Only rank 0 prints progress.
+  // Only rank 0 prints progress, with the window's MFU.
   EXPECT_NE(r.output.find("step 48/48"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" img/s MFU "), std::string::npos) << r.output;
 }
 
 // eval.every_steps evaluates within the epoch too, and the epoch's end and the run's end once each.

@@ -21,7 +21,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 TAGS = {
     "train": {"loss": "train/loss", "top1": "train/top1", "top5": "train/top5", "lr": "train/lr",
               "images_per_second": "train/images_per_second", "sync_bytes": "train/sync_bytes",
-              "achieved_tflops": "train/achieved_tflops",
+              "achieved_tflops": "train/achieved_tflops", "mfu": "train/mfu",
               "loss_scale": "amp/loss_scale"},
     "eval": {"test_loss": "val/loss", "test_top1": "val/top1", "test_top5": "val/top5"},
 }

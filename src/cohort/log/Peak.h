@@ -12,7 +12,10 @@
 
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
+
+#include <c10/core/Device.h>
 
 namespace cohort::log {
 
@@ -28,11 +31,25 @@ std::optional<Peak> gpu_peak(const std::string& device_name, const std::string& 
 // Measured once per CPU model, dtype and thread count, then read from `cache` (JSON).
 Peak cpu_peak(const std::string& compute_dtype, int threads, const std::filesystem::path& cache);
 
+// The peak of one worker training on `device` in compute_dtype: the table's for a GPU, measured (or
+// cached) at this process's thread count for a CPU. Nothing for a GPU the table does not hold, with the
+// reason in *why. The summary and the training windows both divide by it.
+std::optional<Peak> device_peak(const c10::Device& device, const std::string& compute_dtype,
+                                std::string* why = nullptr);
+
 // $COHORT_CACHE/peaks.json, or ~/.cache/cohort/peaks.json.
 std::filesystem::path peak_cache_file();
 
 // "model name" of /proc/cpuinfo ("unknown CPU" when it has none).
 std::string cpu_model(const std::string& cpuinfo_path = "/proc/cpuinfo");
+
+// The processor's feature flags as the kernel reports them (the "flags" line on x86, "Features" on Arm).
+std::set<std::string> kernel_cpu_flags(const std::string& cpuinfo_path = "/proc/cpuinfo");
+
+// What a CPU's peak is cached under: its model name and the vector units oneDNN picks kernels by
+// ("AMD EPYC [avx2 avx512f avx512_bf16]"). One model name covers CPUs with and without AVX-512 (seen:
+// "AMD EPYC" on both), and their peaks differ several times over.
+std::string cpu_identity(const std::string& cpuinfo_path = "/proc/cpuinfo");
 
 // The name CUDA gives device `index` ("" without CUDA).
 std::string cuda_device_name(int index);

@@ -97,7 +97,11 @@ json run_data(const fs::path& dir) {
                     {"train_seconds", summary["train_seconds"]},
                     {"images_per_second", summary["images_per_second"]},
                     {"steps", summary["steps"]},
-                    {"epochs", summary["epochs"]}};
+                    {"epochs", summary["epochs"]},
+                    {"achieved_tflops", summary.value("achieved_tflops", json())},
+                    {"mfu", summary.value("mfu", json())},
+                    {"peak_tflops_per_worker", summary.value("peak_tflops_per_worker", json())},
+                    {"peak_source", summary.value("peak_source", json())}};
 
   // The swarm's own figures (dist.strategy=swarm or diloco): rounds, group sizes, failed rounds, bytes, peers.
   run["swarm"] = json::object();
@@ -198,6 +202,19 @@ std::string time_section(const json& run) {
   return md.str() + "\n";
 }
 
+// The MFU row of a run's results: achieved FLOP/s over its workers' peak, with where the peak came from
+// (summary.json's mfu; log/Peak.h). Runs from before MFU was counted, or on a GPU without a known peak,
+// say why there is none.
+std::string mfu_row(const json& r) {
+  const double mfu = num(r, "mfu");
+  if (!std::isfinite(mfu)) {
+    const auto why = r.value("peak_source", json());
+    return "| MFU | n/a" + (why.is_string() ? " (" + why.get<std::string>() + ")" : std::string()) + " |\n";
+  }
+  return "| MFU | " + pct(mfu) + " (" + fixed(num(r, "achieved_tflops"), 3) + " TFLOP/s over a peak of " +
+         fixed(num(r, "peak_tflops_per_worker"), 3) + " per worker: " + r.value("peak_source", std::string()) + ") |\n";
+}
+
 // This peer's view of the swarm (empty for the other strategies).
 std::string swarm_section(const json& run) {
   const auto& w = run["swarm"];
@@ -220,14 +237,14 @@ std::string markdown(const json& report) {
     md << "## Comparison\n\nSpeedup is the baseline's training time over the run's; throughput ratio is the run's "
           "images/s over the baseline's. Baseline: **"
        << report["runs"][0]["name"].get<std::string>() << "**.\n\n"
-       << "| run | workers | nodes | strategy | precision | global batch | images/s | training time (s) | best top-1 "
-          "| speedup | throughput ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+       << "| run | workers | nodes | strategy | precision | global batch | images/s | MFU | training time (s) | best "
+          "top-1 | speedup | throughput ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& c : report["comparison"])
       md << "| " << c["name"].get<std::string>() << " | " << c["world_size"] << " | " << c["nnodes"] << " | "
          << c["strategy"].get<std::string>() << " | " << c["precision"].get<std::string>() << " | " << c["global_batch"]
-         << " | " << fixed(num(c, "images_per_second"), 0) << " | " << fixed(num(c, "train_seconds"), 1) << " | "
-         << pct(num(c, "best_test_accuracy")) << " | " << fixed(num(c, "speedup"), 2) << "x | "
-         << fixed(num(c, "throughput_ratio"), 2) << "x |\n";
+         << " | " << fixed(num(c, "images_per_second"), 0) << " | " << pct(num(c, "mfu")) << " | "
+         << fixed(num(c, "train_seconds"), 1) << " | " << pct(num(c, "best_test_accuracy")) << " | "
+         << fixed(num(c, "speedup"), 2) << "x | " << fixed(num(c, "throughput_ratio"), 2) << "x |\n";
     md << "\n";
   }
   md << "## Plots\n\n![loss against epoch](loss_vs_epoch.svg)\n![loss against training time](loss_vs_time.svg)\n"
@@ -252,6 +269,7 @@ std::string markdown(const json& report) {
        << " |\n| final test top-1 | " << pct(num(r, "test_accuracy")) << " |\n| training time | "
        << fixed(num(r, "train_seconds"), 1) << " s (" << r["steps"] << " steps, " << fixed(num(r, "epochs"), 2)
        << " epochs) |\n| throughput | " << fixed(num(r, "images_per_second"), 0) << " images/s |\n"
+       << mfu_row(r)
        << (r.contains("stopped_by") ? "| stopped by | " + r["stopped_by"].get<std::string>() + " |\n" : "") << "\n"
        << swarm_section(run)
        << "### Validation per epoch\n\n| epoch | step | test loss | top-1 | top-5 | epoch time (s) | training time "
@@ -325,6 +343,7 @@ json build_report(const std::vector<fs::path>& run_dirs) {
                      {"precision", s["precision"]},
                      {"global_batch", s["global_batch"]},
                      {"images_per_second", r["images_per_second"]},
+                     {"mfu", r["mfu"]},
                      {"train_seconds", r["train_seconds"]},
                      {"best_test_accuracy", r["best_test_accuracy"]},
                      {"speedup", num(base, "train_seconds") / num(r, "train_seconds")},

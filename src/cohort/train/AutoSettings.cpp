@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cohort/log/Peak.h"
 #include "cohort/train/RankAgreement.h"
 #include "cohort/util/Error.h"
 
@@ -27,28 +28,9 @@ AutoChoice kept(const std::string& value) { return {value, "set explicitly", fal
 
 }  // namespace
 
-// The processor's feature flags as the kernel reports them: the "flags" line on x86, "Features" on Arm.
-// Why not a library: Debian 12's libcpuinfo snapshot (2022) predates AMX detection, and pip's LibTorch
-// carries its own copy of cpuinfo whose globals a second copy in the same process could shadow. The
-// kernel lists a feature only when it also saves that register state, which is what matters here.
-std::set<std::string> kernel_cpu_flags(const std::string& cpuinfo_path) {
-  std::ifstream in(cpuinfo_path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::istringstream words(line.substr(colon + 1));
-    std::set<std::string> flags;
-    for (std::string w; words >> w;) flags.insert(w);
-    return flags;  // the first processor's; they agree
-  }
-  return {};
-}
-
 Hardware probe_cpu(const std::string& cpuinfo_path) {
   Hardware hw;
-  const auto flags = kernel_cpu_flags(cpuinfo_path);
+  const auto flags = log::kernel_cpu_flags(cpuinfo_path);
   // x86 lists "sse2"; Arm's "Features" line does not.
   hw.cpu_wide_vectors = flags.count("avx512f") > 0 || (!flags.empty() && flags.count("sse2") == 0);
   if (flags.empty()) {

@@ -150,7 +150,10 @@ void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::Resou
   }
   for (const auto& [name, value] : w.strategy_figures) rec[name] = value;
   const double tflops = w.flops_per_image > 0 ? w.flops_per_image * w.images_per_second / 1e12 : -1;
+  // MFU as Lightning's ThroughputMonitor and torchtitan log it: this window's FLOP/s over the peak.
+  const double mfu = tflops > 0 && w.peak_flops > 0 ? tflops * 1e12 / w.peak_flops : -1;
   if (tflops >= 0) rec["achieved_tflops"] = tflops;
+  if (mfu >= 0) rec["mfu"] = mfu;
   metrics_.write(rec);
   write_resources(w.step, w.train_seconds, resources);
   scalar("train/loss", g.loss(), w.step);
@@ -161,6 +164,7 @@ void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::Resou
   scalar("train/sync_bytes", static_cast<double>(w.sync_bytes), w.step);
   if (w.loss_scaling) scalar("amp/loss_scale", w.loss_scale, w.step);
   if (tflops >= 0) scalar("train/achieved_tflops", tflops, w.step);
+  if (mfu >= 0) scalar("train/mfu", mfu, w.step);
   // "swarm_rounds" becomes "swarm/rounds": one TensorBoard section per strategy.
   for (const auto& [name, value] : w.strategy_figures) {
     const auto cut = name.find('_');
@@ -170,7 +174,7 @@ void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::Resou
     std::cout << "epoch " << w.epoch + 1 << "/" << w.epochs << " step " << w.step << "/" << w.total_steps << " loss "
               << std::fixed << std::setprecision(4) << g.loss() << " top1 " << percent(g.top1()) << " lr "
               << std::setprecision(5) << w.lr << " " << std::setprecision(0) << w.images_per_second << " img/s"
-              << std::defaultfloat << std::endl;
+              << (mfu >= 0 ? " MFU " + percent(mfu) : "") << std::defaultfloat << std::endl;
 }
 
 // One "resources" record with every rank's latest sample, and its TensorBoard scalars per rank.

@@ -40,6 +40,7 @@ struct TrainWindow {
   int64_t skipped_steps = 0;
   std::vector<std::pair<std::string, double>> strategy_figures;  // Strategy::figures(), by name
   double flops_per_image = -1;  // models/Flops.h, once rank 0 has counted them; -1: not (yet)
+  double peak_flops = -1;       // every worker's peak FLOP/s together (log/Peak.h); -1: not known
 };
 
 struct EvalWindow {

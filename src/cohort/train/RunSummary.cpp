@@ -116,17 +116,13 @@ nlohmann::json summary_json(const RunFacts& f, const Gathered& g, const nlohmann
 
 // MFU: the FLOP/s reached over the workers' peak (Note [Which peak] in log/Peak.cpp).
 void add_mfu(nlohmann::json& s, const RunFacts& f, double achieved) {
-  const std::string dtype = f.precision.compute_dtype();
-  std::optional<log::Peak> peak;
-  if (f.device.is_cuda()) {
-    const std::string name = log::cuda_device_name(f.device.index());
-    peak = log::gpu_peak(name, dtype);
-    if (!peak) s["peak_source"] = "no peak known for " + name + " in " + dtype + " (log/Peak.cpp's table)";
-  } else {
-    peak = log::cpu_peak(dtype, at::get_num_threads(), log::peak_cache_file());
-  }
+  std::string why;
+  const auto peak = log::device_peak(f.device, f.precision.compute_dtype(), &why);
   s["mfu"] = peak ? nlohmann::json(achieved / (peak->flops * f.info.world_size)) : nlohmann::json();
-  if (!peak) return;
+  if (!peak) {
+    s["peak_source"] = why;
+    return;
+  }
   s["peak_tflops_per_worker"] = peak->flops / 1e12;
   s["peak_source"] = peak->source;
 }

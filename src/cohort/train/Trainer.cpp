@@ -19,6 +19,7 @@
 #include "cohort/data/Datasets.h"
 #include "cohort/data/DistributedSampler.h"
 #include "cohort/launch/SlurmRequeue.h"
+#include "cohort/log/Peak.h"
 #include "cohort/log/ResourceMonitor.h"
 #include "cohort/models/Flops.h"
 #include "cohort/models/Models.h"
@@ -136,6 +137,7 @@ class TrainingRun {
   data::Batch next_batch(data::Loader* epoch_loader);
   bool optimizer_step(double step_loss);
   StepOptions step_options() const;
+  double peak_flops();
   void after_step(int64_t epoch, int64_t step_in_epoch, double step_loss);
   void save(const std::string& tag, int64_t epoch_of_next);
   bool stop_requested();
@@ -172,6 +174,7 @@ class TrainingRun {
   double train_seconds_ = 0, grad_norm_ = -1;  // grad_norm_: the last step's, when clipping computes it
   int64_t images_seen_ = 0, window_images_ = 0;
   double flops_per_image_ = -1;
+  std::optional<double> peak_flops_;  // every worker's together; -1 where no peak is known
   Clock::time_point window_start_ = Clock::now(), session_start_ = Clock::now();
   // Model-state bytes, sampled in the session's first step with gradients present (after backward) and
   // with optimizer state present (after the update): the larger of each.
@@ -331,6 +334,17 @@ StepOptions TrainingRun::step_options() const {
           step_ + 1 == plan_.stop_step, plan_.schedule.momentum(step_)};
 }
 
+// Every worker's peak FLOP/s together, for the windows' MFU: rank 0 resolves it once it has counted the
+// FLOPs (a CPU's is measured once per machine and dtype, then cached: log/Peak.h).
+double TrainingRun::peak_flops() {
+  if (!lead_ || flops_per_image_ <= 0) return -1;
+  if (!peak_flops_) {
+    const auto peak = log::device_peak(job_.device, job_.precision->compute_dtype());
+    peak_flops_ = peak ? peak->flops * info_.world_size : -1.0;
+  }
+  return *peak_flops_;
+}
+
 // Progress, the log window when one ends, and the periodic save.
 void TrainingRun::after_step(int64_t epoch, int64_t step_in_epoch, double step_loss) {
   step_losses_.push_back(step_loss);
@@ -358,7 +372,8 @@ void TrainingRun::after_step(int64_t epoch, int64_t step_in_epoch, double step_l
                         scaling ? precision.loss_scale() : 0.0,
                         scaling ? precision.scaler().state().skipped_steps : int64_t{0},
                         job_.strategy->figures(),
-                        flops_per_image_};
+                        flops_per_image_,
+                        peak_flops()};
     log_.train_window(w, window_, monitor_, *world_.comm);
     window_images_ = 0;
     window_start_ = Clock::now();

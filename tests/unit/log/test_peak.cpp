@@ -48,3 +48,13 @@ TEST(Peak, TheCpuModelComesFromCpuinfo) {
   EXPECT_EQ(cohort::log::cpu_model(file.string()), "unknown CPU");
   fs::remove(file);
 }
+
+// One model name, two machines: an AVX2-only EPYC and one with AVX512-BF16 get peaks of their own.
+TEST(Peak, TheCacheKeyNamesTheVectorUnitsBesideTheModel) {
+  const fs::path file = fs::temp_directory_path() / ("cohort_cpuinfo_units_" + std::to_string(::getpid()));
+  std::ofstream(file) << "model name\t: AMD EPYC\nflags\t: fpu sse2 avx avx2 fma\n";
+  EXPECT_EQ(cohort::log::cpu_identity(file.string()), "AMD EPYC [avx2]");
+  std::ofstream(file) << "model name\t: AMD EPYC\nflags\t: fpu sse2 avx2 avx512f avx512bw avx512_bf16\n";
+  EXPECT_EQ(cohort::log::cpu_identity(file.string()), "AMD EPYC [avx2 avx512f avx512_bf16]");
+  fs::remove(file);
+}
