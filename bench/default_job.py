@@ -9,8 +9,12 @@ is the LibTorch cohort links).
                      sides alternating: training time and test top-1 of each, their means and spread,
                      the ratio of mean training times (cohort / PyTorch) and the accuracy difference
                      against its noise (the standard error of the difference of the means).
-  like_for_like      --steps steps of each (no evaluation), fp32 contiguous and bf16 channels-last,
-                     --rounds interleaved rounds: median images/s ratio cohort / PyTorch per setting.
+  like_for_like      --steps steps of each (no evaluation), fp32 contiguous and bf16 channels-last
+                     (--settings), --rounds interleaved rounds: median images/s ratio cohort / PyTorch
+                     per setting, and each side's MFU: the same FLOPs per image (cohort's count, which
+                     make test-reference holds within 2% of torch.utils.flop_counter's) times its
+                     images/s, over the same peak (cohort's measured one for this CPU, dtype and thread
+                     count; summary.json's peak_source), so the MFU ratio is the throughput ratio.
 Prints JSON; --out also writes it. Run: make bench (or python3 bench/default_job.py --cohort build/cohort)."""
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
@@ -35,7 +39,8 @@ def run_cohort(a, extra):
             "images_per_s": round(s["images_per_second"], 1), "test_acc": s["test_accuracy"],
             "precision": s["precision"], "channels_last": s.get("channels_last"),
             "auto": s.get("auto"), "time_share": {k: round(v, 4) for k, v in s["time_breakdown"]["share"].items()},
-            "first_line": first}
+            "flops_per_image": s.get("flops_per_image"), "peak_tflops_per_worker": s.get("peak_tflops_per_worker"),
+            "peak_source": s.get("peak_source"), "mfu": s.get("mfu"), "first_line": first}
 
 
 def run_peer(a, flags, epochs, limit_steps=0, seed=0):
@@ -61,6 +66,8 @@ def main():
     ap.add_argument("--skip-full", action="store_true", help="only the like-for-like runs")
     ap.add_argument("--seeds", type=int, default=3, help="full runs of each side, seeds 0 .. N-1")
     ap.add_argument("--skip-like-for-like", action="store_true", help="only the full runs")
+    ap.add_argument("--settings", default="fp32_contiguous,bf16_channels_last",
+                    help="the like-for-like settings to run, comma-separated")
     ap.add_argument("--out")
     a = ap.parse_args()
     import torch  # the peer's version, for the record
@@ -112,6 +119,8 @@ def like_for_like(a):
     for name, cohort_args, peer_flags in (
             ("fp32_contiguous", ["amp.precision=fp32", "train.channels_last=false"], []),
             ("bf16_channels_last", ["amp.precision=bf16", "train.channels_last=true"], ["--bf16", "--channels-last"])):
+        if name not in a.settings.split(","):
+            continue
         cs, ps = [], []
         for _ in range(a.rounds):  # interleaved, medians: the machine is shared and drifts
             cs.append(run_cohort(a, cohort_args + [f"train.max_steps={a.steps}", "eval.enabled=false", "train.epochs=1"]))
@@ -121,6 +130,11 @@ def like_for_like(a):
         lfl[name] = {"rounds": a.rounds, "cohort_images_per_s": c_ips, "pytorch_images_per_s": p_ips,
                      "cohort_each": [c["images_per_s"] for c in cs], "pytorch_each": [p["images_per_s"] for p in ps],
                      "ratio_cohort_over_pytorch": round(c_ips / p_ips, 3), "cohort_time_share": cs[-1]["time_share"]}
+        flops, peak = cs[-1]["flops_per_image"], cs[-1]["peak_tflops_per_worker"]
+        if flops and peak:
+            mfu = lambda ips: round(flops * ips / (peak * 1e12 * 2), 4)  # 2 workers
+            lfl[name].update({"flops_per_image": flops, "peak_tflops_per_worker": peak,
+                              "peak_source": cs[-1]["peak_source"], "cohort_mfu": mfu(c_ips), "pytorch_mfu": mfu(p_ips)})
     return lfl
 
 

@@ -33,5 +33,7 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS
 if(COHORT_HAVE_SWARM)
   string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libopendht-dev")
 endif()
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "dataset-fashion-mnist")
+# OpenBLAS: Debian's LibTorch does fp32 matrix products in the system BLAS, the reference libblas3 unless
+# an optimized one is installed (scripts/install-deps says what it costs ViT-B/32).
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "dataset-fashion-mnist, libopenblas0-openmp")
 include(CPack)

@@ -2,7 +2,7 @@
 // all-reduced in buckets during backward), zero1, zero2 and fsdp (optimizer state, then gradients, then
 // parameters sharded across ranks), and swarm (peers that come and go, parallel/swarm/). The strategy owns the
 // optimizer, because what a rank updates (the whole model or its slice) is the strategy's business, so the loop in
-// train/Trainer.cpp reads the same for every strategy.
+// train/Trainer.cpp and the step in train/TrainingRun.cpp read the same for every strategy.
 //
 //   auto strategy = cohort::make_strategy(cfg, model, world.comm);
 //   strategy->build_optimizer(cfg.optim);

@@ -1,0 +1,119 @@
+// One worker's training after setup: the state its epochs and steps share, and the steps themselves.
+// run_worker (Trainer.cpp) holds one and reads as the whole job; this is what each of its calls does.
+//
+//   TrainingRun run(cfg, info, world, job, run_dir, resume);
+//   for (int64_t epoch = run.first_epoch(); run.more(epoch); ++epoch) {
+//     run.train_epoch(epoch);
+//     run.evaluate(epoch);
+//   }
+//   run.save_last();
+//   TrainResult result = run.finish();
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cohort/checkpoint/Names.h"
+#include "cohort/comm/WorldInfo.h"
+#include "cohort/config/Config.h"
+#include "cohort/data/DistributedSampler.h"
+#include "cohort/data/Source.h"
+#include "cohort/log/ResourceMonitor.h"
+#include "cohort/parallel/Strategy.h"
+#include "cohort/train/Checkpointing.h"
+#include "cohort/train/FaultInjection.h"
+#include "cohort/train/Metrics.h"
+#include "cohort/train/PhaseClock.h"
+#include "cohort/train/Progress.h"
+#include "cohort/train/Recipe.h"
+#include "cohort/train/RunLog.h"
+#include "cohort/train/Setup.h"
+#include "cohort/train/Trainer.h"
+
+namespace cohort::train {
+
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& world, Job& job,
+              const std::filesystem::path& run_dir, const Resume& resume);
+
+  bool more(int64_t epoch) const { return epoch < cfg_.train.epochs && step_ < plan_.stop_step && !stopped(); }
+  // Ctrl-C or SIGTERM ended the run early (Note [Leaving a swarm]).
+  bool stopped() const { return stop_signal_ != 0; }
+  int64_t first_epoch() const { return step_ / plan_.steps_per_epoch; }
+  // The epoch ran to its end, not to train.max_steps.
+  bool epoch_complete() const { return step_ % plan_.steps_per_epoch == 0; }
+  bool evaluated_last_step() const { return last_eval_step_ == step_; }
+  // The epoch the last step belongs to.
+  int64_t final_epoch() const { return std::max<int64_t>(0, (step_ - 1) / plan_.steps_per_epoch); }
+
+  void train_epoch(int64_t epoch);
+  void evaluate(int64_t epoch);
+  void save_last() {
+    save_due_ = false;
+    save(checkpoint::names::kLast, step_ / plan_.steps_per_epoch);
+  }
+  // A periodic save (ckpt.every_steps) fell on a step that is evaluated next; see after_step.
+  bool save_due() const { return save_due_; }
+  TrainResult finish();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  std::string first_line(bool resuming) const;
+  double train_step(data::Loader* epoch_loader);
+  data::Batch next_batch(data::Loader* epoch_loader);
+  bool optimizer_step(double step_loss);
+  StepOptions step_options() const;
+  double peak_flops();
+  void after_step(int64_t epoch, int64_t step_in_epoch, double step_loss);
+  void save(const std::string& tag, int64_t epoch_of_next);
+  bool stop_requested();
+
+  const TrainConfig& cfg_;
+  const WorldInfo& info_;
+  World& world_;
+  Job& job_;
+  std::filesystem::path run_dir_;
+  bool lead_;
+  data::DistributedSampler sampler_, test_sampler_;
+  // How the strategy shares and paces the data and stops (Note [What the strategy decides for the loop]).
+  // An endless stream is drawn pass after pass over the whole set: its batches do not follow the epochs.
+  StrategyTraits traits_;
+  std::unique_ptr<data::Loader> stream_;
+  int64_t stream_pass_ = 0;
+  double pending_loss_ = 0;  // losses of the batches accumulated toward the next applied step
+  int64_t pending_batches_ = 0;
+  Plan plan_;
+  nlohmann::json config_json_;
+  log::ResourceMonitor monitor_;
+  Progress progress_;
+  RunLog log_;
+  Checkpointer checkpoints_;
+  FaultPlan faults_;
+  Recipe recipe_;  // the model's recipe around the step: airbench's whitening freeze and lookahead
+  int stop_signal_ = 0;
+  PhaseClock clock_;  // where the time goes, phase by phase (train/PhaseClock.h)
+  MetricWindow window_;
+  bool save_due_ = false;
+
+  int64_t step_ = 0, first_step_ = 0, last_eval_step_ = -1;
+  double best_ = -1, test_accuracy_ = -1;
+  double train_seconds_ = 0, grad_norm_ = -1;  // grad_norm_: the last step's, when clipping computes it
+  int64_t images_seen_ = 0, window_images_ = 0;
+  double flops_per_image_ = -1;
+  std::optional<double> peak_flops_;  // every worker's together; -1 where no peak is known
+  Clock::time_point window_start_ = Clock::now(), session_start_ = Clock::now();
+  // Model-state bytes, sampled in the session's first step with gradients present (after backward) and
+  // with optimizer state present (after the update): the larger of each.
+  StateBytes state_bytes_;
+  std::vector<double> step_losses_;
+};
+
+}  // namespace cohort::train
