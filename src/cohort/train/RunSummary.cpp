@@ -116,11 +116,10 @@ nlohmann::json summary_json(const RunFacts& f, const Gathered& g, const nlohmann
 
 // MFU: the FLOP/s reached over the workers' peak (Note [Which peak] in log/Peak.cpp).
 void add_mfu(nlohmann::json& s, const RunFacts& f, double achieved) {
-  std::string why;
-  const auto peak = log::device_peak(f.device, f.precision.compute_dtype(), &why);
+  const auto& peak = f.peak;
   s["mfu"] = peak ? nlohmann::json(achieved / (peak->flops * f.info.world_size)) : nlohmann::json();
   if (!peak) {
-    s["peak_source"] = why;
+    s["peak_source"] = f.peak_why;
     return;
   }
   s["peak_tflops_per_worker"] = peak->flops / 1e12;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,7 @@
 #include "cohort/comm/Communicator.h"
 #include "cohort/comm/WorldInfo.h"
 #include "cohort/config/Config.h"
+#include "cohort/log/Peak.h"
 #include "cohort/log/ResourceMonitor.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/train/AutoSettings.h"
@@ -42,6 +44,9 @@ struct RunFacts {
   int64_t bad_files = 0;        // this rank's skipped files, training and test
   int stop_signal = 0;          // the run left early on this signal (Note [Leaving a swarm]); 0: it ran to its end
   double flops_per_image = -1;  // one training image's forward and backward (models/Flops.h); -1: not counted
+  // One worker's peak as the training windows divided by it (log/Peak.h), and why there is none.
+  std::optional<log::Peak> peak;
+  std::string peak_why;
 };
 
 void write_run_summary(const RunFacts& facts, const PhaseClock& clock, log::ResourceMonitor& monitor, RunLog& log);

@@ -255,11 +255,11 @@ StepOptions TrainingRun::step_options() const {
 // FLOPs (a CPU's is measured once per machine and dtype, then cached: log/Peak.h).
 double TrainingRun::peak_flops() {
   if (!lead_ || flops_per_image_ <= 0) return -1;
-  if (!peak_flops_) {
-    const auto peak = log::device_peak(job_.device, job_.precision->compute_dtype());
-    peak_flops_ = peak ? peak->flops * info_.world_size : -1.0;
+  if (!peak_resolved_) {
+    peak_ = log::device_peak(job_.device, job_.precision->compute_dtype(), &peak_why_);
+    peak_resolved_ = true;
   }
-  return *peak_flops_;
+  return peak_ ? peak_->flops * info_.world_size : -1.0;
 }
 
 // Progress, the log window when one ends, and the periodic save.
@@ -330,6 +330,7 @@ void TrainingRun::save(const std::string& tag, int64_t epoch_of_next) {
 
 TrainResult TrainingRun::finish() {
   clock_.stop();
+  peak_flops();  // a run that ended before its first log window resolves the summary's peak here
   const RunFacts facts{info_,
                        cfg_,
                        config_json_,
@@ -350,7 +351,9 @@ TrainResult TrainingRun::finish() {
                        state_bytes_,
                        job_.data.train->bad_files() + job_.data.test->bad_files(),
                        stop_signal_,
-                       flops_per_image_};
+                       flops_per_image_,
+                       peak_,
+                       peak_why_};
   write_run_summary(facts, clock_, monitor_, log_);
   // A run a signal stopped (Ctrl-C, SIGTERM, Slurm's warning) had time to say so; an error unwinding
   // past here leaves the tracker's run FAILED (~RunLog).

@@ -24,6 +24,7 @@
 #include "cohort/config/Config.h"
 #include "cohort/data/DistributedSampler.h"
 #include "cohort/data/Source.h"
+#include "cohort/log/Peak.h"
 #include "cohort/log/ResourceMonitor.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/train/Checkpointing.h"
@@ -108,7 +109,10 @@ class TrainingRun {
   double train_seconds_ = 0, grad_norm_ = -1;  // grad_norm_: the last step's, when clipping computes it
   int64_t images_seen_ = 0, window_images_ = 0;
   double flops_per_image_ = -1;
-  std::optional<double> peak_flops_;  // every worker's together; -1 where no peak is known
+  // One worker's peak (log/Peak.h), resolved by rank 0 once it has counted the FLOPs; the summary's too.
+  bool peak_resolved_ = false;
+  std::optional<log::Peak> peak_;
+  std::string peak_why_;  // why there is none (a GPU the table does not hold)
   Clock::time_point window_start_ = Clock::now(), session_start_ = Clock::now();
   // Model-state bytes, sampled in the session's first step with gradients present (after backward) and
   // with optimizer state present (after the update): the larger of each.
