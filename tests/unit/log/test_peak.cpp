@@ -4,9 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include <unistd.h>
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include "cohort/log/Peak.h"
@@ -33,6 +35,10 @@ TEST(Peak, ACpuIsMeasuredOnceAndThenReadFromTheCache) {
   const auto first = cohort::log::cpu_peak("float32", at::get_num_threads(), cache);
   EXPECT_GT(first.flops, 0);
   EXPECT_NE(first.source.find("measured here"), std::string::npos) << first.source;
+  // Both layouts are measured and the faster one named (channels-last is oneDNN's AVX-512 path only).
+  EXPECT_TRUE(first.source.find("(channels-last)") != std::string::npos ||
+              first.source.find("(contiguous)") != std::string::npos)
+      << first.source;
   ASSERT_TRUE(fs::exists(cache));
   const auto second = cohort::log::cpu_peak("float32", at::get_num_threads(), cache);
   EXPECT_EQ(second.flops, first.flops);
@@ -47,6 +53,18 @@ TEST(Peak, TheCpuModelComesFromCpuinfo) {
   std::ofstream(file) << "processor\t: 0\n";
   EXPECT_EQ(cohort::log::cpu_model(file.string()), "unknown CPU");
   fs::remove(file);
+}
+
+// Debian's LibTorch does fp32 matrix products in the system BLAS; scripts/install-deps puts OpenBLAS
+// there, without which they run in the reference libblas3 (ViT-B/32's CPU step 8 times slower). pip's
+// LibTorch brings MKL and maps no system BLAS.
+TEST(Peak, MatrixProductsDoNotRunInTheReferenceBlas) {
+  (void)at::mm(at::ones({4, 4}), at::ones({4, 4}));
+  std::ifstream maps("/proc/self/maps");
+  std::string reference;
+  for (std::string line; reference.empty() && std::getline(maps, line);)
+    if (line.find("/blas/libblas.so") != std::string::npos) reference = line.substr(line.find('/'));
+  EXPECT_EQ(reference, "") << "the reference BLAS is loaded (scripts/install-deps installs libopenblas0-openmp)";
 }
 
 // One model name, two machines: an AVX2-only EPYC and one with AVX512-BF16 get peaks of their own.
