@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
 
 #include <torch/torch.h>
 
@@ -84,11 +85,13 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
   EXPECT_GT(farthest, 0.0) << "every peer ended with the same weights: the groups were never smaller than the swarm";
 }
 
-// Four DiLoCo peers in groups of at most two (Note [DiLoCo in bounded groups] in
+// Four DiLoCo peers in groups of two (Note [DiLoCo in bounded groups] in
 // parallel/swarm/DilocoStrategy.cpp), their steps slowed to 100 ms so that all four start together: every
-// outer round's group holds two or fewer, the groups average
-// their outer state every two rounds and at the last, and the peers end close to each other: within one
-// group identical, across groups apart by a little.
+// outer round's group holds two (three when three are ready in one key: Note [Groups on a grid]), a peer
+// is alone in one round at most (its first, had it come up after the others' round closed: Note [A lone
+// peer joins the smallest group]), the groups average their outer state every two rounds and at the
+// last, and the peers end close to each other: within one group identical, across groups apart by a
+// little.
 TEST(Swarm, DilocoPeersAverageInBoundedGroupsAndEndClose) {
   SKIP_WITHOUT_SWARM();
   constexpr int kPeers = 4;
@@ -119,7 +122,20 @@ TEST(Swarm, DilocoPeersAverageInBoundedGroupsAndEndClose) {
     // of averaging in it.
     EXPECT_GE(summary["swarm_rounds"].get<double>(), 4) << r.output;
     EXPECT_LE(summary["swarm_rounds"].get<double>(), 5) << r.output;
-    EXPECT_LE(summary["swarm_mean_group_size"].get<double>(), 2.0) << r.output;
+    // Each round's group, from the windows that follow it.
+    std::map<int64_t, int64_t> group_of_round;
+    for (const auto& rec : read_jsonl(dirs[static_cast<size_t>(i)] / "metrics.jsonl"))
+      if (rec.value("kind", "") == "train" && rec.contains("swarm_rounds") && rec["swarm_rounds"].get<double>() > 0)
+        group_of_round[static_cast<int64_t>(rec["swarm_rounds"].get<double>())] =
+            static_cast<int64_t>(rec["swarm_group_size"].get<double>());
+    int64_t alone = 0;
+    for (const auto& [round, size] : group_of_round) {
+      EXPECT_LE(size, 3) << "round " << round << "\n" << r.output;
+      alone += size == 1;
+    }
+    // Measured before the lone peer chose its key (the last CI run, and 1 run in 4 here): a peer that came
+    // up late stayed alone for three rounds of five (mean group 1.4).
+    EXPECT_LE(alone, 1) << r.output;
     EXPECT_GE(summary["swarm_mean_group_size"].get<double>(), 1.6) << r.output;
     // Outer rounds 2 and 4 (every second) and the last, the fifth.
     EXPECT_GE(summary["swarm_state_rounds"].get<double>(), 2) << r.output;

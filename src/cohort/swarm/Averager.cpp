@@ -229,6 +229,13 @@ void Averager::hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, 
   }
 }
 
+int64_t group_count(int64_t ready, int64_t group_size, int64_t min_group_size) {
+  // A lone member learns nothing from the round and leaves it out of step with the others.
+  int64_t groups = (ready + group_size - 1) / group_size;
+  while (groups > 1 && ready / groups < std::max<int64_t>(2, min_group_size)) --groups;
+  return groups;
+}
+
 // Note [Groups on a grid]
 // With swarm.group_size = M, a round's groups hold at most M peers, so that a peer's work and bytes per
 // round do not grow with the swarm. Groups smaller than the swarm average only among themselves, so they
@@ -237,15 +244,16 @@ void Averager::hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, 
 // peers that share its other coordinate c[1 - d]: that is its group key, announced in its record and its
 // ready message, so peers agree on their group from what each says of itself, whatever each one's view of
 // who is ready. The peers of one key form one group, or, past M, ceil(n / M) groups of nearly equal size,
-// in an order shuffled per round (shuffle_rank). After the round each member sets c[d] to its place in
-// its group modulo G = round(N / M) for the N peers it knows: the members of one group spread over G keys
-// for the next round, which gathers members from different groups.
-// Mixing: on a full grid (N = G x M, no failures) round r averages the rows and round r + 1 the columns,
-// so after two rounds every peer holds the global average of what the first round started from. With N
-// not G x M, with peers late or lost, or with views of N that differ (G is rounded, so a few peers more
-// or less seldom change it), groups are uneven and some peers miss a round; simulated (64 peers, M = 8,
-// 5% missing each round) the spread of values between peers still fell about tenfold every two rounds,
-// and the mean group was 6.6 of 8. With M = 0 every key is 0: one group of every ready peer, as before.
+// in an order shuffled per round (shuffle_rank); fewer where the smallest would be one peer or below
+// swarm.min_group_size (with M = 2 three ready peers form one group of three, not a pair and a peer alone). After the
+// round each member sets c[d] to its place in its group modulo G = round(N / M) for the N peers it knows: the members
+// of one group spread over G keys for the next round, which gathers members from different groups. Mixing: on a full
+// grid (N = G x M, no failures) round r averages the rows and round r + 1 the columns, so after two rounds every peer
+// holds the global average of what the first round started from. With N not G x M, with peers late or lost, or with
+// views of N that differ (G is rounded, so a few peers more or less seldom change it), groups are uneven and some peers
+// miss a round; simulated (64 peers, M = 8, 5% missing each round) the spread of values between peers still fell about
+// tenfold every two rounds, and the mean group was 6.6 of 8. With M = 0 every key is 0: one group of every ready peer,
+// as before.
 std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> ready) {
   const auto m = options_.group_size;
   if (m <= 0) {
@@ -254,7 +262,7 @@ std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> re
   }
   std::sort(ready.begin(), ready.end(),
             [&](const Member& a, const Member& b) { return shuffle_rank(a.key, round) < shuffle_rank(b.key, round); });
-  const int64_t n = static_cast<int64_t>(ready.size()), groups = (n + m - 1) / m;
+  const int64_t n = static_cast<int64_t>(ready.size()), groups = group_count(n, m, options_.min_group_size);
   std::vector<Member> mine;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t first = n * g / groups;

@@ -37,6 +37,10 @@ struct Member {
 // in member order, starting on multiples of `align` (the codec's block), sizes differing by at most one
 // block. Pure, the same on every member.
 std::pair<int64_t, int64_t> part_bounds(int64_t numel, int64_t n, int64_t j, int64_t align = 1);
+// How many groups `ready` peers of one key form with swarm.group_size `group_size` > 0 (Note [Groups on a
+// grid]): ceil(ready / group_size), fewer where the smallest would hold one peer or fewer than
+// `min_group_size`.
+int64_t group_count(int64_t ready, int64_t group_size, int64_t min_group_size);
 
 // The weighted mean of `values` (each weighted by `weights`), summed in the order given so every member
 // that reduces the same contributions gets the same bits.

@@ -192,6 +192,19 @@ TEST(SwarmPlan, PartsCoverTheVectorInOrderWithSizesDifferingByAtMostOne) {
   EXPECT_EQ(part_bounds(5000, 3, 2, 1024).second, 5000);
 }
 
+// Note [Groups on a grid]: ceil(n / M) groups, but never one that leaves a peer alone or below
+// swarm.min_group_size.
+TEST(SwarmPlan, ReadyPeersSplitIntoGroupsOfAtMostMUnlessOneWouldBeAloneOrTooSmall) {
+  EXPECT_EQ(group_count(1, 2, 1), 1);
+  EXPECT_EQ(group_count(4, 2, 1), 2);
+  EXPECT_EQ(group_count(3, 2, 1), 1);  // three together, not a pair and one alone
+  EXPECT_EQ(group_count(5, 2, 1), 2);  // 2 and 3
+  EXPECT_EQ(group_count(8, 4, 1), 2);
+  EXPECT_EQ(group_count(9, 4, 1), 3);  // 3, 3 and 3
+  EXPECT_EQ(group_count(5, 4, 3), 1);  // 2 and 3 would leave a group under swarm.min_group_size
+  EXPECT_EQ(group_count(64, 8, 1), 8);
+}
+
 TEST(SwarmPlan, WeightedMeanWeighsBySamplesAndLeavesALoneContributionUntouched) {
   const auto a = torch::tensor({1.0f, 2.0f}), b = torch::tensor({4.0f, 8.0f});
   EXPECT_TRUE(torch::equal(weighted_mean({a, b}, {1, 3}), torch::tensor({3.25f, 6.5f})));

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "cohort/swarm/Averager.h"
@@ -234,6 +235,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   mine.samples = samples;
   mine.samples_per_s = samples_per_s_;
   mine.group_size = last_group_size_;
+  if (last_group_size_ <= 1) join_smallest_group(step);
   mine.group_key = group_key_for(step);
   auto out = averager_->average(static_cast<uint64_t>(step), flat, static_cast<double>(samples), mine);
   const auto after = transport_->stats();
@@ -308,6 +310,24 @@ void SwarmPeer::move_on_grid(int64_t step, int64_t place) {
       static_cast<uint64_t>(std::max<int64_t>(1, std::llround(known / static_cast<double>(cfg_.group_size))));
   const uint64_t start = (group_key_for(step) * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step)) >> 33;
   grid_[static_cast<size_t>(step % 2)] = (start + static_cast<uint64_t>(place)) % keys;
+}
+
+// Note [A lone peer joins the smallest group]
+// The grid deals a group's members over the next round's keys; a peer that was in no group (a newcomer,
+// or one the others' round closed without, as a peer that came up late) is dealt from a key of its own,
+// and lands where others may already be M: it is split off alone again, round after round (seen: a
+// DiLoCo peer alone in its first three of five rounds, downloading the others' state after each). So it
+// takes, for this round, the key fewest peers on this step announce: the group its arrival fills.
+void SwarmPeer::join_smallest_group(int64_t step) {
+  if (cfg_.group_size <= 0) return;
+  const auto d = static_cast<uint64_t>(step % 2);
+  std::map<uint64_t, int64_t> members;
+  for (const auto& p : directory_->peers())
+    if (p.step == step && !p.leaving && p.group_key > 0 && ((p.group_key - 1) >> 32) == d) ++members[p.group_key];
+  if (members.empty()) return;
+  const auto fewest = std::min_element(members.begin(), members.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  grid_[1 - d] = (fewest->first - 1) & 0xFFFFFFFFULL;
 }
 
 void SwarmPeer::progress(int64_t step, int64_t samples) { announce_at(step, samples); }

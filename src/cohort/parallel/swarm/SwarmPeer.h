@@ -92,6 +92,7 @@ class SwarmPeer {
   // move of its coordinate after that round, where it had `place` among its key's peers.
   uint64_t group_key_for(int64_t step) const;
   void move_on_grid(int64_t step, int64_t place);
+  void join_smallest_group(int64_t step);  // Note [A lone peer joins the smallest group]
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
   void wait_for_peers(int64_t count, double timeout_s);
   // The parts of catch_up: the peers it looks at, whom it downloads from, and the download itself.
