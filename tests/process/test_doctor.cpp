@@ -1,7 +1,7 @@
 // `cohort doctor` on real jobs with one rank at fault (COHORT_FAULT_*, train/FaultInjection.h): a rank
 // stuck in its data loader, a rank in a checkpoint barrier the others never enter, and a rank late at
-// every step. The stopped rank is in test_failures.cpp (Failures.AStoppedWorkerIsNamedWithinTheTimeout).
-// About 10, 10 and 4 s.
+// every step, and a rank that aborts. The stopped rank is in test_failures.cpp
+// (Failures.AStoppedWorkerIsNamedWithinTheTimeout).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -65,6 +65,25 @@ TEST(Doctor, NamesARankInACheckpointBarrierWhileTheOthersAllReduce) {
   // Past the desync the ranks' numbers name different collectives: nothing more is said of them.
   EXPECT_EQ(d.output.find("never issued"), std::string::npos) << d.output;
   EXPECT_EQ(d.output.find("never completed"), std::string::npos) << d.output;
+}
+
+// Rank 1 aborts after step 5 (std::abort, as a failed assertion or glibc's heap check would): its handler
+// has the watcher thread write its record before the signal takes it down (Note [A crashed rank writes
+// its record]), the launcher asks rank 0 for its own, and doctor names the crash.
+TEST(Doctor, NamesAWorkerThatAbortsMidJob) {
+  const auto dir = fresh_dir("doctor-abort");
+  const auto r =
+      cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=5"}), 120,
+                   {{"COHORT_FAULT_RANK", "1"}, {"COHORT_FAULT_STEP", "5"}, {"COHORT_FAULT_SIGNAL", "ABRT"}});
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_NE(r.exit_code, 0);
+  ASSERT_TRUE(fs::exists(dir / "flight" / "rank1.json")) << r.output;
+  EXPECT_EQ(read_json(dir / "flight" / "rank1.json")["reason"], "SIGABRT");
+  EXPECT_TRUE(fs::exists(dir / "flight" / "rank0.json")) << r.output;
+  const auto d = doctor(dir);
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_NE(d.output.find("rank 1 crashed (SIGABRT)"), std::string::npos) << d.output;
+  EXPECT_EQ(d.output.find("left no flight record"), std::string::npos) << d.output;
 }
 
 // Rank 1 sleeps 40 ms after every step: rank 0 waits for it in each all-reduce. The launcher is asked for

@@ -70,6 +70,23 @@ void find_missing(const std::vector<json>& dumps, json& out) {
                             "out-of-memory killer) cannot; look there first"));
 }
 
+// Ranks whose record was written as they crashed (Note [A crashed rank writes its record] in
+// FlightRecorder.cpp): what ended the job is in that rank's own output, not in the collectives.
+void find_crashed(const std::vector<json>& dumps, json& out) {
+  for (const auto& d : dumps) {
+    const auto reason = d["reason"].get<std::string>();
+    if (reason != "SIGABRT" && reason != "SIGSEGV" && reason != "SIGBUS" && reason != "SIGFPE" && reason != "SIGILL")
+      continue;
+    const auto& entries = d["entries"];
+    const std::string after = entries.empty() ? "before its first collective" : "after " + describe(entries.back());
+    out.push_back(finding("crashed", {d["rank"].get<int>()},
+                          "rank " + std::to_string(d["rank"].get<int>()) + " crashed (" + reason + ") in phase '" +
+                              d["phase"].get<std::string>() + "', " + after +
+                              ": its own output (stderr, or the launcher's log) says why; the others stopped because "
+                              "it went away"));
+  }
+}
+
 // The newest collective any rank issued, and the ranks that never issued it.
 void find_never_issued(const std::vector<json>& dumps, const std::map<int, Ring>& rings, uint64_t desync, json& out) {
   uint64_t top = 0;
@@ -232,6 +249,7 @@ json diagnose(const std::vector<json>& dumps) {
   if (dumps.empty()) return {{"findings", findings}, {"ranks", json::array()}};
   const auto rings = rings_of(dumps);
   find_missing(dumps, findings);
+  find_crashed(dumps, findings);
   const uint64_t desync = find_differs(rings, findings);
   find_never_issued(dumps, rings, desync, findings);
   find_never_ended(dumps, rings, desync, findings);

@@ -3,6 +3,10 @@
 #include <chrono>
 #include <csignal>
 #include <exception>
+#include <string>
+
+#include <pthread.h>
+#include <time.h>
 
 #include <c10/core/ScalarType.h>
 
@@ -17,6 +21,46 @@ std::atomic<int> g_dump_requested{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
 void on_sigusr2(int) { g_dump_requested = 1; }
+
+// Note [A crashed rank writes its record]
+// A rank that aborts (a failed assertion, std::terminate, glibc's heap checks) or faults (SIGSEGV,
+// SIGBUS, SIGFPE, SIGILL) ends without unwinding, so no destructor writes its record, and the others'
+// records alone only say it went away. A handler may not write a file (it could hold the allocator's
+// lock or the recorder's), so it asks FlightDumps' thread for the dump, waits for it at most
+// kCrashWait_ms (a thread blocked on a lock the crashed one holds never answers), then puts back the
+// handler it found (the default's core dump, a sanitizer's report) and raises the signal again. A crash
+// in that thread itself does not wait for itself. The record's reason is the signal's name, which `cohort
+// doctor` reports as a crash.
+constexpr int kCrashSignals[] = {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+constexpr int kCrashWait_ms = 3000;
+struct sigaction g_before[NSIG];
+std::atomic<int> g_crash_signal{0};  // the signal being handled, for the thread's dump
+std::atomic<int> g_crash_dumped{0};
+std::atomic<bool> g_watching{false};
+pthread_t g_watcher;
+
+void on_crash(int sig) {
+  if (g_watching.load() && !pthread_equal(pthread_self(), g_watcher) && g_crash_signal.exchange(sig) == 0) {
+    g_dump_requested = 1;
+    for (int waited = 0; waited < kCrashWait_ms && g_crash_dumped.load() == 0; waited += 10) {
+      const timespec ten_ms{0, 10'000'000};
+      nanosleep(&ten_ms, nullptr);
+    }
+  }
+  sigaction(sig, &g_before[sig], nullptr);
+  raise(sig);  // delivered, with the handler found before, once this one returns
+}
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGABRT: return "SIGABRT";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    default: return "SIGUSR2";
+  }
+}
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
@@ -123,10 +167,21 @@ FlightDumps::FlightDumps(std::shared_ptr<FlightRecorder> recorder, std::filesyst
   sa.sa_flags = SA_RESTART;
   sigaction(SIGUSR2, &sa, nullptr);
   watcher_ = std::thread([this] { watch(); });
+  // The crash signals (Note [A crashed rank writes its record] above).
+  g_watcher = watcher_.native_handle();
+  g_crash_signal = 0;
+  g_crash_dumped = 0;
+  g_watching = true;
+  struct sigaction crash {};
+  crash.sa_handler = on_crash;
+  sigemptyset(&crash.sa_mask);
+  for (const int sig : kCrashSignals) sigaction(sig, &crash, &g_before[sig]);
 }
 
 FlightDumps::~FlightDumps() {
   if (!recorder_) return;
+  g_watching = false;
+  for (const int sig : kCrashSignals) sigaction(sig, &g_before[sig], nullptr);
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -144,7 +199,8 @@ void FlightDumps::watch() {
   while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
     if (g_dump_requested.exchange(0) == 0) continue;
     lock.unlock();
-    recorder_->write(run_dir_, rank_, world_size_, "SIGUSR2");
+    recorder_->write(run_dir_, rank_, world_size_, signal_name(g_crash_signal.load()));
+    if (g_crash_signal.load() != 0) g_crash_dumped = 1;
     lock.lock();
   }
 }

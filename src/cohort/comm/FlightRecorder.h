@@ -1,13 +1,14 @@
 // The last collectives of this rank, kept for the post-mortem of a job that hung: op, dtype, element
 // count, purpose ("gradient bucket 3"), when it was issued and ended, and what the rank was doing. PyTorch's
 // Flight Recorder does the same for NCCL. Each rank writes its ring to RUN_DIR/flight/rank<R>.json when a
-// collective fails or times out, and on SIGUSR2 (the launcher sends it to the survivors before it stops
-// them); `cohort doctor RUN_DIR` reads every rank's file side by side (comm/Doctor.h).
+// collective fails or times out, when it aborts or faults (SIGABRT, SIGSEGV, ...), and on SIGUSR2 (the
+// launcher sends it to the survivors before it stops them); `cohort doctor RUN_DIR` reads every rank's file side by
+// side (comm/Doctor.h).
 //
 //   auto rec = std::make_shared<cohort::comm::FlightRecorder>(2000);
 //   rec->issued(seq, "all_reduce", "gradient bucket 3", tensor);   // as the collective is launched
 //   rec->ended(seq, true);                                         // when its wait() returns
-//   cohort::comm::FlightDumps dumps(rec, run_dir, rank, world);    // SIGUSR2, and a dump on an exception
+//   cohort::comm::FlightDumps dumps(rec, run_dir, rank, world);    // SIGUSR2, a crash, an exception
 //
 // Recording costs a lock and a few stores into a preallocated slot: no allocation once the ring is full
 // of slots that have held a purpose string as long (see Note [What one record costs] in the .cpp).
@@ -73,7 +74,8 @@ class FlightRecorder {
   uint64_t recorded_ = 0;  // records ever taken, so that a dump says how many fell out of the ring
 };
 
-// Writes the recorder's dump for this rank on SIGUSR2 (from a thread of its own: a signal handler may not
+// Writes the recorder's dump for this rank on SIGUSR2 and on a crash signal (Note [A crashed rank writes
+// its record]; from a thread of its own: a signal handler may not
 // write files) and when destroyed by an exception's unwinding (a collective that failed or timed out,
 // or any other error of the worker). Lives for the training loop's lifetime.
 class FlightDumps {

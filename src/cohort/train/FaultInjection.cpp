@@ -16,6 +16,10 @@ namespace cohort::train {
 FaultPlan FaultPlan::from_env() {
   FaultPlan plan;
   if (const char* step = std::getenv("COHORT_FAULT_STEP")) plan.kill_after_step = std::atoll(step);
+  if (const char* sig = std::getenv("COHORT_FAULT_SIGNAL")) {
+    const std::string name = sig;
+    plan.kill_signal = name == "ABRT" ? SIGABRT : name == "SEGV" ? SIGSEGV : SIGKILL;
+  }
   if (const char* step = std::getenv("COHORT_FAULT_USR1_STEP")) plan.usr1_after_step = std::atoll(step);
   if (const char* rank = std::getenv("COHORT_FAULT_RANK")) plan.rank = std::atoi(rank);
   plan.nonfinite_steps = fault_steps_from_env("COHORT_FAULT_NONFINITE_STEPS");
@@ -38,7 +42,10 @@ void FaultPlan::after_backward(torch::nn::Module& model, int this_rank, int64_t 
 }
 
 void FaultPlan::after_step(int this_rank, int64_t step, int restart_count) const {
-  if (kill_after_step > 0 && restart_count == 0 && step == kill_after_step && this_rank == rank) ::raise(SIGKILL);
+  if (kill_after_step > 0 && restart_count == 0 && step == kill_after_step && this_rank == rank) {
+    if (kill_signal == SIGABRT) std::abort();  // as a failed assertion or std::terminate does
+    ::raise(kill_signal);
+  }
   if (usr1_after_step > 0 && restart_count == 0 && step == usr1_after_step && this_rank == rank) ::raise(SIGUSR1);
   if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
   if (rank_delay_ms > 0 && this_rank == rank) std::this_thread::sleep_for(std::chrono::milliseconds(rank_delay_ms));

@@ -2,6 +2,8 @@
 // in real processes. Read once at the start of a run; the trainer calls the two hooks at their points.
 //   COHORT_FAULT_STEP=N            rank COHORT_FAULT_RANK (default 1) kills itself with SIGKILL right
 //                                  after step N, in the first attempt only (the restart tests)
+//   COHORT_FAULT_SIGNAL            ABRT or SEGV: COHORT_FAULT_STEP's rank aborts (std::abort) or raises
+//                                  SIGSEGV instead: a crash (the flight recorder's tests)
 //   COHORT_FAULT_USR1_STEP=N       rank COHORT_FAULT_RANK sends itself SIGUSR1 right after step N, in the
 //                                  first attempt only: a scheduler's preemption warning that reached one
 //                                  rank (the preemption tests)
@@ -29,6 +31,7 @@
 //   faults.after_step(rank, step + 1, info.restart_count);
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <set>
 
@@ -42,6 +45,7 @@ namespace cohort::train {
 
 struct FaultPlan {
   int64_t kill_after_step = 0;  // 0: none
+  int kill_signal = SIGKILL;    // SIGABRT or SIGSEGV with COHORT_FAULT_SIGNAL
   int64_t usr1_after_step = 0;  // 0: none
   int rank = 1;
   int64_t step_delay_ms = 0;

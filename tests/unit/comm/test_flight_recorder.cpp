@@ -8,6 +8,8 @@
 #include <fstream>
 #include <memory>
 
+#include <signal.h>
+
 #include <ATen/ATen.h>
 
 #include "cohort/comm/Doctor.h"
@@ -93,6 +95,41 @@ TEST(Doctor, NamesTheRankWithoutARecordAndTheCollectiveTheOthersWaitedIn) {
   EXPECT_NE(d["findings"][1]["text"].get<std::string>().find("#11 all_reduce 'gradient bucket 1'"), std::string::npos);
   EXPECT_NE(d["findings"][1]["text"].get<std::string>().find("the ranks without a record are the likely cause"),
             std::string::npos);
+}
+
+// Note [A crashed rank writes its record]: in a child process that aborts, the record is on disk before
+// the signal ends it, with the signal as its reason, and the child still dies of that signal.
+TEST(FlightRecorder, AnAbortingProcessWritesItsRecordAndStillDiesOfTheSignal) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // A name of its own, not the pid's: this style runs the child as a new process of the test binary.
+  const auto dir = std::filesystem::temp_directory_path() / "cohort-flight-abort";
+  std::filesystem::remove_all(dir);
+  EXPECT_EXIT(
+      {
+        std::shared_ptr<FlightRecorder> rec = healthy(4);
+        cohort::comm::FlightDumps dumps(rec, dir, 1, 2);
+        cohort::comm::set_current_phase("backward");
+        std::abort();
+      },
+      ::testing::KilledBySignal(SIGABRT), "");
+  const auto dumps = cohort::comm::read_flight_dumps({dir});
+  ASSERT_EQ(dumps.size(), 1u);
+  EXPECT_EQ(dumps[0]["reason"], "SIGABRT");
+  EXPECT_EQ(dumps[0]["phase"], "backward");
+  EXPECT_EQ(dumps[0]["entries"].size(), 4u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Doctor, NamesARankThatCrashedAndWhereItWas) {
+  auto survivor = healthy(10);
+  survivor->issued(11, "all_reduce", "gradient bucket 1", at::zeros({256}));
+  survivor->ended(11, false);
+  cohort::comm::set_current_phase("backward");
+  const json d = cohort::comm::diagnose({survivor->to_json(0, 2, "error"), healthy(10)->to_json(1, 2, "SIGSEGV")});
+  ASSERT_EQ(kinds(d), (std::vector<std::string>{"crashed", "never_issued"})) << d.dump(1);
+  EXPECT_EQ(d["findings"][0]["ranks"], json({1}));
+  const auto text = d["findings"][0]["text"].get<std::string>();
+  EXPECT_NE(text.find("rank 1 crashed (SIGSEGV) in phase 'backward', after #10 all_reduce"), std::string::npos) << text;
 }
 
 TEST(Doctor, NamesARankThatWasDoingSomethingElseAndWhat) {
