@@ -67,6 +67,25 @@ TEST(Doctor, NamesARankInACheckpointBarrierWhileTheOthersAllReduce) {
   EXPECT_EQ(d.output.find("never completed"), std::string::npos) << d.output;
 }
 
+// Rank 1 leaves bucket 0's all-reduce out of step 5's backward and goes on to its next collective,
+// which rank 0 meets with the bucket's: the first sequence number whose collectives differ is named, with
+// each rank's call.
+TEST(Doctor, NamesARankThatSkippedABucketsAllReduce) {
+  const auto dir = fresh_dir("doctor-skip-bucket");
+  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=5"}), 120,
+                              {{"COHORT_FAULT_RANK", "1"}, {"COHORT_FAULT_SKIP_BUCKET", "5:0"}});
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const auto d = doctor(dir);
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_NE(d.output.find("differs between ranks"), std::string::npos) << r.output << d.output;
+  EXPECT_NE(d.output.find("rank 0 called #"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("all_reduce 'gradient bucket 0'"), std::string::npos) << d.output;
+  EXPECT_EQ(d.output.find("left no flight record"), std::string::npos) << d.output;
+  // The buffers' broadcasts before it, done on rank 1 and never waited for on rank 0, did not stall.
+  EXPECT_EQ(d.output.find("never completed"), std::string::npos) << d.output;
+}
+
 // Rank 1 aborts after step 5 (std::abort, as a failed assertion or glibc's heap check would): its handler
 // has the watcher thread write its record before the signal takes it down (Note [A crashed rank writes
 // its record]), the launcher asks rank 0 for its own, and doctor names the crash.

@@ -78,7 +78,9 @@ void find_crashed(const std::vector<json>& dumps, json& out) {
     if (reason != "SIGABRT" && reason != "SIGSEGV" && reason != "SIGBUS" && reason != "SIGFPE" && reason != "SIGILL")
       continue;
     const auto& entries = d["entries"];
-    const std::string after = entries.empty() ? "before its first collective" : "after " + describe(entries.back());
+    const std::string after = entries.empty()                       ? "before its first collective"
+                              : entries.back()["state"] == "issued" ? "in " + describe(entries.back())
+                                                                    : "after " + describe(entries.back());
     out.push_back(finding("crashed", {d["rank"].get<int>()},
                           "rank " + std::to_string(d["rank"].get<int>()) + " crashed (" + reason + ") in phase '" +
                               d["phase"].get<std::string>() + "', " + after +
@@ -153,9 +155,17 @@ void find_never_ended(const std::vector<json>& dumps, const std::map<int, Ring>&
     if (count != static_cast<int>(rings.size())) continue;
     std::vector<int> open;
     std::string how;
+    bool completed_somewhere = false;
+    for (const auto& [rank, ring] : rings) completed_somewhere |= ring.at(seq)["state"] == "completed";
     for (const auto& [rank, ring] : rings) {
       const auto& e = ring.at(seq);
       if (e["state"] == "completed") continue;
+      // Never waited for, not stalled: it completed on another rank, and a later collective of this
+      // rank ended (a broadcast whose handle an error skipped before its wait).
+      if (completed_somewhere && e["state"] == "issued" &&
+          std::any_of(ring.upper_bound(seq), ring.end(),
+                      [](const auto& later) { return later.second["state"] != "issued"; }))
+        continue;
       open.push_back(rank);
       if (how.empty() && e.contains("ended_unix"))
         how = "; it " + e["state"].get<std::string>() + " after " +
@@ -201,7 +211,8 @@ void find_straggler(const std::map<int, Ring>& rings, json& out) {
   auto top = std::max_element(late.begin(), late.end(),
                               [&](const auto& a, const auto& b) { return total(a.second) < total(b.second); });
   const double kept = total(top->second), span = last - first;
-  if (kept < 0.75 * waited || kept < 0.001 || kept < 0.02 * span) return;
+  // Half a second at least: less is not worth a user's look (a 5-step job's records, 0.1 s of 0.2 s).
+  if (kept < 0.75 * waited || kept < 0.5 || kept < 0.02 * span) return;
   auto gaps = top->second;
   std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
   std::ostringstream os;
@@ -249,8 +260,8 @@ json diagnose(const std::vector<json>& dumps) {
   if (dumps.empty()) return {{"findings", findings}, {"ranks", json::array()}};
   const auto rings = rings_of(dumps);
   find_missing(dumps, findings);
-  find_crashed(dumps, findings);
   const uint64_t desync = find_differs(rings, findings);
+  find_crashed(dumps, findings);  // after a desync, which a backend may answer with an abort
   find_never_issued(dumps, rings, desync, findings);
   find_never_ended(dumps, rings, desync, findings);
   find_straggler(rings, findings);

@@ -132,6 +132,22 @@ TEST(Doctor, NamesARankThatCrashedAndWhereItWas) {
   EXPECT_NE(text.find("rank 1 crashed (SIGSEGV) in phase 'backward', after #10 all_reduce"), std::string::npos) << text;
 }
 
+// Rank 0 issued #11 (a broadcast it never waited for: #12 failed first, and the error skipped the wait),
+// rank 1 completed it: #11 did not stall, and is not reported as if it had.
+TEST(Doctor, ACollectiveNeverWaitedForIsNotOneThatStalled) {
+  auto r0 = healthy(10), r1 = healthy(10);
+  r0->issued(11, "broadcast", "DDP buffers from rank 0", at::zeros({9}));
+  r1->issued(11, "broadcast", "DDP buffers from rank 0", at::zeros({9}));
+  r1->ended(11, true);
+  r0->issued(12, "all_reduce", "gradient bucket 0", at::zeros({256}));
+  r0->ended(12, false);
+  r1->issued(12, "all_reduce", "gradient bucket 0", at::zeros({256}));
+  r1->ended(12, false);
+  const json d = cohort::comm::diagnose({r0->to_json(0, 2, "error"), r1->to_json(1, 2, "error")});
+  ASSERT_EQ(kinds(d), (std::vector<std::string>{"never_ended"})) << d.dump(1);
+  EXPECT_EQ(d["findings"][0]["seq"], 12) << d.dump(1);
+}
+
 TEST(Doctor, NamesARankThatWasDoingSomethingElseAndWhat) {
   auto ahead = healthy(10);
   ahead->issued(11, "all_reduce", "gradient bucket 1", at::zeros({256}));

@@ -1,5 +1,10 @@
 #include "cohort/parallel/ddp/Reducer.h"
 
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
 #include <torch/csrc/autograd/engine.h>
 
 #include "cohort/parallel/GradReadyHook.h"
@@ -44,6 +49,7 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
     buckets_.push_back(std::move(bucket));
   }
   ready_.assign(params_.size(), false);
+  read_skip_fault();
 
   hook_state_->reducer = this;
   hook_state_->fire = [state = hook_state_.get()](size_t index) {
@@ -86,7 +92,17 @@ void Reducer::on_gradient_ready(size_t index) {
   if (on_bucket_reduced_ && !hook_->wait_issues_collectives()) finish_completed_buckets();
 }
 
+// A test's fault (train/FaultInjection.h): this rank leaves one bucket of one step out, as a rank whose
+// code took another branch would; the ranks' collectives then part (docs/doctor.md).
+void Reducer::read_skip_fault() {
+  const char* skip = std::getenv("COHORT_FAULT_SKIP_BUCKET");
+  const char* rank = std::getenv("COHORT_FAULT_RANK");
+  if (!skip || comm_->rank() != (rank ? std::atoi(rank) : 1)) return;
+  if (std::sscanf(skip, "%" SCNd64 ":%" SCNd64, &skip_step_, &skip_bucket_) != 2) skip_step_ = skip_bucket_ = -1;
+}
+
 void Reducer::begin_backward() {
+  ++backwards_;
   in_backward_ = true;
   start_ = std::chrono::steady_clock::now();
   trace_ = BackwardTrace{};
@@ -124,7 +140,13 @@ void Reducer::launch_ready_buckets() {
 void Reducer::launch(size_t b) {
   auto& gb = buckets_[b].grad;
   gb.wire_bytes = 0;
-  buckets_[b].handle = hook_->run(*comm_, gb);
+  if (backwards_ == skip_step_ && static_cast<int64_t>(b) == skip_bucket_) {
+    std::cerr << "cohort: rank " << comm_->rank() << " leaves out bucket " << b << "'s all-reduce at step "
+              << backwards_ << " (COHORT_FAULT_SKIP_BUCKET)" << std::endl;
+    buckets_[b].handle = deferred([] {});
+  } else {
+    buckets_[b].handle = hook_->run(*comm_, gb);
+  }
   buckets_[b].launched = true;
   trace_.bucket_launch_s.push_back(since_start());
   trace_.bytes_reduced += gb.wire_bytes;

@@ -91,6 +91,7 @@ class Reducer {
   };
   struct HookState;  // shared with the autograd hooks, which may outlive the reducer
 
+  void read_skip_fault();
   void begin_backward();
   void mark_ready(size_t index);
   void launch_ready_buckets();
@@ -123,6 +124,10 @@ class Reducer {
   std::vector<std::shared_ptr<void>> grad_accumulators_;
   std::chrono::steady_clock::time_point start_;
   BackwardTrace trace_;
+  int64_t backwards_ = 0;  // synchronized backward passes begun
+  // COHORT_FAULT_SKIP_BUCKET=STEP:BUCKET (train/FaultInjection.h): on COHORT_FAULT_RANK, that backward's
+  // bucket is not all-reduced. -1: none.
+  int64_t skip_step_ = -1, skip_bucket_ = -1;
 };
 
 }  // namespace cohort
