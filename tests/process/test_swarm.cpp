@@ -122,6 +122,15 @@ void a_peer_fails_mid_round(const std::string& signal, const std::string& name) 
   ::kill(peers[2]->pid(), SIGKILL);
   const auto dead = peers[2]->wait(30);
   EXPECT_NE(dead.exit_code, 0) << "its launcher reports the worker that died";
+  // cohort doctor on the three run dirs names the peer from the survivors' records of that round (Note
+  // [A swarm peer's rounds in its record]), and its run dir, which has none.
+  const auto at = dead.output.find("swarm: peer ");
+  ASSERT_NE(at, std::string::npos) << dead.output;
+  const auto silent = dead.output.substr(at + 12, 8);
+  const auto d = run({COHORT_BINARY, "doctor", dirs[0].string(), dirs[1].string(), dirs[2].string()}, 60.0);
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_NE(d.output.find("swarm peer " + silent + " went silent from step 6"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("run dirs without one: " + dirs[2].string()), std::string::npos) << d.output;
 }
 
 TEST(Swarm, APeerKilledMidRoundIsLeftOutAndTheOthersTrainOn) {

@@ -224,6 +224,80 @@ void find_straggler(const std::map<int, Ring>& rings, json& out) {
   out.push_back(finding("straggler", {top->first}, os.str()));
 }
 
+std::string name_list(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? (i + 1 == names.size() ? " and " : ", ") : "") + names[i];
+  return s;
+}
+
+// Note [A swarm peer's rounds in its record] (FlightRecorder.cpp): the peers that others' rounds found
+// silent, from which step, by whom, and what their own records say; then the run dirs without a record.
+void find_silent_peers(const std::vector<json>& peers, const std::vector<json>& empty_dirs, json& out) {
+  struct Silence {
+    std::set<int64_t> steps;
+    std::set<std::string> noticed_by;
+  };
+  std::map<std::string, Silence> silent;
+  for (const auto& p : peers)
+    for (const auto& r : p["rounds"])
+      for (const auto& name : r["silent"]) {
+        auto& s = silent[name.get<std::string>()];
+        s.steps.insert(r["step"].get<int64_t>());
+        s.noticed_by.insert(p["peer"].get<std::string>());
+      }
+  for (const auto& [name, s] : silent) {
+    std::string own = ": it left no flight record among these run dirs (stopped, frozen or killed: look there first";
+    own += empty_dirs.empty() ? ", or its run dir was not given)" : "; run dirs without one: " + [&] {
+      std::vector<std::string> dirs;
+      for (const auto& d : empty_dirs) dirs.push_back(d["run_dir"].get<std::string>());
+      return name_list(dirs);
+    }() + ")";
+    for (const auto& p : peers)
+      if (p["peer"] == name) {
+        const auto& rounds = p["rounds"];
+        own = "; its own record (written on " + p["reason"].get<std::string>() + ") " +
+              (rounds.empty() ? std::string("holds no round")
+                              : "ends at step " + std::to_string(rounds.back()["step"].get<int64_t>()));
+      }
+    const std::vector<std::string> by(s.noticed_by.begin(), s.noticed_by.end());
+    out.push_back(
+        {{"kind", "silent_peer"},
+         {"ranks", json::array()},
+         {"peers", {name}},
+         {"seq", *s.steps.begin()},
+         {"text", "swarm peer " + name + " went silent from step " + std::to_string(*s.steps.begin()) + ": peer" +
+                      (by.size() == 1 ? " " : "s ") + name_list(by) + " had no contribution or no result from it in " +
+                      std::to_string(s.steps.size()) + " step(s)' rounds, and went on without it" + own}});
+  }
+  if (silent.empty())
+    for (const auto& d : empty_dirs)
+      out.push_back({{"kind", "no_record"},
+                     {"ranks", json::array()},
+                     {"text", d["run_dir"].get<std::string>() +
+                                  " holds no flight record: its process was stopped, frozen or killed, or never had "
+                                  "cause to write one"}});
+}
+
+json last_rounds(const json& p) {
+  json last = json::array();
+  const auto& rounds = p["rounds"];
+  for (size_t i = rounds.size() > 5 ? rounds.size() - 5 : 0; i < rounds.size(); ++i) last.push_back(rounds[i]);
+  return {{"peer", p["peer"]}, {"reason", p["reason"]}, {"phase", p["phase"]}, {"last", last}};
+}
+
+void render_rounds(const json& r, std::ostream& os) {
+  os << "swarm peer " << r["peer"].get<std::string>() << " (record written on " << r["reason"].get<std::string>()
+     << ", in phase '" << r["phase"].get<std::string>() << "'), its last rounds:\n";
+  for (const auto& e : r["last"]) {
+    std::vector<std::string> group;
+    for (const auto& g : e["group"]) group.push_back(g.get<std::string>());
+    os << "    step " << e["step"] << " " << e["kind"].get<std::string>() << " with " << name_list(group) << ": "
+       << e["state"].get<std::string>();
+    if (!e["problem"].get<std::string>().empty()) os << " (" << e["problem"].get<std::string>() << ")";
+    os << "\n";
+  }
+}
+
 }  // namespace
 
 std::vector<json> read_flight_dumps(const std::vector<fs::path>& run_dirs) {
@@ -234,10 +308,11 @@ std::vector<json> read_flight_dumps(const std::vector<fs::path>& run_dirs) {
     if (fs::is_directory(flight))
       for (const auto& f : fs::directory_iterator(flight))
         if (f.path().extension() == ".json") files.push_back(f.path());
-    if (files.empty())
-      throw Error(dir.string() + " holds no flight record (flight/rank<R>.json)",
-                  "ranks write one when a collective fails or times out, and on SIGUSR2; run doctor on the run "
-                  "dir of a job that failed, or send the workers SIGUSR2 while it hangs");
+    if (files.empty()) {
+      // One of several run dirs (a swarm's peers) without a record is itself a finding.
+      dumps.push_back({{"run_dir", dir.string()}, {"no_record", true}});
+      continue;
+    }
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {
       json d;
@@ -246,18 +321,30 @@ std::vector<json> read_flight_dumps(const std::vector<fs::path>& run_dirs) {
       } catch (const std::exception& e) {
         throw Error(f.string() + " is not JSON: " + e.what(), "remove it, or give doctor another run dir");
       }
-      if (d.value("format", "") != kFlightFormat || d.value("version", 0) != kFlightVersion)
-        throw Error(f.string() + " is not a flight record of version " + std::to_string(kFlightVersion),
+      if (d.value("format", "") != kFlightFormat || d.value("version", 0) < 1 || d.value("version", 0) > kFlightVersion)
+        throw Error(f.string() + " is not a flight record of version 1 to " + std::to_string(kFlightVersion),
                     "it was written by another program or another cohort; remove it");
+      d["run_dir"] = dir.string();
       dumps.push_back(std::move(d));
     }
   }
+  if (std::all_of(dumps.begin(), dumps.end(), [](const json& d) { return d.contains("no_record"); }))
+    throw Error((run_dirs.size() == 1 ? run_dirs[0].string() : "none of the run dirs") +
+                    " holds a flight record (flight/rank<R>.json)",
+                "ranks write one when a collective fails or times out, when they crash, and on SIGUSR2 (swarm "
+                "peers also when a round's member is silent); run doctor on the run dir of a job that failed, "
+                "or send the workers SIGUSR2 while it hangs");
   return dumps;
 }
 
-json diagnose(const std::vector<json>& dumps) {
+json diagnose(const std::vector<json>& all) {
   json findings = json::array();
-  if (dumps.empty()) return {{"findings", findings}, {"ranks", json::array()}};
+  std::vector<json> dumps, peers, empty_dirs;
+  for (const auto& d : all) (d.contains("no_record") ? empty_dirs : d.contains("peer") ? peers : dumps).push_back(d);
+  if (!peers.empty() || !empty_dirs.empty()) find_silent_peers(peers, empty_dirs, findings);
+  json ranks = json::array();
+  for (const auto& p : peers) ranks.push_back(last_rounds(p));
+  if (dumps.empty()) return {{"findings", findings}, {"ranks", ranks}};
   const auto rings = rings_of(dumps);
   find_missing(dumps, findings);
   const uint64_t desync = find_differs(rings, findings);
@@ -265,7 +352,6 @@ json diagnose(const std::vector<json>& dumps) {
   find_never_issued(dumps, rings, desync, findings);
   find_never_ended(dumps, rings, desync, findings);
   find_straggler(rings, findings);
-  json ranks = json::array();
   for (const auto& d : dumps) {
     json last = json::array();
     const auto& entries = d["entries"];
@@ -281,6 +367,10 @@ std::string render(const json& diagnosis) {
     os << "cohort doctor: nothing stands out: every rank with a record issued the same collectives, and each ended\n";
   for (const auto& f : diagnosis["findings"]) os << "- " << f["text"].get<std::string>() << "\n";
   for (const auto& r : diagnosis["ranks"]) {
+    if (r.contains("peer")) {
+      render_rounds(r, os);
+      continue;
+    }
     os << "rank " << r["rank"] << " (record written on " << r["reason"].get<std::string>() << ", in phase '"
        << r["phase"].get<std::string>() << "'), its last collectives:\n";
     for (const auto& e : r["last"])

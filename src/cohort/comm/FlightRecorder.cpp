@@ -19,6 +19,7 @@ std::atomic<const char*> g_phase{"setup"};
 // Set by the handler, read by FlightDumps' thread: a lock-free atomic, which a handler may touch.
 std::atomic<int> g_dump_requested{0};
 static_assert(std::atomic<int>::is_always_lock_free);
+std::atomic<const char*> g_dump_reason{nullptr};  // request_flight_dump's; null: SIGUSR2's
 
 void on_sigusr2(int) { g_dump_requested = 1; }
 
@@ -51,14 +52,18 @@ void on_crash(int sig) {
   raise(sig);  // delivered, with the handler found before, once this one returns
 }
 
-std::string signal_name(int sig) {
+std::string reason_of(int sig) {
+  if (sig == 0) {
+    const char* asked = g_dump_reason.exchange(nullptr);
+    return asked ? asked : "SIGUSR2";
+  }
   switch (sig) {
     case SIGABRT: return "SIGABRT";
     case SIGSEGV: return "SIGSEGV";
     case SIGBUS: return "SIGBUS";
     case SIGFPE: return "SIGFPE";
     case SIGILL: return "SIGILL";
-    default: return "SIGUSR2";
+    default: return "signal " + std::to_string(sig);
   }
 }
 
@@ -67,6 +72,11 @@ double unix_now() { return std::chrono::duration<double>(std::chrono::system_clo
 const char* state_name(int s) { return s == 0 ? "issued" : s == 1 ? "completed" : "failed"; }
 
 }  // namespace
+
+void request_flight_dump(const char* reason) {
+  g_dump_reason = reason;
+  g_dump_requested = 1;
+}
 
 void set_current_phase(const char* phase) { g_phase.store(phase, std::memory_order_relaxed); }
 const char* current_phase() { return g_phase.load(std::memory_order_relaxed); }
@@ -119,6 +129,41 @@ void FlightRecorder::ended(uint64_t seq, bool ok) {
   }
 }
 
+// Note [A swarm peer's rounds in its record]
+// A swarm peer's averaging happens outside its communicator (which holds its own local workers, often
+// one), so its collectives say nothing of the swarm. Its record also keeps its last kRounds rounds: the
+// step, the group, and the members that sent nothing or returned nothing within the averaging timeout
+// (RoundOutcome::silent). A round that left a member silent writes the record at once, as a timed-out
+// collective does (a survivor's training then goes on, and would otherwise leave no record). `cohort
+// doctor` reads the peers' run dirs together and names the peer the others found silent, from which
+// step, and whether its own record is missing (stopped, frozen, killed) or ends there.
+void FlightRecorder::set_peer(const std::string& name) {
+  std::lock_guard lock(mu_);
+  peer_ = name;
+}
+
+void FlightRecorder::round_began(int64_t step, const char* kind) {
+  std::lock_guard lock(mu_);
+  if (rounds_.size() == kRounds) rounds_.pop_front();
+  Round r;
+  r.step = step;
+  r.kind = kind;
+  r.began_unix = unix_now();
+  rounds_.push_back(std::move(r));
+}
+
+void FlightRecorder::round_ended(int64_t step, const std::vector<std::string>& group,
+                                 const std::vector<std::string>& silent, const std::string& problem) {
+  std::lock_guard lock(mu_);
+  if (rounds_.empty() || rounds_.back().step != step || rounds_.back().ended) return;
+  Round& r = rounds_.back();
+  r.group = group;
+  r.silent = silent;
+  r.problem = problem;
+  r.ended_unix = unix_now();
+  r.ended = true;
+}
+
 nlohmann::json FlightRecorder::to_json(int rank, int world_size, const std::string& reason) const {
   std::lock_guard lock(mu_);
   nlohmann::json entries = nlohmann::json::array();
@@ -136,10 +181,28 @@ nlohmann::json FlightRecorder::to_json(int rank, int world_size, const std::stri
     if (e.state != State::kIssued) j["ended_unix"] = e.ended_unix;
     entries.push_back(std::move(j));
   }
-  return {{"format", kFlightFormat},      {"version", kFlightVersion}, {"rank", rank},
-          {"world_size", world_size},     {"reason", reason},          {"written_unix", unix_now()},
-          {"phase", current_phase()},     {"capacity", ring_.size()},  {"recorded", recorded_},
-          {"entries", std::move(entries)}};
+  nlohmann::json out = {{"format", kFlightFormat},      {"version", kFlightVersion}, {"rank", rank},
+                        {"world_size", world_size},     {"reason", reason},          {"written_unix", unix_now()},
+                        {"phase", current_phase()},     {"capacity", ring_.size()},  {"recorded", recorded_},
+                        {"entries", std::move(entries)}};
+  if (!peer_.empty()) {
+    nlohmann::json rounds = nlohmann::json::array();
+    for (const auto& r : rounds_) {
+      nlohmann::json j = {
+          {"step", r.step},
+          {"kind", r.kind},
+          {"began_unix", r.began_unix},
+          {"group", r.group},
+          {"silent", r.silent},
+          {"problem", r.problem},
+          {"state", r.ended ? (r.silent.empty() && r.problem.empty() ? "completed" : "failed") : "issued"}};
+      if (r.ended) j["ended_unix"] = r.ended_unix;
+      rounds.push_back(std::move(j));
+    }
+    out["peer"] = peer_;
+    out["rounds"] = std::move(rounds);
+  }
+  return out;
 }
 
 std::filesystem::path FlightRecorder::write(const std::filesystem::path& run_dir, int rank, int world_size,
@@ -199,7 +262,7 @@ void FlightDumps::watch() {
   while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
     if (g_dump_requested.exchange(0) == 0) continue;
     lock.unlock();
-    recorder_->write(run_dir_, rank_, world_size_, signal_name(g_crash_signal.load()));
+    recorder_->write(run_dir_, rank_, world_size_, reason_of(g_crash_signal.load()));
     if (g_crash_signal.load() != 0) g_crash_dumped = 1;
     lock.lock();
   }

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -36,7 +37,12 @@ const char* current_phase();
 
 // The dump's format: one JSON object, {"format": kFlightFormat, "version": kFlightVersion, ...}.
 inline constexpr const char* kFlightFormat = "cohort-flight-record";
-inline constexpr int kFlightVersion = 1;
+// Version 2 added a swarm peer's "peer" and "rounds"; doctor reads 1 and 2.
+inline constexpr int kFlightVersion = 2;
+
+// Asks FlightDumps' thread to write this rank's record, with `reason` (a string literal) as its reason:
+// what a signal does, from code (a swarm round that a peer left silent).
+void request_flight_dump(const char* reason);
 
 class FlightRecorder {
  public:
@@ -46,6 +52,15 @@ class FlightRecorder {
   void resize(size_t capacity);
   void issued(uint64_t seq, const char* op, const std::string& what, const at::Tensor& t);
   void ended(uint64_t seq, bool ok);
+
+  // A swarm peer's averaging rounds (Note [A swarm peer's rounds in its record] in FlightRecorder.cpp),
+  // kept apart from the collectives, whose sequence numbers are this process's communicator's: the
+  // peer's name, then each round as it begins (`kind`: "gradients", "weights", "outer") and ends, with
+  // its group and the members that were silent in it.
+  void set_peer(const std::string& name);
+  void round_began(int64_t step, const char* kind);
+  void round_ended(int64_t step, const std::vector<std::string>& group, const std::vector<std::string>& silent,
+                   const std::string& problem);
 
   // The ring, oldest first, with this rank's identity and why it was written.
   nlohmann::json to_json(int rank, int world_size, const std::string& reason) const;
@@ -67,11 +82,22 @@ class FlightRecorder {
     const char* phase = "";
   };
   Entry* find(uint64_t seq);
+  struct Round {
+    int64_t step = 0;
+    const char* kind = "";
+    std::vector<std::string> group, silent;
+    std::string problem;
+    double began_unix = 0, ended_unix = 0;
+    bool ended = false;
+  };
+  static constexpr size_t kRounds = 200;
 
   mutable std::mutex mu_;
   std::vector<Entry> ring_;
   size_t next_ = 0;        // the slot the next record takes
   uint64_t recorded_ = 0;  // records ever taken, so that a dump says how many fell out of the ring
+  std::string peer_;       // a swarm peer's name; empty in a job of ranks
+  std::deque<Round> rounds_;
 };
 
 // Writes the recorder's dump for this rank on SIGUSR2 and on a crash signal (Note [A crashed rank writes

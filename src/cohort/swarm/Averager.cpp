@@ -360,6 +360,12 @@ RoundOutcome Averager::all_reduce(uint64_t round, const std::vector<Member>& gro
     for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
     return s;
   };
+  // Silent: neither a contribution nor a result from it; a member that joined another group is not.
+  for (const auto* names_of : {&missing, &lost})
+    for (const auto& name : *names_of)
+      if (name.find(" (") == std::string::npos &&
+          std::find(out.silent.begin(), out.silent.end(), name) == out.silent.end())
+        out.silent.push_back(name);
   if (!missing.empty())
     out.problem = "no contribution from " + names(missing) + " within " +
                   std::to_string(options_.averaging_timeout_s / 2) + " s: averaged over " +

@@ -76,6 +76,8 @@ struct RoundOutcome {
   int64_t place = 0;
   double matchmaking_s = 0, averaging_s = 0;
   std::string problem;  // what went wrong, empty when nothing did
+  // The members (peer names) that sent no contribution or no result within the averaging timeout.
+  std::vector<std::string> silent;
   bool with_others() const { return group.size() > 1 && parts_local < static_cast<int64_t>(group.size()) - 1; }
 };
 

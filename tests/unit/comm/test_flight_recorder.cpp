@@ -148,6 +148,45 @@ TEST(Doctor, ACollectiveNeverWaitedForIsNotOneThatStalled) {
   EXPECT_EQ(d["findings"][0]["seq"], 12) << d.dump(1);
 }
 
+// Note [A swarm peer's rounds in its record]: peers aaaa and bbbb averaged with cccc until step 6, where
+// cccc sent nothing; cccc's run dir holds no record. Doctor names cccc, the step, who noticed, and the dir.
+TEST(Doctor, NamesTheSwarmPeerTheOthersRoundsFoundSilent) {
+  std::vector<json> dumps;
+  for (const std::string name : {"aaaa", "bbbb"}) {
+    FlightRecorder rec(10);
+    rec.set_peer(name);
+    for (int64_t step = 4; step <= 7; ++step) {
+      rec.round_began(step, "average");
+      const bool gone = step >= 6;
+      rec.round_ended(step,
+                      gone && step == 7 ? std::vector<std::string>{"aaaa", "bbbb"}
+                                        : std::vector<std::string>{"aaaa", "bbbb", "cccc"},
+                      step == 6 ? std::vector<std::string>{"cccc"} : std::vector<std::string>{},
+                      step == 6 ? "no result from cccc" : "");
+    }
+    dumps.push_back(rec.to_json(0, 1, "a swarm round with a silent member"));
+  }
+  dumps.push_back({{"run_dir", "/runs/peer2"}, {"no_record", true}});
+  const json d = cohort::comm::diagnose(dumps);
+  ASSERT_EQ(kinds(d), (std::vector<std::string>{"silent_peer"})) << d.dump(1);
+  EXPECT_EQ(d["findings"][0]["peers"], json({"cccc"}));
+  EXPECT_EQ(d["findings"][0]["seq"], 6);
+  const auto text = d["findings"][0]["text"].get<std::string>();
+  EXPECT_NE(text.find("swarm peer cccc went silent from step 6: peers aaaa and bbbb"), std::string::npos) << text;
+  EXPECT_NE(text.find("run dirs without one: /runs/peer2"), std::string::npos) << text;
+  const auto shown = cohort::comm::render(d);
+  EXPECT_NE(shown.find("step 6 average with aaaa, bbbb and cccc: failed (no result from cccc)"), std::string::npos)
+      << shown;
+  // With cccc's own record, written as it left at step 5, that is said instead.
+  FlightRecorder own(10);
+  own.set_peer("cccc");
+  own.round_began(5, "average");
+  own.round_ended(5, {"aaaa", "bbbb", "cccc"}, {}, "");
+  dumps.back() = own.to_json(0, 1, "SIGUSR2");
+  const auto with_own = cohort::comm::diagnose(dumps)["findings"][0]["text"].get<std::string>();
+  EXPECT_NE(with_own.find("its own record (written on SIGUSR2) ends at step 5"), std::string::npos) << with_own;
+}
+
 TEST(Doctor, NamesARankThatWasDoingSomethingElseAndWhat) {
   auto ahead = healthy(10);
   ahead->issued(11, "all_reduce", "gradient bucket 1", at::zeros({256}));

@@ -32,7 +32,7 @@ class DilocoStrategy : public Strategy {
     TrainConfig local = cfg;  // inside the peer its workers are a ddp job; DiLoCo is between peers
     local.dist.strategy = "ddp";
     inner_ = make_strategy(local, std::move(model), comm);
-    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_);
+    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_, comm->flight());
   }
 
   std::string name() const override { return "diloco"; }

@@ -62,14 +62,15 @@ std::vector<PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers,
   return seen;
 }
 
-SwarmPeer::SwarmPeer(const TrainConfig& cfg, Codec codec)
-    : cfg_(cfg.swarm), identity_(identity_from_config(cfg.swarm)) {
+SwarmPeer::SwarmPeer(const TrainConfig& cfg, Codec codec, std::shared_ptr<comm::FlightRecorder> flight)
+    : cfg_(cfg.swarm), identity_(identity_from_config(cfg.swarm)), flight_(std::move(flight)) {
   if (cfg_.listen.empty())
     throw ConfigError("dist.strategy=swarm needs swarm.listen: the HOST:PORT where the other peers reach this one",
                       "pass swarm.listen=ADDRESS:PORT with an address of this machine the others can reach");
   const auto run_key = identity_.token.run_public_key;
   const auto say = [this](const std::string& line) { log(line); };
   transport_ = std::make_unique<Transport>(identity_, run_key, cfg_.listen, say);
+  if (flight_) flight_->set_peer(peer_name(transport_->key()));
   DirectoryOptions d;
   d.announce_s = cfg_.announce_s;
   d.dht_put_s = 2 * cfg_.announce_s;
@@ -237,7 +238,9 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   mine.group_size = last_group_size_;
   if (last_group_size_ <= 1) join_smallest_group(step);
   mine.group_key = group_key_for(step);
+  if (flight_) flight_->round_began(step + 1, "average");
   auto out = averager_->average(static_cast<uint64_t>(step), flat, static_cast<double>(samples), mine);
+  record_round(step + 1, out);
   const auto after = transport_->stats();
   // The averaging's bytes: the records sent meanwhile are the directory's (swarm_bytes_sent counts both).
   wire_bytes = (after.bytes_sent - after.record_bytes_sent) - (before.bytes_sent - before.record_bytes_sent);
@@ -285,7 +288,9 @@ at::Tensor SwarmPeer::average_state(int64_t step, const at::Tensor& flat, int64_
   if (last_group_.size() <= 1) return flat;
   const auto before = transport_->stats();
   const uint64_t round = static_cast<uint64_t>(step + 1) | kParametersRound;
+  if (flight_) flight_->round_began(step + 1, "weights");
   auto out = averager_->all_reduce(round, last_group_, flat, 1.0);
+  record_round(step + 1, out);
   const auto after = transport_->stats();
   wire_bytes += (after.bytes_sent - after.record_bytes_sent) - (before.bytes_sent - before.record_bytes_sent);
   ++state_rounds_;
@@ -293,6 +298,16 @@ at::Tensor SwarmPeer::average_state(int64_t step, const at::Tensor& flat, int64_
   state_distance_ = norm > 0 ? (flat - out.averaged).norm().item<double>() / norm : 0.0;
   if (!out.problem.empty()) log("swarm: step " + std::to_string(step + 1) + ": averaging the weights: " + out.problem);
   return out.averaged;
+}
+
+// Note [A swarm peer's rounds in its record] (comm/FlightRecorder.cpp): the round's group and silent
+// members; a silent member has the record written now.
+void SwarmPeer::record_round(int64_t step, const RoundOutcome& out) {
+  if (!flight_) return;
+  std::vector<std::string> group;
+  for (const auto& m : out.group) group.push_back(peer_name(m.key));
+  flight_->round_ended(step, group, out.silent, out.problem);
+  if (!out.silent.empty()) comm::request_flight_dump("a swarm round with a silent member");
 }
 
 uint64_t SwarmPeer::group_key_for(int64_t step) const {

@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 
+#include "cohort/comm/FlightRecorder.h"
 #include "cohort/config/Config.h"
 #include "cohort/swarm/Auth.h"
 #include "cohort/swarm/Codec.h"
@@ -27,6 +28,7 @@ namespace cohort::swarm {
 class Transport;
 class Directory;
 class Averager;
+struct RoundOutcome;
 struct Member;
 
 // The identity a peer runs with: swarm.token's, or with swarm.insecure a throwaway one under the
@@ -47,7 +49,9 @@ std::vector<PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests,
 class SwarmPeer {
  public:
   // `codec`: how the rounds put the averaged vector on the wire (swarm.compress, or DiLoCo's diloco.compress).
-  SwarmPeer(const TrainConfig& cfg, Codec codec);
+  // `flight`: this process's flight recorder, which keeps the peer's rounds (Note [A swarm peer's rounds
+  // in its record] in comm/FlightRecorder.cpp); null: none.
+  SwarmPeer(const TrainConfig& cfg, Codec codec, std::shared_ptr<comm::FlightRecorder> flight = nullptr);
   ~SwarmPeer();
 
   // Announces this peer's progress toward `step` and says whether the swarm reaches `target` samples
@@ -93,6 +97,7 @@ class SwarmPeer {
   uint64_t group_key_for(int64_t step) const;
   void move_on_grid(int64_t step, int64_t place);
   void join_smallest_group(int64_t step);  // Note [A lone peer joins the smallest group]
+  void record_round(int64_t step, const RoundOutcome& out);
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
   void wait_for_peers(int64_t count, double timeout_s);
   // The parts of catch_up: the peers it looks at, whom it downloads from, and the download itself.
@@ -122,6 +127,7 @@ class SwarmPeer {
   std::chrono::steady_clock::time_point since_{std::chrono::steady_clock::now()};
   std::chrono::steady_clock::time_point alone_since_{std::chrono::steady_clock::now()}, alone_warned_{};
   bool met_anyone_ = false;
+  std::shared_ptr<comm::FlightRecorder> flight_;
   std::array<uint64_t, 2> grid_{0, 0};  // this peer's coordinates (Note [Groups on a grid])
   std::vector<Member> last_group_;      // the last round's group, in its order
   int64_t state_rounds_ = 0;

@@ -33,7 +33,7 @@ class SwarmStrategy : public Strategy {
     TrainConfig local = cfg;
     local.dist.strategy = "ddp";
     inner_ = make_strategy(local, std::move(model), comm);
-    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_);
+    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_, comm->flight());
   }
 
   std::string name() const override { return "swarm"; }
