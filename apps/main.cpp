@@ -24,6 +24,7 @@
 #include "cohort/log/Report.h"
 #include "cohort/train/BatchSizeFinder.h"
 #include "cohort/train/Predict.h"
+#include "cohort/train/StepTrace.h"
 #include "cohort/train/Trainer.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
@@ -381,6 +382,16 @@ int run_report(const ReportArgs& report) {
       std::vector<std::filesystem::path>(report.run_dirs.begin(), report.run_dirs.end()),
       report.out.empty() ? (report.run_dirs.size() == 1 ? report.run_dirs[0] : std::string("report")) : report.out);
   std::cout << "cohort: report written: " << out.string() << std::endl;
+  // log.trace_steps: the ranks' traces of a run, merged into one for Perfetto or chrome://tracing.
+  for (const auto& dir : report.run_dirs)
+    if (const auto trace = cohort::train::merge_step_traces(dir); !trace.is_null()) {
+      const auto path = std::filesystem::path(dir) / "trace.json";
+      cohort::util::write_file_atomic(path, trace.dump() + "\n");
+      std::cout << "cohort: trace of steps " << trace["otherData"]["steps"][0] << " to "
+                << trace["otherData"]["steps"][1] << " (" << trace["otherData"]["ranks"].size()
+                << " rank(s)) written: " << path.string() << " (open it in https://ui.perfetto.dev or chrome://tracing)"
+                << std::endl;
+    }
   return 0;
 }
 

@@ -84,8 +84,7 @@ void find_crashed(const std::vector<json>& dumps, json& out) {
     out.push_back(finding("crashed", {d["rank"].get<int>()},
                           "rank " + std::to_string(d["rank"].get<int>()) + " crashed (" + reason + ") in phase '" +
                               d["phase"].get<std::string>() + "', " + after +
-                              ": its own output (stderr, or the launcher's log) says why; the others stopped because "
-                              "it went away"));
+                              ": its own output (stderr, or the launcher's log) says why"));
   }
 }
 
@@ -236,6 +235,7 @@ void find_silent_peers(const std::vector<json>& peers, const std::vector<json>& 
   struct Silence {
     std::set<int64_t> steps;
     std::set<std::string> noticed_by;
+    bool outer = false;  // DiLoCo's rounds, numbered as outer rounds
   };
   std::map<std::string, Silence> silent;
   for (const auto& p : peers)
@@ -244,8 +244,10 @@ void find_silent_peers(const std::vector<json>& peers, const std::vector<json>& 
         auto& s = silent[name.get<std::string>()];
         s.steps.insert(r["step"].get<int64_t>());
         s.noticed_by.insert(p["peer"].get<std::string>());
+        s.outer |= r["kind"] == "outer";
       }
   for (const auto& [name, s] : silent) {
+    const std::string when = s.outer ? "outer round " : "step ";
     std::string own = ": it left no flight record among these run dirs (stopped, frozen or killed: look there first";
     own += empty_dirs.empty() ? ", or its run dir was not given)" : "; run dirs without one: " + [&] {
       std::vector<std::string> dirs;
@@ -257,7 +259,7 @@ void find_silent_peers(const std::vector<json>& peers, const std::vector<json>& 
         const auto& rounds = p["rounds"];
         own = "; its own record (written on " + p["reason"].get<std::string>() + ") " +
               (rounds.empty() ? std::string("holds no round")
-                              : "ends at step " + std::to_string(rounds.back()["step"].get<int64_t>()));
+                              : "ends at " + when + std::to_string(rounds.back()["step"].get<int64_t>()));
       }
     const std::vector<std::string> by(s.noticed_by.begin(), s.noticed_by.end());
     out.push_back(
@@ -265,9 +267,9 @@ void find_silent_peers(const std::vector<json>& peers, const std::vector<json>& 
          {"ranks", json::array()},
          {"peers", {name}},
          {"seq", *s.steps.begin()},
-         {"text", "swarm peer " + name + " went silent from step " + std::to_string(*s.steps.begin()) + ": peer" +
+         {"text", "swarm peer " + name + " went silent from " + when + std::to_string(*s.steps.begin()) + ": peer" +
                       (by.size() == 1 ? " " : "s ") + name_list(by) + " had no contribution or no result from it in " +
-                      std::to_string(s.steps.size()) + " step(s)' rounds, and went on without it" + own}});
+                      std::to_string(s.steps.size()) + " round(s), and went on without it" + own}});
   }
   if (silent.empty())
     for (const auto& d : empty_dirs)
@@ -339,9 +341,22 @@ std::vector<json> read_flight_dumps(const std::vector<fs::path>& run_dirs) {
 
 json diagnose(const std::vector<json>& all) {
   json findings = json::array();
+  // A swarm peer's run dir: its rank 0 holds the peer's rounds, its other ranks (the peer's own local
+  // workers) are not ranks of one job with the other peers', so they are not compared with them.
+  std::set<std::string> peer_dirs;
+  for (const auto& d : all)
+    if (d.contains("peer")) peer_dirs.insert(d.value("run_dir", ""));
   std::vector<json> dumps, peers, empty_dirs;
-  for (const auto& d : all) (d.contains("no_record") ? empty_dirs : d.contains("peer") ? peers : dumps).push_back(d);
+  for (const auto& d : all) {
+    if (d.contains("no_record"))
+      empty_dirs.push_back(d);
+    else if (d.contains("peer"))
+      peers.push_back(d);
+    else if (!peer_dirs.count(d.value("run_dir", "")))
+      dumps.push_back(d);
+  }
   if (!peers.empty() || !empty_dirs.empty()) find_silent_peers(peers, empty_dirs, findings);
+  find_crashed(peers, findings);
   json ranks = json::array();
   for (const auto& p : peers) ranks.push_back(last_rounds(p));
   if (dumps.empty()) return {{"findings", findings}, {"ranks", ranks}};

@@ -1,5 +1,6 @@
 #include "cohort/comm/FlightRecorder.h"
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <exception>
@@ -40,16 +41,26 @@ std::atomic<int> g_crash_dumped{0};
 std::atomic<bool> g_watching{false};
 pthread_t g_watcher;
 
-void on_crash(int sig) {
-  if (g_watching.load() && !pthread_equal(pthread_self(), g_watcher) && g_crash_signal.exchange(sig) == 0) {
-    g_dump_requested = 1;
-    for (int waited = 0; waited < kCrashWait_ms && g_crash_dumped.load() == 0; waited += 10) {
-      const timespec ten_ms{0, 10'000'000};
-      nanosleep(&ten_ms, nullptr);
-    }
+void wait_for_the_dump() {
+  for (int waited = 0; waited < kCrashWait_ms && g_crash_dumped.load() == 0; waited += 10) {
+    const timespec ten_ms{0, 10'000'000};
+    nanosleep(&ten_ms, nullptr);
+  }
+}
+
+void on_crash(int sig, siginfo_t* info, void*) {
+  const int saved_errno = errno;
+  // The first crash asks for the dump; a second thread crashing meanwhile waits for the same one.
+  if (g_watching.load() && !pthread_equal(pthread_self(), g_watcher)) {
+    if (g_crash_signal.exchange(sig) == 0) g_dump_requested = 1;
+    wait_for_the_dump();
   }
   sigaction(sig, &g_before[sig], nullptr);
-  raise(sig);  // delivered, with the handler found before, once this one returns
+  errno = saved_errno;
+  // A fault the hardware raised (si_code > 0) happens again when this returns, now with the handler
+  // found before and the fault's own details (a sanitizer's report names the address). One sent by
+  // abort() or kill is raised again: delivered once this handler returns.
+  if (info == nullptr || info->si_code <= 0) raise(sig);
 }
 
 std::string reason_of(int sig) {
@@ -236,9 +247,16 @@ FlightDumps::FlightDumps(std::shared_ptr<FlightRecorder> recorder, std::filesyst
   g_crash_dumped = 0;
   g_watching = true;
   struct sigaction crash {};
-  crash.sa_handler = on_crash;
+  crash.sa_sigaction = on_crash;
+  crash.sa_flags = SA_SIGINFO | SA_ONSTACK;  // the alternate stack, where one is set (a sanitizer's)
   sigemptyset(&crash.sa_mask);
-  for (const int sig : kCrashSignals) sigaction(sig, &crash, &g_before[sig]);
+  for (const int sig : kCrashSignals) {
+    struct sigaction found {};
+    sigaction(sig, nullptr, &found);
+    // A second FlightDumps (one per training loop) keeps the handler the first one found.
+    if (!(found.sa_flags & SA_SIGINFO) || found.sa_sigaction != on_crash) g_before[sig] = found;
+    sigaction(sig, &crash, nullptr);
+  }
 }
 
 FlightDumps::~FlightDumps() {
@@ -262,8 +280,10 @@ void FlightDumps::watch() {
   while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
     if (g_dump_requested.exchange(0) == 0) continue;
     lock.unlock();
-    recorder_->write(run_dir_, rank_, world_size_, reason_of(g_crash_signal.load()));
-    if (g_crash_signal.load() != 0) g_crash_dumped = 1;
+    // Read once: a crash during a dump asked for otherwise asks again, and is written next.
+    const int crash = g_crash_signal.load();
+    recorder_->write(run_dir_, rank_, world_size_, reason_of(crash));
+    if (crash != 0) g_crash_dumped = 1;
     lock.lock();
   }
 }

@@ -55,7 +55,7 @@ class FlightRecorder {
 
   // A swarm peer's averaging rounds (Note [A swarm peer's rounds in its record] in FlightRecorder.cpp),
   // kept apart from the collectives, whose sequence numbers are this process's communicator's: the
-  // peer's name, then each round as it begins (`kind`: "gradients", "weights", "outer") and ends, with
+  // peer's name, then each round as it begins (`kind`: "average", DiLoCo's "outer", or "weights") and ends, with
   // its group and the members that were silent in it.
   void set_peer(const std::string& name);
   void round_began(int64_t step, const char* kind);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -204,6 +205,7 @@ struct LogConfig {
   std::string mlflow_run_name;  // empty: the run directory's name
   int64_t mlflow_buffer = 100000;
   double mlflow_timeout_s = 30;
+  std::string trace_steps;  // "A:B": a Chrome trace of steps A to B per rank (train/StepTrace.h); empty: none
 };
 
 struct RunConfig {
@@ -258,6 +260,8 @@ void apply_override(TrainConfig& cfg, const std::string& assignment);
 
 // Cross-key checks (positive sizes, known names); throws ConfigError naming the key.
 void validate(const TrainConfig& cfg);
+// log.trace_steps' "A:B" as {A, B} with 1 <= A <= B; {0, 0} when empty. Throws ConfigError otherwise.
+std::pair<int64_t, int64_t> trace_step_range(const std::string& steps);
 
 // The resolved configuration as {"model.name": ..., ...}, for summaries and reproducibility.
 nlohmann::json to_json(const TrainConfig& cfg);

@@ -327,6 +327,9 @@ const std::vector<Field>& fields() {
       field("log.mlflow_timeout_s", &T::log, &LogConfig::mlflow_timeout_s,
             "seconds one MLflow request may take, and the most the end of a run waits for the server", {},
             positive<double>()),
+      field("log.trace_steps", &T::log, &LogConfig::trace_steps,
+            "A:B: every rank writes a Chrome trace of steps A to B (phases, collectives) to RUN_DIR/trace/, and "
+            "cohort report merges them into RUN_DIR/trace.json for Perfetto or chrome://tracing (empty: none)"),
       field("run.dir", &T::run, &RunConfig::dir, "run directory (empty: runs/<timestamp>); same as --run-dir"),
   };
   return all;

@@ -1,6 +1,7 @@
 // What combinations of keys cohort refuses, and why: validate(), run on every loaded config after each
 // key's own check (Config.cpp's fields()). Each refusal names the keys and what to set instead.
 #include <string>
+#include <utility>
 
 #include "cohort/config/Config.h"
 #include "cohort/util/Error.h"
@@ -64,7 +65,24 @@ void validate_in_backward(const TrainConfig& cfg) {
 
 }  // namespace
 
+std::pair<int64_t, int64_t> trace_step_range(const std::string& steps) {
+  if (steps.empty()) return {0, 0};
+  const auto colon = steps.find(':');
+  const auto number = [](const std::string& t) -> int64_t {
+    if (t.empty() || t.size() > 12 || t.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoll(t);
+  };
+  const int64_t first = colon == std::string::npos ? -1 : number(steps.substr(0, colon));
+  const int64_t last = colon == std::string::npos ? -1 : number(steps.substr(colon + 1));
+  if (first < 1 || last < first)
+    throw ConfigError("log.trace_steps=" + steps + " is not a range of steps A:B with 1 <= A <= B",
+                      "trace a few steps, e.g. log.trace_steps=20:22 (every rank writes each collective and phase "
+                      "of them)");
+  return {first, last};
+}
+
 void validate(const TrainConfig& cfg) {
+  trace_step_range(cfg.log.trace_steps);
   validate_in_backward(cfg);
   validate_swarm(cfg);
   if (cfg.train.whiten_bias_epochs > 0 && cfg.model.name != "airbench")

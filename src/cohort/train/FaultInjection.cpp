@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -18,7 +19,9 @@ FaultPlan FaultPlan::from_env() {
   if (const char* step = std::getenv("COHORT_FAULT_STEP")) plan.kill_after_step = std::atoll(step);
   if (const char* sig = std::getenv("COHORT_FAULT_SIGNAL")) {
     const std::string name = sig;
-    plan.kill_signal = name == "ABRT" ? SIGABRT : name == "SEGV" ? SIGSEGV : SIGKILL;
+    plan.kill_signal = name == "ABRT" ? SIGABRT : name == "SEGV" ? SIGSEGV : name == "KILL" ? SIGKILL : 0;
+    if (plan.kill_signal == 0)
+      throw std::invalid_argument("COHORT_FAULT_SIGNAL=" + name + ": a test's fault is KILL, ABRT or SEGV");
   }
   if (const char* step = std::getenv("COHORT_FAULT_USR1_STEP")) plan.usr1_after_step = std::atoll(step);
   if (const char* rank = std::getenv("COHORT_FAULT_RANK")) plan.rank = std::atoi(rank);

@@ -17,8 +17,9 @@
 //                                  (the flight recorder's tests, docs/doctor.md)
 //   COHORT_FAULT_BARRIER_STEP=N    rank COHORT_FAULT_RANK enters a checkpoint barrier before the batch of
 //                                  step N, which the other ranks do not: a desync (docs/doctor.md)
-//   COHORT_FAULT_SKIP_BUCKET=S:B   rank COHORT_FAULT_RANK does not all-reduce ddp's gradient bucket B in the
-//                                  backward of step S: a desync (read by parallel/ddp/Reducer.cpp)
+//   COHORT_FAULT_SKIP_BUCKET=S:B   rank COHORT_FAULT_RANK does not all-reduce ddp's gradient bucket B in its
+//                                  process's S-th synchronized backward (step S of a run from step 0): a
+//                                  desync (read by parallel/ddp/Reducer.cpp)
 //   COHORT_FAULT_SWARM_ROUND=N     a swarm peer sends its contributions to round N (the step N+1), then
 //   COHORT_FAULT_SWARM_SIGNAL      raises SIGKILL (KILL, the default) or SIGSTOP (STOP) on itself: a peer
 //                                  that dies or freezes mid-round (read by parallel/swarm/SwarmPeer.cpp)

@@ -6,6 +6,7 @@
 
 #include "cohort/comm/Communicator.h"
 #include "cohort/comm/FlightRecorder.h"
+#include "cohort/train/StepTrace.h"
 
 namespace cohort::train {
 namespace {
@@ -33,6 +34,7 @@ PhaseClock::PhaseClock() : since_(Clock::now()), waited_at_start_(collective_wai
 
 void PhaseClock::switch_to(Phase next) {
   comm::set_current_phase(phase_name(next));  // what a flight record says the rank was doing
+  if (trace_) trace_->phase(phase_name(next));
   const auto now = Clock::now();
   const double waited = collective_wait_seconds();
   if (running_) {

@@ -27,6 +27,8 @@ class Communicator;
 
 namespace cohort::train {
 
+class StepTrace;
+
 enum class Phase { kData, kForward, kBackward, kComm, kOptimizer, kEval, kCheckpoint, kOther };
 constexpr int kPhaseCount = 8;
 const char* phase_name(Phase p);
@@ -42,6 +44,8 @@ class PhaseClock {
   // Ends the current phase; nothing counts until the next switch_to.
   void stop();
   Phase current() const { return current_; }
+  // Tells `trace` of every switch from now on (log.trace_steps: train/StepTrace.h); null: nobody.
+  void trace_into(StepTrace* trace) { trace_ = trace; }
 
   double seconds(Phase p) const { return seconds_[static_cast<int>(p)]; }
   double total_seconds() const;
@@ -70,6 +74,7 @@ class PhaseClock {
   bool running_ = true;
   Clock::time_point since_;
   double waited_at_start_ = 0;  // comm::collective_wait_seconds() when the current phase began
+  StepTrace* trace_ = nullptr;
 };
 
 // Per-rank phase seconds in the order of Phase, for gathering across ranks.

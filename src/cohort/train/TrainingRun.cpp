@@ -80,7 +80,8 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& w
       checkpoints_(cfg, run_dir, world, {*job.model, *job.strategy, *job.precision, job.lookahead.get()},
                    config_json_.dump()),
       faults_(FaultPlan::from_env()),
-      recipe_(cfg, *job.model, *job.strategy, job.lookahead.get(), plan_.total_steps) {
+      recipe_(cfg, *job.model, *job.strategy, job.lookahead.get(), plan_.total_steps),
+      trace_(config::trace_step_range(cfg.log.trace_steps), run_dir, info.rank, world.comm->flight()) {
   if (resume.active()) {
     checkpoints_.restore(resume.checkpoint);
     step_ = resume.checkpoint.state.step;
@@ -94,6 +95,11 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& w
     step_ = *caught_up;
   }
   first_step_ = step_;
+  clock_.trace_into(&trace_);
+  if (const auto [trace_from, trace_to] = config::trace_step_range(cfg.log.trace_steps);
+      lead_ && trace_from > 0 && (trace_from > plan_.stop_step || trace_to <= step_))
+    std::cerr << "cohort: WARNING: log.trace_steps=" << cfg.log.trace_steps << " lies outside this run's steps "
+              << step_ + 1 << " to " << plan_.stop_step << ": nothing will be traced" << std::endl;
   log_.started(config_json_, first_line(resume.active()),
                tracker_tags({cfg_, config_json_, info_.world_size, info_.launcher, job.strategy->name(),
                              job.precision->name(), run_dir_}));
@@ -173,6 +179,7 @@ bool TrainingRun::stop_requested() {
 double TrainingRun::train_step(data::Loader* epoch_loader) {
   auto& precision = *job_.precision;
   double step_loss = 0;
+  trace_.step_began(step_ + 1);
   for (int64_t micro = 0; micro < plan_.accum; ++micro) {
     clock_.switch_to(Phase::kData);
     faults_.before_batch(info_.rank, step_ + 1, *world_.comm);
@@ -241,6 +248,7 @@ bool TrainingRun::optimizer_step(double step_loss) {
   faults_.after_step(info_.rank, step_ + 1, info_.restart_count);
   if (step_ == first_step_) state_bytes_ = max_bytes(state_bytes_, job_.strategy->state_bytes());
   ++step_;
+  trace_.step_ended(step_);
   recipe_.step_done(step_);
   return true;
 }
@@ -330,7 +338,8 @@ void TrainingRun::save(const std::string& tag, int64_t epoch_of_next) {
 
 TrainResult TrainingRun::finish() {
   clock_.stop();
-  peak_flops();  // a run that ended before its first log window resolves the summary's peak here
+  trace_.finish();  // a run that stopped inside log.trace_steps' window writes what it traced
+  peak_flops();     // a run that ended before its first log window resolves the summary's peak here
   const RunFacts facts{info_,
                        cfg_,
                        config_json_,

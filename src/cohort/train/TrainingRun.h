@@ -35,6 +35,7 @@
 #include "cohort/train/Recipe.h"
 #include "cohort/train/RunLog.h"
 #include "cohort/train/Setup.h"
+#include "cohort/train/StepTrace.h"
 #include "cohort/train/Trainer.h"
 
 namespace cohort::train {
@@ -101,6 +102,7 @@ class TrainingRun {
   Recipe recipe_;  // the model's recipe around the step: airbench's whitening freeze and lookahead
   int stop_signal_ = 0;
   PhaseClock clock_;  // where the time goes, phase by phase (train/PhaseClock.h)
+  StepTrace trace_;   // log.trace_steps (train/StepTrace.h)
   MetricWindow window_;
   bool save_due_ = false;
 

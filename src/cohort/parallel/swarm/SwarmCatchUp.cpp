@@ -59,6 +59,7 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
     // not count it as coming and close the round without it; it would then step alone as a straggler,
     // download again, land late again, and never average with the others (seen: a DiLoCo newcomer one
     // round behind for good, ending 0.098 apart). Announced on that step, it is waited for.
+    if (last_group_size_ <= 1) join_smallest_group(got->step);  // Note [A lone peer joins the smallest group]
     announce_at(got->step, 0);
     std::string names;
     for (const auto& d : got->donors) names += (names.empty() ? "" : ", ") + d;

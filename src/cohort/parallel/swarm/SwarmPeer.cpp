@@ -63,7 +63,10 @@ std::vector<PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers,
 }
 
 SwarmPeer::SwarmPeer(const TrainConfig& cfg, Codec codec, std::shared_ptr<comm::FlightRecorder> flight)
-    : cfg_(cfg.swarm), identity_(identity_from_config(cfg.swarm)), flight_(std::move(flight)) {
+    : cfg_(cfg.swarm),
+      identity_(identity_from_config(cfg.swarm)),
+      flight_(std::move(flight)),
+      round_kind_(cfg.dist.kind() == StrategyKind::kDiloco ? "outer" : "average") {
   if (cfg_.listen.empty())
     throw ConfigError("dist.strategy=swarm needs swarm.listen: the HOST:PORT where the other peers reach this one",
                       "pass swarm.listen=ADDRESS:PORT with an address of this machine the others can reach");
@@ -236,9 +239,8 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   mine.samples = samples;
   mine.samples_per_s = samples_per_s_;
   mine.group_size = last_group_size_;
-  if (last_group_size_ <= 1) join_smallest_group(step);
   mine.group_key = group_key_for(step);
-  if (flight_) flight_->round_began(step + 1, "average");
+  if (flight_) flight_->round_began(step + 1, round_kind_);
   auto out = averager_->average(static_cast<uint64_t>(step), flat, static_cast<double>(samples), mine);
   record_round(step + 1, out);
   const auto after = transport_->stats();
@@ -270,6 +272,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   since_ = std::chrono::steady_clock::now();
   // A peer told to stop leaves after this step (Note [Leaving a swarm]): the others stop counting on it now.
   const bool leaving = util::stop_signal() != 0;
+  if (out.group.size() <= 1) join_smallest_group(step + 1);
   announce_at(step + 1, 0, leaving);
   if (leaving) log("swarm: leaving after step " + std::to_string(step + 1) + "; the others go on without this peer");
   return out.averaged;
@@ -331,18 +334,23 @@ void SwarmPeer::move_on_grid(int64_t step, int64_t place) {
 // The grid deals a group's members over the next round's keys; a peer that was in no group (a newcomer,
 // or one the others' round closed without, as a peer that came up late) is dealt from a key of its own,
 // and lands where others may already be M: it is split off alone again, round after round (seen: a
-// DiLoCo peer alone in its first three of five rounds, downloading the others' state after each). So it
-// takes, for this round, the key fewest peers on this step announce: the group its arrival fills.
+// DiLoCo peer alone in its first three of five rounds, downloading the others' state after each). So
+// before it announces the next step (after its lone round, or where a download landed it), it takes
+// the key the fewest peers on that step announce, counting itself where it is and staying there on a
+// tie. Only peers whose last round had company count: another lone peer's key is as arbitrary as its
+// own. Announced before matchmaking, the key is the one the others' leader waits for it under.
 void SwarmPeer::join_smallest_group(int64_t step) {
   if (cfg_.group_size <= 0) return;
   const auto d = static_cast<uint64_t>(step % 2);
-  std::map<uint64_t, int64_t> members;
+  const uint64_t mine = group_key_for(step);
+  std::map<uint64_t, int64_t> members{{mine, 1}};
   for (const auto& p : directory_->peers())
-    if (p.step == step && !p.leaving && p.group_key > 0 && ((p.group_key - 1) >> 32) == d) ++members[p.group_key];
-  if (members.empty()) return;
-  const auto fewest = std::min_element(members.begin(), members.end(),
-                                       [](const auto& a, const auto& b) { return a.second < b.second; });
-  grid_[1 - d] = (fewest->first - 1) & 0xFFFFFFFFULL;
+    if (p.step == step && !p.leaving && p.group_size > 1 && p.group_key > 0 && ((p.group_key - 1) >> 32) == d)
+      ++members[p.group_key];
+  uint64_t best = mine;
+  for (const auto& [key, n] : members)
+    if (n < members[best]) best = key;
+  grid_[1 - d] = (best - 1) & 0xFFFFFFFFULL;
 }
 
 void SwarmPeer::progress(int64_t step, int64_t samples) { announce_at(step, samples); }

@@ -128,6 +128,7 @@ class SwarmPeer {
   std::chrono::steady_clock::time_point alone_since_{std::chrono::steady_clock::now()}, alone_warned_{};
   bool met_anyone_ = false;
   std::shared_ptr<comm::FlightRecorder> flight_;
+  const char* round_kind_;              // in the flight record: "average" (gradients), or "outer" (DiLoCo's)
   std::array<uint64_t, 2> grid_{0, 0};  // this peer's coordinates (Note [Groups on a grid])
   std::vector<Member> last_group_;      // the last round's group, in its order
   int64_t state_rounds_ = 0;
