@@ -335,21 +335,23 @@ void SwarmPeer::move_on_grid(int64_t step, int64_t place) {
 // or one the others' round closed without, as a peer that came up late) is dealt from a key of its own,
 // and lands where others may already be M: it is split off alone again, round after round (seen: a
 // DiLoCo peer alone in its first three of five rounds, downloading the others' state after each). So
-// before it announces the next step (after its lone round, or where a download landed it), it takes
-// the key the fewest peers on that step announce, counting itself where it is and staying there on a
-// tie. Only peers whose last round had company count: another lone peer's key is as arbitrary as its
-// own. Announced before matchmaking, the key is the one the others' leader waits for it under.
+// before it announces the next step (after its lone round, or where a download landed it), it takes,
+// of the keys other peers on that step announce, the one fewest announce, staying on its own on a tie.
+// Only peers whose last round had company count: another lone peer's key is as arbitrary as its own.
+// Announced before matchmaking, the key is the one the others' leader waits for it under.
 void SwarmPeer::join_smallest_group(int64_t step) {
   if (cfg_.group_size <= 0) return;
   const auto d = static_cast<uint64_t>(step % 2);
-  const uint64_t mine = group_key_for(step);
-  std::map<uint64_t, int64_t> members{{mine, 1}};
+  // Others per key; a key nobody else announces is no group to join.
+  std::map<uint64_t, int64_t> others;
   for (const auto& p : directory_->peers())
     if (p.step == step && !p.leaving && p.group_size > 1 && p.group_key > 0 && ((p.group_key - 1) >> 32) == d)
-      ++members[p.group_key];
-  uint64_t best = mine;
-  for (const auto& [key, n] : members)
-    if (n < members[best]) best = key;
+      ++others[p.group_key];
+  if (others.empty()) return;
+  const uint64_t mine = group_key_for(step);
+  uint64_t best = others.count(mine) ? mine : others.begin()->first;
+  for (const auto& [key, n] : others)
+    if (n < others[best]) best = key;
   grid_[1 - d] = (best - 1) & 0xFFFFFFFFULL;
 }
 
