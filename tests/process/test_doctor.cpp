@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "process/Harness.h"
@@ -29,15 +30,16 @@ bool wait_for(const std::function<bool()>& done, double seconds) {
   return false;
 }
 
-// Two workers with rank 1 at `fault` from step 5 on; the job must fail within its 5 s timeout, and
-// doctor's verdict on it is returned.
-ProcResult doctor_on_failing_job(const fs::path& dir, const std::string& fault) {
-  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=5"}), 120,
-                              {{"COHORT_FAULT_RANK", "1"}, {fault, "5"}});
+// Two workers with rank 1 at the fault `faults` name (COHORT_FAULT_RANK is 1); the job must fail within its
+// 5 s timeout, and doctor's verdict on it is returned.
+ProcResult doctor_on_failing_job(const fs::path& dir, std::map<std::string, std::string> faults) {
+  faults["COHORT_FAULT_RANK"] = "1";
+  const auto r =
+      cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=5"}), 120, faults);
   EXPECT_FALSE(r.timed_out) << r.output;
-  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 0) << r.output;
   const auto d = doctor(dir);
-  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_EQ(d.exit_code, 1) << r.output << d.output;
   return d;
 }
 
@@ -47,7 +49,7 @@ ProcResult doctor_on_failing_job(const fs::path& dir, const std::string& fault) 
 // the launcher asks rank 1 for its own (SIGUSR2), which its watcher thread writes while the loop sleeps.
 TEST(Doctor, NamesARankStuckInItsDataLoaderAndItsPhase) {
   const auto dir = fresh_dir("doctor-data-stall");
-  const auto d = doctor_on_failing_job(dir, "COHORT_FAULT_DATA_STALL_STEP");
+  const auto d = doctor_on_failing_job(dir, {{"COHORT_FAULT_DATA_STALL_STEP", "5"}});
   EXPECT_TRUE(fs::exists(dir / "flight" / "rank0.json"));
   EXPECT_TRUE(fs::exists(dir / "flight" / "rank1.json"));
   EXPECT_NE(d.output.find("rank 1 never issued collective #"), std::string::npos) << d.output;
@@ -58,7 +60,7 @@ TEST(Doctor, NamesARankStuckInItsDataLoaderAndItsPhase) {
 // Rank 1 enters a checkpoint barrier before step 5 while rank 0 goes on to that step's collectives: the
 // same sequence number holds a different collective on each rank, and both fail within the timeout.
 TEST(Doctor, NamesARankInACheckpointBarrierWhileTheOthersAllReduce) {
-  const auto d = doctor_on_failing_job(fresh_dir("doctor-barrier"), "COHORT_FAULT_BARRIER_STEP");
+  const auto d = doctor_on_failing_job(fresh_dir("doctor-barrier"), {{"COHORT_FAULT_BARRIER_STEP", "5"}});
   EXPECT_NE(d.output.find("differs between ranks"), std::string::npos) << d.output;
   EXPECT_NE(d.output.find("rank 1 called #"), std::string::npos) << d.output;
   EXPECT_NE(d.output.find("barrier 'checkpoint step-5: begin"), std::string::npos) << d.output;
@@ -71,14 +73,8 @@ TEST(Doctor, NamesARankInACheckpointBarrierWhileTheOthersAllReduce) {
 // which rank 0 meets with the bucket's: the first sequence number whose collectives differ is named, with
 // each rank's call.
 TEST(Doctor, NamesARankThatSkippedABucketsAllReduce) {
-  const auto dir = fresh_dir("doctor-skip-bucket");
-  const auto r = cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=5"}), 120,
-                              {{"COHORT_FAULT_RANK", "1"}, {"COHORT_FAULT_SKIP_BUCKET", "5:0"}});
-  EXPECT_FALSE(r.timed_out) << r.output;
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  const auto d = doctor(dir);
-  EXPECT_EQ(d.exit_code, 1) << d.output;
-  EXPECT_NE(d.output.find("differs between ranks"), std::string::npos) << r.output << d.output;
+  const auto d = doctor_on_failing_job(fresh_dir("doctor-skip-bucket"), {{"COHORT_FAULT_SKIP_BUCKET", "5:0"}});
+  EXPECT_NE(d.output.find("differs between ranks"), std::string::npos) << d.output;
   EXPECT_NE(d.output.find("rank 0 called #"), std::string::npos) << d.output;
   EXPECT_NE(d.output.find("all_reduce 'gradient bucket 0'"), std::string::npos) << d.output;
   EXPECT_EQ(d.output.find("left no flight record"), std::string::npos) << d.output;
@@ -91,16 +87,10 @@ TEST(Doctor, NamesARankThatSkippedABucketsAllReduce) {
 // its record]), the launcher asks rank 0 for its own, and doctor names the crash.
 TEST(Doctor, NamesAWorkerThatAbortsMidJob) {
   const auto dir = fresh_dir("doctor-abort");
-  const auto r =
-      cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=5"}), 120,
-                   {{"COHORT_FAULT_RANK", "1"}, {"COHORT_FAULT_STEP", "5"}, {"COHORT_FAULT_SIGNAL", "ABRT"}});
-  EXPECT_FALSE(r.timed_out) << r.output;
-  EXPECT_NE(r.exit_code, 0);
-  ASSERT_TRUE(fs::exists(dir / "flight" / "rank1.json")) << r.output;
+  const auto d = doctor_on_failing_job(dir, {{"COHORT_FAULT_STEP", "5"}, {"COHORT_FAULT_SIGNAL", "ABRT"}});
+  ASSERT_TRUE(fs::exists(dir / "flight" / "rank1.json")) << d.output;
   EXPECT_EQ(read_json(dir / "flight" / "rank1.json")["reason"], "SIGABRT");
-  EXPECT_TRUE(fs::exists(dir / "flight" / "rank0.json")) << r.output;
-  const auto d = doctor(dir);
-  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_TRUE(fs::exists(dir / "flight" / "rank0.json")) << d.output;
   EXPECT_NE(d.output.find("rank 1 crashed (SIGABRT)"), std::string::npos) << d.output;
   EXPECT_EQ(d.output.find("left no flight record"), std::string::npos) << d.output;
 }

@@ -95,9 +95,9 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& w
     step_ = *caught_up;
   }
   first_step_ = step_;
-  clock_.trace_into(&trace_);
-  if (const auto [trace_from, trace_to] = config::trace_step_range(cfg.log.trace_steps);
-      lead_ && trace_from > 0 && (trace_from > plan_.stop_step || trace_to <= step_))
+  const auto [trace_from, trace_to] = config::trace_step_range(cfg.log.trace_steps);
+  if (trace_from > 0) clock_.trace_into(&trace_);  // untraced runs' phase switches skip it entirely
+  if (lead_ && trace_from > 0 && (trace_from > plan_.stop_step || trace_to <= step_))
     std::cerr << "cohort: WARNING: log.trace_steps=" << cfg.log.trace_steps << " lies outside this run's steps "
               << step_ + 1 << " to " << plan_.stop_step << ": nothing will be traced" << std::endl;
   log_.started(config_json_, first_line(resume.active()),
