@@ -10,7 +10,8 @@
 //   trace.step_began(21);  ...  trace.step_ended(21);   // after step 22 the file is written
 //   const auto merged = cohort::train::merge_step_traces(run_dir);   // {"traceEvents": [...]}
 //
-// Only steps A to B cost anything: outside them each hook is one comparison. Times are wall-clock
+// Only steps A to B cost anything: outside them each hook is one comparison (and PhaseClock calls none
+// without log.trace_steps). Times are wall-clock
 // microseconds (the flight recorder's clock), so ranks on one machine line up exactly and ranks on
 // several machines as well as their clocks agree.
 #pragma once
