@@ -1,8 +1,79 @@
 #include "DoctorCommand.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
 #include <iostream>
+#include <thread>
 
 #include "cohort/comm/Doctor.h"
+#include "cohort/comm/PeerWatch.h"
+#include "cohort/comm/Rendezvous.h"
+#include "cohort/store/AuthStore.h"
+#include "cohort/util/Error.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+// Whether rank `rank` has a record in one of `dirs` written for a request made at `asked_unix` (a second of
+// leeway for another machine's clock).
+bool answered(const std::vector<fs::path>& dirs, int rank, double asked_unix) {
+  for (const auto& dir : dirs) try {
+      std::ifstream in(dir / "flight" / ("rank" + std::to_string(rank) + ".json"));
+      if (!in) continue;
+      const auto record = nlohmann::json::parse(in);
+      if (record.value("written_unix", 0.0) >= asked_unix - 1.0) return true;
+    } catch (const std::exception&) {
+      // Not (yet) a whole record: looked at again.
+    }
+  return false;
+}
+
+// Asks every rank of the job running in dirs[0] for its record through the job's store, and waits up to
+// `wait_s` for them; says on stderr who answered (stdout stays the diagnosis, JSON under --json).
+void ask_every_rank(const std::vector<fs::path>& dirs, double wait_s) {
+  const auto [info, backend] = cohort::read_store_address(dirs[0]);
+  const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
+  const double asked_at = unix_now();
+  uint64_t request = 0;
+  try {
+    request = cohort::comm::ask_for_flight_records(
+        *cohort::communicator_store(backend, cohort::connect_to_store(info, std::chrono::seconds(10))));
+  } catch (const std::exception& e) {
+    throw cohort::Error("cannot ask the job through its store at " + where + " (from " +
+                            (dirs[0] / "flight" / "store.json").string() + "): " + e.what(),
+                        "the job may have ended, or rank 0, which hosts the store, may be stopped; then send SIGUSR2 "
+                        "to each machine's launcher (docs/doctor.md). Across machines, set COHORT_TOKEN or "
+                        "--token-file as for the job");
+  }
+  std::vector<int> waiting;
+  for (int r = 0; r < info.world_size; ++r) waiting.push_back(r);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(wait_s);
+  while (!waiting.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    waiting.erase(std::remove_if(waiting.begin(), waiting.end(), [&](int r) { return answered(dirs, r, asked_at); }),
+                  waiting.end());
+  }
+  std::cerr << "cohort doctor: asked the job's " << info.world_size << " ranks for their records through its store at "
+            << where << " (request " << request << "); " << info.world_size - static_cast<int>(waiting.size())
+            << " wrote one within " << std::fixed << std::setprecision(1)
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s";
+  if (!waiting.empty()) {
+    std::cerr << "; none came from rank(s)";
+    for (int r : waiting) std::cerr << " " << r;
+    std::cerr << ": stopped or frozen (a rank's heartbeat answers within a second otherwise), or its run dir is on "
+                 "another machine (copy that RUN_DIR/flight here, or give its run dir too)";
+  }
+  std::cerr << std::endl;
+}
+
+}  // namespace
 
 void add_doctor_command(CLI::App& app, DoctorCommand& c) {
   c.app = app.add_subcommand("doctor",
@@ -10,11 +81,22 @@ void add_doctor_command(CLI::App& app, DoctorCommand& c) {
                              "(RUN_DIR/flight/) side by side; several run dirs for swarm peers");
   c.app->add_option("run_dirs", c.run_dirs, "run directories")->required();
   c.app->add_flag("--json", c.json, "print the diagnosis as JSON");
+  c.app->add_flag("--ask", c.ask,
+                  "the job is running (hung or slow): first ask every rank for a fresh record through the job's "
+                  "store (its address is in the first RUN_DIR/flight/store.json)");
+  c.app->add_option("--wait", c.wait_s, "with --ask: seconds to wait for the ranks' records")->capture_default_str();
+  c.app->add_option("--token-file", c.token_file, "with --ask: the job's shared secret, as for train");
 }
 
 int run_doctor_command(const DoctorCommand& c) {
   if (!c.app || !*c.app) return -1;
-  std::vector<std::filesystem::path> dirs(c.run_dirs.begin(), c.run_dirs.end());
+  std::vector<fs::path> dirs(c.run_dirs.begin(), c.run_dirs.end());
+  // The job's secret: as given, else the one a job on one machine left in its run dir (store_token_path).
+  if (!c.token_file.empty())
+    setenv("COHORT_TOKEN_FILE", fs::absolute(c.token_file).c_str(), 1);
+  else if (c.ask && cohort::store::secret_from_env().empty() && fs::exists(cohort::store_token_path(dirs[0])))
+    setenv("COHORT_TOKEN_FILE", fs::absolute(cohort::store_token_path(dirs[0])).c_str(), 1);
+  if (c.ask) ask_every_rank(dirs, c.wait_s);
   const auto diagnosis = cohort::comm::diagnose(cohort::comm::read_flight_dumps(dirs));
   if (c.json)
     std::cout << diagnosis.dump(2) << std::endl;

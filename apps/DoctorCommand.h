@@ -1,5 +1,7 @@
-// `cohort doctor RUN_DIR... [--json]`: what went wrong in a job that failed or hung, from the flight
-// records its ranks wrote (comm/Doctor.h). main.cpp adds it to the CLI and runs it when given.
+// `cohort doctor RUN_DIR... [--json] [--ask [--wait S]]`: what went wrong in a job that failed or hung,
+// from the flight records its ranks wrote (comm/Doctor.h). With --ask, the job is running (hung, or
+// crawling): every rank is first asked for a fresh record through the job's store (Note [Asking every rank
+// for its record] in comm/PeerWatch.cpp). main.cpp adds it to the CLI and runs it when given.
 //
 //   DoctorCommand doctor;
 //   add_doctor_command(app, doctor);
@@ -16,9 +18,13 @@ struct DoctorCommand {
   CLI::App* app = nullptr;
   std::vector<std::string> run_dirs;
   bool json = false;
+  bool ask = false;
+  double wait_s = 10;
+  std::string token_file;
 };
 
 void add_doctor_command(CLI::App& app, DoctorCommand& c);
 // 0 when nothing stands out, 1 when the diagnosis has findings; -1 when the command was not given.
-// Throws cohort::Error for a run dir without flight records.
+// Throws cohort::Error for a run dir without flight records, or, with --ask, a job whose store does not
+// answer.
 int run_doctor_command(const DoctorCommand& c);

@@ -2,7 +2,8 @@
 """cohort's MLflow runs read back by MLflow itself: a real `mlflow server` (the reference environment's
 mlflow) on loopback, two workers training with log.mlflow, then MLflow's own Python client finds every
 param of config.json, every scalar of metrics.jsonl at its step, the tags, the artifacts and the status.
-A run stopped by Slurm's preemption signal ends KILLED. Then a server killed mid-run: the run still ends with exit status 0, warns naming the server, counts the
+A run stopped by Slurm's preemption signal ends KILLED. Two swarm peers are two runs, tagged with one swarm
+name, each with its own metrics. Then a server killed mid-run: the run still ends with exit status 0, warns naming the server, counts the
 records it dropped in summary.json, and trains exactly as a run without MLflow.
 
   mlflow_runs.py COHORT WORKDIR
@@ -155,6 +156,53 @@ def round_trip(cohort, work):
         raise
 
 
+def swarm_peers(cohort, work, url):
+    """Two swarm peers logging to one server: each is an MLflow run of its own, the first named by
+    log.mlflow_run_name (a machine-local key: the peers' configs still agree), the second by its run dir;
+    both carry one cohort.swarm tag, and each holds its own metrics.jsonl at their steps."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", 0))
+        port = s.getsockname()[1]
+    peers, dirs = [], []
+    for i in range(2):
+        dirs.append(os.path.join(work, f"swarm-peer{i}"))
+        shutil.rmtree(dirs[-1], ignore_errors=True)
+        args = [cohort, "train", "--nproc-per-node", "1", "--run-dir", dirs[-1], *SMALL, "train.max_steps=8",
+                "train.threads=1", "dist.strategy=swarm", "swarm.insecure=true", f"swarm.listen=127.0.0.{2 + i}:{port}",
+                "swarm.min_peers_to_start=2", "swarm.min_group_size=2", "swarm.matchmaking_s=30",
+                f"log.mlflow={url}", "log.mlflow_experiment=swarm"]
+        if i == 0:
+            args.append("log.mlflow_run_name=first peer")
+        else:
+            args.append(f"swarm.initial_peers=127.0.0.2:{port}")
+        peers.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for i, p in enumerate(peers):
+        finished(p, f"swarm peer {i}")
+    client = MlflowClient(tracking_uri=url)
+    runs = client.search_runs([client.get_experiment_by_name("swarm").experiment_id])
+    by_name = {r.info.run_name: r for r in runs}
+    if sorted(by_name) != ["first peer", "swarm-peer1"]:
+        fail(f"expected runs 'first peer' and 'swarm-peer1' in experiment 'swarm', found {sorted(by_name)}")
+    swarms = {r.data.tags.get("cohort.swarm") for r in runs}
+    if len(swarms) != 1 or not next(iter(swarms), "") or not next(iter(swarms)).startswith("swarm-"):
+        fail(f"the peers' cohort.swarm tags are {swarms}, expected one 'swarm-<hash>' for both")
+    values = 0
+    for run, run_dir in zip([by_name["first peer"], by_name["swarm-peer1"]], dirs):
+        if run.info.status != "FINISHED" or run.data.tags.get("cohort.strategy") != "swarm":
+            fail(f"run {run.info.run_name}: status {run.info.status}, strategy tag "
+                 f"{run.data.tags.get('cohort.strategy')!r}")
+        if run.data.tags.get("cohort.run_dir") != os.path.abspath(run_dir):
+            fail(f"run {run.info.run_name}: cohort.run_dir {run.data.tags.get('cohort.run_dir')!r}, expected {run_dir}")
+        for key, steps in expected(run_dir).items():
+            got = {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+            if sorted(got) != sorted(steps) or any(not math.isclose(got[k], v, rel_tol=1e-12) for k, v in steps.items()):
+                fail(f"run {run.info.run_name} metric {key}: MLflow {got}, its metrics.jsonl {steps}")
+            values += len(steps)
+    losses = [by_name[n].data.metrics.get("train/loss") for n in ("first peer", "swarm-peer1")]
+    print(f"swarm: 2 peers, 2 MLflow runs ('first peer', 'swarm-peer1') tagged cohort.swarm={swarms.pop()}, "
+          f"{values} metric values at their steps, each its own peer's (last train/loss {losses})")
+
+
 def wait_for_metrics(client, experiment, p, deadline_s=300):
     """Until the experiment's run shows metrics on the server; the run's process must still be going."""
     deadline = time.time() + deadline_s
@@ -233,6 +281,7 @@ def main():
     url, server = round_trip(cohort, work)
     try:
         stopped_by_a_signal(cohort, work, url)
+        swarm_peers(cohort, work, url)
     finally:
         stop_server(server)
     server_killed_mid_run(cohort, work)

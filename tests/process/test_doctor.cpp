@@ -57,6 +57,48 @@ TEST(Doctor, NamesARankStuckInItsDataLoaderAndItsPhase) {
   EXPECT_EQ(d.output.find("left no flight record"), std::string::npos) << d.output;
 }
 
+// `cohort doctor --ask` while a job hangs (rank 1 stuck in its data loader at step 5, its timeout far
+// off): through the job's store both ranks write a record within the wait, and the doctor names rank 1
+// and its phase while the job still runs (Note [Asking every rank for its record] in PeerWatch.cpp).
+TEST(Doctor, AskedThroughTheStoreEveryRankOfAHungJobWritesItsRecord) {
+  const auto dir = fresh_dir("doctor-ask");
+  Proc job(cohort_argv(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=300"})),
+           {{"COHORT_FAULT_RANK", "1"}, {"COHORT_FAULT_DATA_STALL_STEP", "5"}});
+  // Rank 0 logs step 4 and then waits in step 5's all-reduce; a collective counts as stuck after 2 s
+  // (Note [A record of a rank still running] in Doctor.cpp).
+  ASSERT_TRUE(wait_for([&] { return read_file(dir / "metrics.jsonl").find("\"step\":4,") != std::string::npos; }, 120))
+      << job.output_so_far();
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  EXPECT_FALSE(fs::exists(dir / "flight" / "rank0.json"));
+  const auto d = run({COHORT_BINARY, "doctor", "--ask", dir.string()}, 60.0);
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_NE(d.output.find("asked the job's 2 ranks for their records through its store at 127.0.0.1:"),
+            std::string::npos)
+      << d.output;
+  EXPECT_NE(d.output.find("2 wrote one within"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("rank 1 never issued collective #"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("in phase 'data'"), std::string::npos) << d.output;
+  for (const char* rank : {"rank0.json", "rank1.json"})
+    EXPECT_EQ(read_json(dir / "flight" / rank)["reason"], "asked through the store (cohort doctor --ask)") << rank;
+  kill(job.pid(), SIGTERM);
+  const auto r = job.wait(90);
+  EXPECT_FALSE(r.timed_out) << r.output;
+}
+
+// A run dir whose job has ended: --ask says the store does not answer, and what to do instead.
+TEST(Doctor, AskingAJobThatHasEndedSaysItsStoreDoesNotAnswer) {
+  const auto dir = fresh_dir("doctor-ask-ended");
+  ASSERT_EQ(cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=2"})).exit_code, 0);
+  ASSERT_TRUE(fs::exists(dir / "flight" / "store.json"));
+  // The secret the launcher made up for this one-machine job is kept for --ask, readable by its user alone.
+  EXPECT_EQ(fs::status(dir / "flight" / "store.token").permissions() & (fs::perms::group_all | fs::perms::others_all),
+            fs::perms::none);
+  const auto d = run({COHORT_BINARY, "doctor", "--ask", dir.string()}, 60.0);
+  EXPECT_NE(d.exit_code, 0);
+  EXPECT_NE(d.output.find("cannot ask the job through its store at 127.0.0.1:"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("SIGUSR2"), std::string::npos) << d.output;
+}
+
 // Rank 1 enters a checkpoint barrier before step 5 while rank 0 goes on to that step's collectives: the
 // same sequence number holds a different collective on each rank, and both fail within the timeout.
 TEST(Doctor, NamesARankInACheckpointBarrierWhileTheOthersAllReduce) {

@@ -42,6 +42,27 @@ json finding(const std::string& kind, std::vector<int> ranks, const std::string&
 // Each rank's entries by sequence number.
 using Ring = std::map<uint64_t, json>;
 
+// Note [A record of a rank still running]
+// A record asked of a running job (SIGUSR2, `cohort doctor --ask`) is a snapshot: the ranks write theirs
+// up to a second apart and mid-step, so one may be a collective ahead of another, and each may be inside
+// one that is about to end. A collective is a finding only once it has waited long enough to be one:
+// kSettledS between its issue and the record of the rank that has not issued it, or in which it is still
+// open. A hang has waited far longer (dist.timeout_s, 300 s by default) when it is asked about; the
+// default job's step is 50 ms. A record written on an error or a crash is its rank's last word, and is
+// taken as it stands.
+constexpr double kSettledS = 2.0;
+
+// How long after `issued_unix` rank `rank` wrote its record, if it was still running then; else forever.
+double waited_when_written(const std::vector<json>& dumps, int rank, double issued_unix) {
+  for (const auto& d : dumps) {
+    if (d["rank"].get<int>() != rank) continue;
+    const auto reason = d["reason"].get<std::string>();
+    if (reason != "SIGUSR2" && reason.rfind("asked", 0) != 0) break;
+    return d["written_unix"].get<double>() - issued_unix;
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
 std::map<int, Ring> rings_of(const std::vector<json>& dumps) {
   std::map<int, Ring> rings;
   for (const auto& d : dumps) {
@@ -101,9 +122,14 @@ void find_never_issued(const std::vector<json>& dumps, const std::map<int, Ring>
   }
   if (behind.empty() || behind.size() == dumps.size()) return;
   const json* at_top = nullptr;
+  double first_issued = std::numeric_limits<double>::max();
   for (const auto& [rank, ring] : rings)
-    if (auto it = ring.find(top); it != ring.end()) at_top = &it->second;
+    if (auto it = ring.find(top); it != ring.end()) {
+      at_top = &it->second;
+      first_issued = std::min(first_issued, it->second["issued_unix"].get<double>());
+    }
   for (int r : behind) {
+    if (waited_when_written(dumps, r, first_issued) < kSettledS) continue;  // it may be on its way there
     const auto& ring = rings.at(r);
     std::string last = ring.empty()
                            ? "none recorded"
@@ -159,6 +185,9 @@ void find_never_ended(const std::vector<json>& dumps, const std::map<int, Ring>&
     for (const auto& [rank, ring] : rings) {
       const auto& e = ring.at(seq);
       if (e["state"] == "completed") continue;
+      if (e["state"] == "issued" && waited_when_written(dumps, rank, e["issued_unix"].get<double>()) < kSettledS)
+        continue;  // in flight when a running rank wrote its record
+
       // Never waited for, not stalled: it completed on another rank, and a later collective of this
       // rank ended (a broadcast whose handle an error skipped before its wait).
       if (completed_somewhere && e["state"] == "issued" &&
@@ -309,7 +338,8 @@ std::vector<json> read_flight_dumps(const std::vector<fs::path>& run_dirs) {
     std::vector<fs::path> files;
     if (fs::is_directory(flight))
       for (const auto& f : fs::directory_iterator(flight))
-        if (f.path().extension() == ".json") files.push_back(f.path());
+        if (f.path().extension() == ".json" && f.path().filename().string().rfind("rank", 0) == 0)
+          files.push_back(f.path());
     if (files.empty()) {
       // One of several run dirs (a swarm's peers) without a record is itself a finding.
       dumps.push_back({{"run_dir", dir.string()}, {"no_record", true}});
@@ -379,7 +409,8 @@ json diagnose(const std::vector<json>& all) {
 std::string render(const json& diagnosis) {
   std::ostringstream os;
   if (diagnosis["findings"].empty())
-    os << "cohort doctor: nothing stands out: every rank with a record issued the same collectives, and each ended\n";
+    os << "cohort doctor: nothing stands out: every rank with a record issued the same collectives, and none was "
+          "stuck in one\n";
   for (const auto& f : diagnosis["findings"]) os << "- " << f["text"].get<std::string>() << "\n";
   for (const auto& r : diagnosis["ranks"]) {
     if (r.contains("peer")) {

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include "cohort/comm/FlightRecorder.h"
 #include "cohort/util/Error.h"
 
 namespace cohort::comm {
@@ -20,6 +21,10 @@ void put(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, u
     // The store is gone (rank 0 died): the collective itself will fail and say so.
   }
 }
+
+// How many times `cohort doctor --ask` asked this job for its flight records (Note [Asking every rank
+// for its record]).
+const char* const kAskKey = "cohort/flight/asked";
 
 uint64_t read(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key) {
   if (!store->check({key})) return 0;
@@ -78,11 +83,31 @@ PeerWatch::~PeerWatch() {
 
 uint64_t PeerWatch::issue() { return ++beat_->seq; }
 
+// Note [Asking every rank for its record]
+// A hung job's ranks are asked for their flight records by one command on any machine, `cohort doctor
+// --ask RUN_DIR`, rather than SIGUSR2 to each machine's launcher: it adds one to a counter in the job's
+// store, and each rank's heartbeat reads that counter with the beat it sends anyway (one more store
+// round trip a second per rank; at 1,024 ranks, 1,024 small requests a second more to rank 0's store).
+// A rank that sees the counter grow asks its FlightDumps thread for a record, as SIGUSR2 would. The
+// heartbeat runs beside the training loop, so a rank stuck in a collective, its data loader or a barrier
+// answers within about a second; a stopped rank (SIGSTOP, a frozen machine) cannot, and the command names
+// it. The counter starts where the rank finds it, so a request made before a rank joined (an earlier
+// attempt's) is not answered again.
+uint64_t ask_for_flight_records(c10d::Store& store) { return static_cast<uint64_t>(store.add(kAskKey, 1)); }
+
 void PeerWatch::beat(std::shared_ptr<Beat> b, c10::intrusive_ptr<c10d::Store> store, int rank) {
+  int64_t asked = -1;
   for (uint64_t n = 1;; ++n) {
     // Not under the lock: the store may be slow.
     put(store, "cohort/issued/" + std::to_string(rank), b->seq.load());
     put(store, "cohort/beat/" + std::to_string(rank), n);
+    try {
+      const int64_t now = store->add(kAskKey, 0);
+      if (asked >= 0 && now > asked) request_flight_dump("asked through the store (cohort doctor --ask)");
+      asked = now;
+    } catch (const std::exception&) {
+      // As put's: a store that is gone is the collective's to report.
+    }
     std::unique_lock<std::mutex> lock(b->mu);
     if (b->cv.wait_for(lock, std::chrono::seconds(1), [&] { return b->stopping; })) {
       b->done = true;
@@ -116,7 +141,10 @@ std::string PeerWatch::diagnose(uint64_t seq) const noexcept try {
       if (!silent.empty()) out = "rank(s) " + silent + " stopped answering (no heartbeat for 2.5 s)";
       if (!missing.empty()) out += (out.empty() ? "" : "; ") + std::string("rank(s) ") + missing + " never issued it";
       if (out.empty())
-        out = "every rank is alive and issued it, so the collective itself stalled or broke (network, or the backend)";
+        out = "every rank is alive and has issued collective #" + std::to_string(seq) +
+              " or a later one: it stalled or broke in the network or the backend, or the ranks called different "
+              "collectives at #" +
+              std::to_string(seq) + " (cohort doctor RUN_DIR compares them)";
       result->set_value(out);
     } catch (const std::exception& e) {
       result->set_value(std::string("the store did not answer (") + e.what() + ")");

@@ -54,6 +54,11 @@ class PeerWatch {
   std::thread heartbeat_;
 };
 
+// Asks every rank of the job whose store this is for its flight record: each rank's heartbeat sees the
+// request within about a second and writes RUN_DIR/flight/rank<R>.json (Note [Asking every rank for its
+// record] in PeerWatch.cpp). Returns how many requests the job has had, this one included.
+uint64_t ask_for_flight_records(c10d::Store& store);
+
 // dist.debug=detail: the (kind, dtype, element count) of the collective a rank is about to run, which
 // every rank all-gathers through its backend and compares with check_same_collective.
 enum class CollectiveKind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter, kBarrier };

@@ -9,6 +9,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -16,6 +19,7 @@
 #include "cohort/comm/GlooCommunicator.h"
 #include "cohort/store/AuthStore.h"
 #include "cohort/store/TcpStoreClient.h"
+#include "cohort/util/AtomicFile.h"
 #if COHORT_HAVE_NCCL
 #include <torch/cuda.h>
 
@@ -56,8 +60,8 @@ CommunicatorPtr nccl_communicator(const World& world, std::chrono::milliseconds 
                     "start at most as many processes per machine as it has GPUs (--nproc-per-node), check "
                     "nvidia-smi and CUDA_VISIBLE_DEVICES, or use dist.backend=gloo");
   }
-  return NcclCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/nccl", world.store), info.rank,
-                                  info.world_size, info.local_rank, timeout);
+  return NcclCommunicator::create(communicator_store("nccl", world.store), info.rank, info.world_size, info.local_rank,
+                                  timeout);
 #else
   throw CommError(who +
                       ": dist.backend=nccl is not available: this cohort was built without CUDA (COHORT_CUDA=OFF: "
@@ -118,6 +122,80 @@ std::string local_address_for(const std::string& master_addr) {
   return local;
 }
 
+c10::intrusive_ptr<c10d::Store> connect_to_store(const WorldInfo& info, std::chrono::milliseconds timeout) {
+  const auto port = static_cast<uint16_t>(info.master_port);
+  if (!info.agent_store)
+    return c10::make_intrusive<store::AuthStore>(info.master_addr, port, rendezvous_secret(info), timeout);
+  // torchrun's agent hosts a c10d TCPStore: we are one of its clients, with its (lack of) checks, in
+  // whichever protocol its PyTorch speaks. See Note [c10d's two store protocols].
+  c10::intrusive_ptr<c10d::Store> agent =
+      c10::make_intrusive<store::TcpStoreClient>(info.master_addr, port, timeout, "torchrun's agent store");
+  return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(info.restart_count), agent);
+}
+
+// The job's store address beside its flight records: `cohort doctor --ask RUN_DIR` reads it to ask every
+// rank for a record through the store (comm/PeerWatch.h). Not secret: the token stays in the environment.
+void write_store_address(const std::filesystem::path& run_dir, const WorldInfo& info, const std::string& backend) {
+  const nlohmann::json j = {{"format", kStoreAddressFormat},
+                            {"version", 1},
+                            {"master_addr", info.master_addr},
+                            {"master_port", info.master_port},
+                            {"agent_store", info.agent_store},
+                            {"restart_count", info.restart_count},
+                            {"world_size", info.world_size},
+                            {"launcher", info.launcher},
+                            {"backend", backend}};
+  std::filesystem::create_directories(run_dir / "flight");
+  util::write_file_atomic(run_dir / "flight" / "store.json", j.dump(1) + "\n");
+  // On one machine the launcher made the secret up and nobody else knows it: it is kept beside the
+  // address, readable by this user alone (mode 600, as --token-file must be; the temporary is made so
+  // before a byte is written), for --ask to prove itself with. Across machines the user holds the secret
+  // already, and it is not copied to a disk that may be shared.
+  const std::string secret = store::secret_from_env();
+  if (info.agent_store || !is_loopback(info.master_addr) || secret.empty()) return;
+  util::AtomicFile file(store_token_path(run_dir));
+  std::filesystem::permissions(file.temp_path(),
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace);
+  file.write(secret);
+  file.commit();
+}
+
+c10::intrusive_ptr<c10d::Store> communicator_store(const std::string& backend,
+                                                   c10::intrusive_ptr<c10d::Store> job_store) {
+  return c10::make_intrusive<c10d::PrefixStore>(backend == "nccl" ? "cohort/nccl" : "cohort/gloo",
+                                                std::move(job_store));
+}
+
+std::filesystem::path store_token_path(const std::filesystem::path& run_dir) {
+  return run_dir / "flight" / "store.token";
+}
+
+StoreAddress read_store_address(const std::filesystem::path& run_dir) {
+  const auto path = run_dir / "flight" / "store.json";
+  std::ifstream in(path);
+  if (!in)
+    throw Error("no " + path.string() + ": this run dir has no running job's store address",
+                "each machine's first rank writes it when the job starts (a run of this version, more than one "
+                "rank); give the run dir of a job that is running now");
+  try {
+    const auto j = nlohmann::json::parse(in);
+    if (j.at("format") != kStoreAddressFormat || j.at("version").get<int>() != 1) throw std::runtime_error("format");
+    WorldInfo info;
+    info.master_addr = j.at("master_addr").get<std::string>();
+    info.master_port = j.at("master_port").get<int>();
+    info.agent_store = j.at("agent_store").get<bool>();
+    info.restart_count = j.at("restart_count").get<int>();
+    info.world_size = j.at("world_size").get<int>();
+    info.launcher = j.at("launcher").get<std::string>();
+    info.rank = -1;  // a client that is none of the ranks
+    return {info, j.at("backend").get<std::string>()};
+  } catch (const std::exception& e) {
+    throw Error(path.string() + " is not a store address of this version (" + e.what() + ")",
+                "it is written by cohort's workers; do not edit it");
+  }
+}
+
 World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono::milliseconds timeout,
                  int gloo_threads) {
   World world;
@@ -135,19 +213,11 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
                       "(as root), LimitNOFILE= in a systemd unit, nofile in /etc/security/limits.conf, or "
                       "--ulimit nofile=N:N for a container");
     try {
-      if (info.agent_store) {
-        // torchrun's agent hosts a c10d TCPStore: we are one of its clients, with its (lack of) checks, in
-        // whichever protocol its PyTorch speaks. See Note [c10d's two store protocols].
-        world.store = c10::make_intrusive<store::TcpStoreClient>(
-            info.master_addr, static_cast<uint16_t>(info.master_port), timeout, "torchrun's agent store");
-      } else {
-        const std::string secret = rendezvous_secret(info);
-        const auto port = static_cast<uint16_t>(info.master_port);
-        if (host)
-          world.store = store::AuthStore::host(info.master_addr, port, secret, timeout);
-        else
-          world.store = c10::make_intrusive<store::AuthStore>(info.master_addr, port, secret, timeout);
-      }
+      if (host)
+        world.store = store::AuthStore::host(info.master_addr, static_cast<uint16_t>(info.master_port),
+                                             rendezvous_secret(info), timeout);
+      else
+        world.store = connect_to_store(info, timeout);
     } catch (const CommError& e) {
       throw CommError(who + ": " + e.what(), e.hint());
     } catch (const std::exception& e) {
@@ -157,9 +227,6 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
                           " s: " + msg.substr(0, msg.find('\n')),
                       "check that torchrun's agent is running and MASTER_ADDR/MASTER_PORT are right");
     }
-    if (info.agent_store)
-      world.store =
-          c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(info.restart_count), world.store);
   }
   world.store->setTimeout(timeout);
   // Two processes given the same rank would otherwise wait in Gloo's connect until the timeout and fail
@@ -181,9 +248,8 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
     throw CommError(who + ": unknown backend '" + backend + "'", "use dist.backend=gloo, or nccl on GPUs");
   try {
     if (backend == "gloo")
-      world.comm =
-          GlooCommunicator::create(c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", world.store), info.rank,
-                                   info.world_size, local_address_for(info.master_addr), timeout, gloo_threads);
+      world.comm = GlooCommunicator::create(communicator_store("gloo", world.store), info.rank, info.world_size,
+                                            local_address_for(info.master_addr), timeout, gloo_threads);
     else
       world.comm = nccl_communicator(world, timeout);
   } catch (const CommError& e) {

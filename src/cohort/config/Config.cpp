@@ -158,10 +158,12 @@ nlohmann::json to_json(const TrainConfig& cfg) {
 }
 
 const std::vector<std::string>& machine_local_keys() {
-  // Where things live and how many threads a machine has: a job may set them per machine.
+  // Where things live and how many threads a machine has: a job may set them per machine. And the name
+  // of a swarm peer's MLflow run: each peer is a run of its own, which its user may name.
   static const std::vector<std::string> keys = {
-      "run.dir",      "train.resume",  "data.root",    "train.threads",       "data.workers", "data.prefetch",
-      "log.progress", "log.monitor_s", "swarm.listen", "swarm.initial_peers", "swarm.token",  "swarm.partition"};
+      "run.dir",       "train.resume",    "data.root",          "train.threads", "data.workers",
+      "data.prefetch", "log.progress",    "log.monitor_s",      "swarm.listen",  "swarm.initial_peers",
+      "swarm.token",   "swarm.partition", "log.mlflow_run_name"};
   return keys;
 }
 

@@ -41,6 +41,8 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   const fs::path run_dir = agree_run_dir(cfg, world);
   // From here a failed collective, any error, or SIGUSR2 leaves RUN_DIR/flight/rank<R>.json for `cohort doctor`.
   const comm::FlightDumps flight_dumps(world.comm->flight(), run_dir, info.rank, info.world_size);
+  // And `cohort doctor --ask RUN_DIR` finds the job's store here (Note [Asking every rank for its record]).
+  if (info.world_size > 1 && info.local_rank == 0) write_store_address(run_dir, info, cfg.dist.backend);
   Job job = set_up_job(cfg, info, world, resume);
   util::catch_preemption_signal();
   if (strategy_traits(cfg, info.rank, info.world_size).leaves_alone) util::catch_stop_signals();

@@ -31,6 +31,12 @@ std::unique_ptr<FlightRecorder> healthy(uint64_t n) {
   return rec;
 }
 
+// A running rank's record, written `s` seconds after it was built (Note [A record of a rank still running]).
+json written_later(json d, double s) {
+  d["written_unix"] = d["written_unix"].get<double>() + s;
+  return d;
+}
+
 std::vector<std::string> kinds(const json& d) {
   std::vector<std::string> k;
   for (const auto& f : d["findings"]) k.push_back(f["kind"]);
@@ -192,13 +198,32 @@ TEST(Doctor, NamesARankThatWasDoingSomethingElseAndWhat) {
   ahead->issued(11, "all_reduce", "gradient bucket 1", at::zeros({256}));
   ahead->ended(11, false);
   cohort::comm::set_current_phase("checkpoint");
-  const json d = cohort::comm::diagnose({ahead->to_json(0, 2, "error"), healthy(10)->to_json(1, 2, "SIGUSR2")});
+  const json d =
+      cohort::comm::diagnose({ahead->to_json(0, 2, "error"), written_later(healthy(10)->to_json(1, 2, "SIGUSR2"), 5)});
   ASSERT_EQ(kinds(d), (std::vector<std::string>{"never_issued"})) << d.dump(1);
   const auto text = d["findings"][0]["text"].get<std::string>();
   EXPECT_EQ(d["findings"][0]["ranks"], json({1}));
   EXPECT_NE(text.find("rank 1 never issued collective #11 all_reduce 'gradient bucket 1'"), std::string::npos) << text;
   EXPECT_NE(text.find("its last was #10"), std::string::npos) << text;
   EXPECT_NE(text.find("phase 'checkpoint'"), std::string::npos) << text;
+}
+
+// Note [A record of a rank still running]: records asked of a healthy job mid-step, rank 0 a collective
+// ahead of rank 1 and both inside one, are nothing; the same records written 5 s later are a hang.
+TEST(Doctor, ARunningJobAskedMidStepIsNothingUntilItsCollectivesHaveWaited) {
+  auto r0 = healthy(10), r1 = healthy(10);
+  for (auto* r : {r0.get(), r1.get()}) r->issued(11, "all_reduce", "gradient bucket 0", at::zeros({256}));
+  r0->ended(11, true);
+  r0->issued(12, "all_reduce", "gradient bucket 1", at::zeros({256}));
+  const std::string asked = "asked through the store (cohort doctor --ask)";
+  EXPECT_TRUE(cohort::comm::diagnose({r0->to_json(0, 2, asked), r1->to_json(1, 2, asked)})["findings"].empty());
+  const json hung =
+      cohort::comm::diagnose({written_later(r0->to_json(0, 2, asked), 5), written_later(r1->to_json(1, 2, asked), 5)});
+  ASSERT_EQ(kinds(hung), (std::vector<std::string>{"never_issued", "never_ended"})) << hung.dump(1);
+  EXPECT_EQ(hung["findings"][0]["ranks"], json({1}));
+  EXPECT_EQ(hung["findings"][0]["seq"], 12);
+  EXPECT_EQ(hung["findings"][1]["ranks"], json({1}));
+  EXPECT_EQ(hung["findings"][1]["seq"], 11);
 }
 
 TEST(Doctor, NamesTheFirstCollectiveThatDiffersBetweenRanks) {

@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include "cohort/comm/FlightRecorder.h"
 #include "cohort/comm/PeerWatch.h"
 #include "cohort/store/AuthStore.h"
 #include "cohort/store/StoreServer.h"
@@ -28,11 +31,39 @@ TEST(PeerWatch, NamesTheRankThatNeverIssuedAndThenTheOneThatStoppedBeating) {
   // Everyone beats; rank 1 stopped at collective #3.
   EXPECT_EQ(me.diagnose(5), "rank(s) 1 (last issued #3) never issued it");
   EXPECT_EQ(me.diagnose(3),
-            "every rank is alive and issued it, so the collective itself stalled or broke (network, or the backend)");
+            "every rank is alive and has issued collective #3 or a later one: it stalled or broke in the network or "
+            "the backend, or the ranks called different collectives at #3 (cohort doctor RUN_DIR compares them)");
   behind.reset();  // its heartbeat stops, as a SIGSTOPped worker's would
   const auto msg = me.diagnose(5);
   EXPECT_NE(msg.find("rank(s) 1 stopped answering (no heartbeat for 2.5 s)"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("rank(s) 2"), std::string::npos) << msg;
+}
+
+// `cohort doctor --ask`: a request through the store reaches the rank's heartbeat, which has FlightDumps
+// write the record, as SIGUSR2 would (Note [Asking every rank for its record]).
+TEST(PeerWatch, ARequestThroughTheStoreHasTheRankWriteItsRecord) {
+  const auto dir = std::filesystem::temp_directory_path() / "cohort-peer-watch-ask";
+  std::filesystem::remove_all(dir);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto recorder = std::make_shared<cohort::comm::FlightRecorder>(16);
+  recorder->issued(1, "all_reduce", "gradient bucket 0", at::zeros({4}));
+  const cohort::comm::FlightDumps dumps(recorder, dir, 1, 2);
+  PeerWatch watch(store, 1, 2);
+  // Its first beat reads the counter (and creates it): a request from before the rank joined is not one.
+  const auto joined = std::chrono::steady_clock::now();
+  while (!store->check({"cohort/flight/asked"}) && std::chrono::steady_clock::now() - joined < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(std::filesystem::exists(dir / "flight" / "rank1.json"));
+  EXPECT_EQ(cohort::comm::ask_for_flight_records(*store), 1u);
+  const auto file = dir / "flight" / "rank1.json";
+  const auto asked = std::chrono::steady_clock::now();
+  while (!std::filesystem::exists(file) && std::chrono::steady_clock::now() - asked < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(std::filesystem::exists(file));
+  const auto record = nlohmann::json::parse(std::ifstream(file));
+  EXPECT_EQ(record["reason"], "asked through the store (cohort doctor --ask)");
+  EXPECT_EQ(record["entries"].size(), 1u);
+  EXPECT_EQ(record["entries"][0]["what"], "gradient bucket 0");
 }
 
 // Rank 0 hosts the store and may exit first. A heartbeat that is then inside a store call reconnects
