@@ -69,9 +69,10 @@ test-mlflow: build
 	@cmake --preset default -DCOHORT_REFERENCE_PYTHON=$$(bash scripts/pip-libtorch --venv)/bin/python > /dev/null
 	cd $(BUILD) && ctest --output-on-failure -j1 -L '^mlflow$$'
 
-# cohort against timm, torchvision, safetensors, TensorBoard and torch.optim (ctest label reference), in
+# cohort against timm, torchvision, safetensors, TensorBoard, torch.optim and Perfetto (ctest label reference), in
 # the reference environment that scripts/pip-libtorch makes or reuses (CI runs it after check-cuda).
 test-reference: build
+	@bash scripts/install-deps chromium
 	@cmake --preset default -DCOHORT_REFERENCE_PYTHON=$$(bash scripts/pip-libtorch --venv)/bin/python > /dev/null
 	cd $(BUILD) && ctest --output-on-failure -j1 -L reference
 

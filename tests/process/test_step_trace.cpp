@@ -1,8 +1,8 @@
 // log.trace_steps (train/StepTrace.h) on a real two-worker job: each rank writes its trace of the steps
 // asked for, `cohort report` merges them, and the merged file holds what the Trace Event Format asks of
-// every event, with each rank's steps, phases and gradient all-reduces in it. No trace reader runs offline
-// here (Perfetto's Python package downloads its trace processor; Chromium's importer needs its UI), so
-// the file is checked against the format's documented fields instead. About 8 s.
+// every event, with each rank's steps, phases and gradient all-reduces in it, and times in whole
+// microseconds (Note [Trace times are small integers]). A real reader, Perfetto's trace processor, loads
+// such a file in Reference.StepTraceLoadsInPerfetto (label reference). About 8 s.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,8 +45,8 @@ TEST(StepTrace, TwoRanksTraceStepsThreeToFiveAndReportMergesThem) {
       continue;
     }
     ASSERT_TRUE(e["tid"].is_number_integer()) << e.dump();
-    ASSERT_TRUE(e["ts"].is_number()) << e.dump();
-    ASSERT_TRUE(e["dur"].is_number()) << e.dump();
+    ASSERT_TRUE(e["ts"].is_number_integer()) << e.dump();
+    ASSERT_TRUE(e["dur"].is_number_integer()) << e.dump();
     EXPECT_GE(e["dur"].get<double>(), 0.0) << e.dump();
     const int rank = e["pid"].get<int>();
     seen[rank][e["cat"].get<std::string>()].insert(e["name"].get<std::string>());

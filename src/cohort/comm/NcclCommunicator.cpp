@@ -20,6 +20,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <nccl.h>
 
+#include "cohort/comm/FlightRecorder.h"
 #include "cohort/util/Error.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
@@ -123,6 +124,7 @@ struct NcclState {
   const c10::cuda::CUDAStream stream;
   const at::Tensor barrier_buf;
   const std::shared_ptr<comm::PeerWatch> peers;  // sequence numbers, heartbeat, who is missing
+  const std::shared_ptr<comm::FlightRecorder> flight = std::make_shared<comm::FlightRecorder>();
   bool debug = false;
 
   // One mutex for the NCCL communicator and the watchdog's view, so that an abort can never race a
@@ -149,6 +151,7 @@ struct NcclState {
     failure = msg;
     failure_desc = desc;
     failure_hint = hint;
+    for (const auto& w : works) flight->ended(w->seq, false);  // the abort ends them all
     if (comm && !aborted) {
       c10::cuda::CUDAGuard guard(device);
       ncclCommAbort(comm);
@@ -207,7 +210,10 @@ struct NcclState {
       cv.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping; });
       if (stopping || !failure.empty()) break;  // a caller's own poll found the failure (and aborted)
       try {
-        while (!works.empty() && works.front()->end->query()) works.pop_front();
+        while (!works.empty() && works.front()->end->query()) {
+          flight->ended(works.front()->seq, true);
+          works.pop_front();
+        }
         ncclResult_t async = ncclSuccess;
         ncclCommGetAsyncError(comm, &async);
         const std::string desc = works.empty() ? "the NCCL communicator" : works.front()->desc;
@@ -251,12 +257,18 @@ struct NcclState {
     const std::string desc = describe(kind, what, seq);
     for (size_t i = 0; i < tensors.size(); ++i) check(tensors[i], i == 0 ? "input" : "output", desc);
     const ncclDataType_t dtype = *to_nccl(tensors[0].scalar_type());
+    flight->issued(seq, kind, what, tensors[0]);
     c10::cuda::CUDAGuard guard(device);
     at::cuda::CUDAEvent ready;
     ready.record(c10::cuda::getCurrentCUDAStream(device));
     ready.block(stream);
     for (const auto& t : tensors) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
-    call(desc, [&] { return collective(dtype, stream.stream()); });
+    try {
+      call(desc, [&] { return collective(dtype, stream.stream()); });
+    } catch (...) {
+      flight->ended(seq, false);
+      throw;
+    }
     auto work = std::make_shared<NcclWork>(NcclWork{desc, seq, std::make_shared<at::cuda::CUDAEvent>(), Clock::now()});
     work->end->record(stream);
     std::lock_guard<std::mutex> lock(mu);
@@ -445,6 +457,15 @@ int NcclCommunicator::size() const { return state_->size; }
 std::chrono::milliseconds NcclCommunicator::timeout() const { return state_->timeout; }
 
 void NcclCommunicator::set_debug(bool on) { state_->debug = on; }
+
+// Note [The NCCL communicator's flight record]
+// The same record as Gloo's (comm/FlightRecorder.h), kept on the host: issued as launch() queues the
+// collective on the comm stream, completed when the watchdog finds its end event done, failed when the
+// communicator is aborted (a timeout, an asynchronous NCCL error) or the launch itself fails. The watchdog
+// polls every 100 ms, so an end time is late by up to that much; doctor's straggler finding reads the
+// issue times alone. The issue time is the host's, as c10d's Flight Recorder without timing events: a
+// collective queued behind compute is "in flight" from its launch.
+std::shared_ptr<comm::FlightRecorder> NcclCommunicator::flight() const { return state_->flight; }
 
 // A host-blocking all-gather per collective: slow, as c10d's TORCH_DISTRIBUTED_DEBUG=DETAIL is, and only
 // under dist.debug=detail. It goes through gather(), not all_gather(), which would check itself.

@@ -65,6 +65,9 @@ class NcclCommunicator : public Communicator {
   // host-blocking NCCL all-gather of 3 numbers) and compared; a difference is a CommError naming each
   // rank's call.
   void set_debug(bool on) override;
+  // Each collective as launched, and as the watchdog sees its end event complete (within its 100 ms
+  // poll) or the communicator abort; Note [The NCCL communicator's flight record] in the .cpp.
+  std::shared_ptr<comm::FlightRecorder> flight() const override;
 
  private:
   void verify(comm::CollectiveKind kind, const at::Tensor& t, const std::string& what);

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 #include "cohort/comm/FlightRecorder.h"
 #include "cohort/util/AtomicFile.h"
@@ -24,18 +26,40 @@ double now_us() {
 // flight at once, from kCollectivesRow on.
 constexpr int kStepsRow = 0, kPhasesRow = 1, kRoundsRow = 2, kCollectivesRow = 3;
 
-json complete(const std::string& name, const char* category, double begin_us, double end_us, int rank, int row) {
-  return {{"name", name}, {"cat", category}, {"ph", "X"}, {"ts", begin_us}, {"dur", std::max(0.0, end_us - begin_us)},
-          {"pid", rank},  {"tid", row}};
+// A row's thread id, unique across ranks: readers take "tid" for a system-wide thread id, and Perfetto put
+// rank 1's rows on rank 0's threads of the same tid, where their events overlapped and were dropped.
+int64_t thread_id(int rank, int row) { return static_cast<int64_t>(rank) * 1000 + row; }
+
+// Note [Trace times are small integers]
+// Readers keep times in integer nanoseconds: Perfetto's trace processor multiplies "ts" (microseconds) by
+// 1,000 in a double. A Unix time in microseconds (1.8e15) times 1,000 is past 2^53, where a double's step
+// is 256 ns, so an event's end (ts + dur) can land past the next event's start on the same row, which a
+// reader drops as a partial overlap (Perfetto's stat slice_drop_overlapping_complete_event). So times are
+// whole microseconds from an origin, the whole second the window began in, which "otherData" gives; both
+// ends of an event are rounded alike, and rounding keeps order, so events that nested or followed each
+// other still do. The merge moves every rank to the earliest origin, in integers. Version 1 of this format
+// lost 13 of a 2-rank trace's 36 complete events in Perfetto (Reference.StepTraceLoadsInPerfetto), to this
+// and to thread ids that repeated across ranks (thread_id below).
+json complete(const std::string& name, const char* category, double begin_us, double end_us, int64_t origin_us,
+              int rank, int row) {
+  const int64_t ts = std::llround(begin_us - static_cast<double>(origin_us));
+  const int64_t end = std::llround(end_us - static_cast<double>(origin_us));
+  return {{"name", name},
+          {"cat", category},
+          {"ph", "X"},
+          {"ts", ts},
+          {"dur", std::max<int64_t>(0, end - ts)},
+          {"pid", rank},
+          {"tid", thread_id(rank, row)}};
 }
 
 json label(const char* what, const std::string& name, int rank, int row) {
-  return {{"name", what}, {"ph", "M"}, {"pid", rank}, {"tid", row}, {"args", {{"name", name}}}};
+  return {{"name", what}, {"ph", "M"}, {"pid", rank}, {"tid", thread_id(rank, row)}, {"args", {{"name", name}}}};
 }
 
 // The flight record's collectives (and a swarm peer's rounds) that began inside [begin, end]; one still
 // open at the end is drawn up to the end. Each collective takes the first row free when it begins.
-void add_flight(const json& record, double begin_us, double end_us, int rank, json& events) {
+void add_flight(const json& record, double begin_us, double end_us, int64_t origin_us, int rank, json& events) {
   std::vector<double> row_free_at;  // per collectives row, when its last event ends
   for (const auto& e : record["entries"]) {
     const double issued = e["issued_unix"].get<double>() * 1e6;
@@ -50,7 +74,7 @@ void add_flight(const json& record, double begin_us, double end_us, int rank, js
     }
     row_free_at[row] = ended;
     auto ev = complete(e["op"].get<std::string>() + " '" + e["what"].get<std::string>() + "'", "collective", issued,
-                       ended, rank, kCollectivesRow + static_cast<int>(row));
+                       ended, origin_us, rank, kCollectivesRow + static_cast<int>(row));
     ev["args"] = {{"seq", e["seq"]}, {"dtype", e["dtype"]}, {"numel", e["numel"]}, {"state", e["state"]}};
     events.push_back(std::move(ev));
   }
@@ -61,7 +85,7 @@ void add_flight(const json& record, double begin_us, double end_us, int rank, js
     if (began < begin_us || began > end_us) continue;
     const double ended = r.contains("ended_unix") ? r["ended_unix"].get<double>() * 1e6 : end_us;
     auto ev = complete("swarm " + r["kind"].get<std::string>() + " step " + std::to_string(r["step"].get<int64_t>()),
-                       "swarm", began, ended, rank, kRoundsRow);
+                       "swarm", began, ended, origin_us, rank, kRoundsRow);
     ev["args"] = {{"group", r["group"]}, {"silent", r["silent"]}, {"state", r["state"]}};
     events.push_back(std::move(ev));
   }
@@ -78,6 +102,7 @@ void StepTrace::step_began(int64_t step) {
   if (!recording_) {
     recording_ = true;
     window_begin_us_ = now_us();
+    origin_us_ = static_cast<int64_t>(window_begin_us_ / 1e6) * 1000000;
     open_phase_ = {"other", window_begin_us_, 0};
   }
   if (traced_.empty() || traced_.back() != step) {
@@ -132,17 +157,18 @@ void StepTrace::write(double end) {
   events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"sort_index", rank_}}}});
   events.push_back(label("thread_name", "steps", rank_, kStepsRow));
   events.push_back(label("thread_name", "phases", rank_, kPhasesRow));
-  for (const auto& s : steps_) events.push_back(complete(s.name, "step", s.begin_us, s.end_us, rank_, kStepsRow));
-  for (const auto& p : phases_) events.push_back(complete(p.name, "phase", p.begin_us, p.end_us, rank_, kPhasesRow));
-  if (flight_) {
-    add_flight(flight_->to_json(rank_, 0, "trace"), window_begin_us_, end, rank_, events);
-  }
+  for (const auto& s : steps_)
+    events.push_back(complete(s.name, "step", s.begin_us, s.end_us, origin_us_, rank_, kStepsRow));
+  for (const auto& p : phases_)
+    events.push_back(complete(p.name, "phase", p.begin_us, p.end_us, origin_us_, rank_, kPhasesRow));
+  if (flight_) add_flight(flight_->to_json(rank_, 0, "trace"), window_begin_us_, end, origin_us_, rank_, events);
   const json trace = {{"traceEvents", std::move(events)},
                       {"displayTimeUnit", "ms"},
                       {"otherData",
                        {{"format", kStepTraceFormat},
                         {"version", kStepTraceVersion},
                         {"rank", rank_},
+                        {"origin_unix_us", origin_us_},
                         {"steps", {traced_.front(), traced_.back()}},
                         {"collectives", flight_ ? "from the flight recorder (dist.flight_records)" : "none"}}}};
   // A trace is a diagnostic: one that cannot be written is said, and training goes on.
@@ -157,6 +183,20 @@ void StepTrace::write(double end) {
   }
 }
 
+namespace {
+
+// A version 1 trace's times are absolute: its origin is 0, and the earliest whole second in it serves.
+int64_t earliest_second(const json& trace) {
+  const int64_t origin = trace["otherData"].value("origin_unix_us", int64_t{0});
+  if (origin != 0) return origin;
+  double first = std::numeric_limits<double>::max();
+  for (const auto& e : trace["traceEvents"])
+    if (e.contains("ts")) first = std::min(first, e["ts"].get<double>());
+  return first == std::numeric_limits<double>::max() ? 0 : static_cast<int64_t>(first / 1e6) * 1000000;
+}
+
+}  // namespace
+
 json merge_step_traces(const fs::path& run_dir) {
   const auto dir = run_dir / "trace";
   if (!fs::is_directory(dir)) return nullptr;
@@ -165,7 +205,7 @@ json merge_step_traces(const fs::path& run_dir) {
     if (f.path().extension() == ".json") files.push_back(f.path());
   if (files.empty()) return nullptr;
   std::sort(files.begin(), files.end());
-  json events = json::array(), ranks = json::array();
+  std::vector<json> traces;
   json steps;
   for (const auto& f : files) {
     json t;
@@ -175,20 +215,38 @@ json merge_step_traces(const fs::path& run_dir) {
       throw Error(f.string() + " is not JSON: " + e.what(), "remove it, or trace the steps again");
     }
     const auto other = t.value("otherData", json::object());
-    if (other.value("format", "") != kStepTraceFormat || other.value("version", 0) != kStepTraceVersion)
-      throw Error(f.string() + " is not a step trace of version " + std::to_string(kStepTraceVersion),
+    const int version = other.value("version", 0);
+    if (other.value("format", "") != kStepTraceFormat || version < 1 || version > kStepTraceVersion)
+      throw Error(f.string() + " is not a step trace of version 1 to " + std::to_string(kStepTraceVersion),
                   "it was written by another program or another cohort; remove it");
     if (!steps.is_null() && other["steps"] != steps)
       throw Error(f.string() + " traced steps " + other["steps"].dump() + ", the files before it " + steps.dump(),
                   "the trace folder holds files of two runs: remove " + dir.string() + " and trace again");
-    for (auto& e : t["traceEvents"]) events.push_back(std::move(e));
-    ranks.push_back(other["rank"]);
     steps = other["steps"];
+    traces.push_back(std::move(t));
+  }
+  int64_t origin = std::numeric_limits<int64_t>::max();
+  for (const auto& t : traces) origin = std::min(origin, earliest_second(t));
+  json events = json::array(), ranks = json::array();
+  for (auto& t : traces) {
+    const int64_t own = t["otherData"].value("origin_unix_us", int64_t{0});
+    for (auto& e : t["traceEvents"]) {
+      if (e.contains("ts"))
+        e["ts"] = e["ts"].is_number_integer() ? e["ts"].get<int64_t>() + (own - origin)
+                                              : std::llround(e["ts"].get<double>() + static_cast<double>(own - origin));
+      if (e.contains("dur") && !e["dur"].is_number_integer()) e["dur"] = std::llround(e["dur"].get<double>());
+      events.push_back(std::move(e));
+    }
+    ranks.push_back(t["otherData"]["rank"]);
   }
   return {{"traceEvents", std::move(events)},
           {"displayTimeUnit", "ms"},
           {"otherData",
-           {{"format", kStepTraceFormat}, {"version", kStepTraceVersion}, {"ranks", ranks}, {"steps", steps}}}};
+           {{"format", kStepTraceFormat},
+            {"version", kStepTraceVersion},
+            {"origin_unix_us", origin},
+            {"ranks", ranks},
+            {"steps", steps}}}};
 }
 
 }  // namespace cohort::train

@@ -31,9 +31,11 @@ class FlightRecorder;
 
 namespace cohort::train {
 
-// The trace's format, in its "otherData": {"format": kStepTraceFormat, "version": kStepTraceVersion, ...}.
+// The trace's format, in its "otherData": {"format": kStepTraceFormat, "version": kStepTraceVersion,
+// "origin_unix_us": ...}. Version 2: "ts" and "dur" in whole microseconds from that origin (Note [Trace
+// times are small integers] in the .cpp); version 1 (absolute, fractional) is still merged.
 inline constexpr const char* kStepTraceFormat = "cohort-step-trace";
-inline constexpr int kStepTraceVersion = 1;
+inline constexpr int kStepTraceVersion = 2;
 
 class StepTrace {
  public:
@@ -67,6 +69,7 @@ class StepTrace {
   std::shared_ptr<comm::FlightRecorder> flight_;
   bool recording_ = false, done_ = false;
   double window_begin_us_ = 0;
+  int64_t origin_us_ = 0;  // the whole second the window began in
   std::vector<Span> steps_, phases_;
   std::vector<int64_t> traced_;  // the steps of steps_
   Span open_phase_;

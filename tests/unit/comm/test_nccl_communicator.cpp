@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -12,6 +13,7 @@
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include "cohort/comm/FlightRecorder.h"
 #include "cohort/comm/NcclCommunicator.h"
 #include "cohort/util/Error.h"
 
@@ -86,6 +88,29 @@ TEST_F(NcclCommunicatorTest, BarrierBlocksTheHostUntilDone) {
   auto h = comm_->barrier("end");
   h->wait();
   EXPECT_TRUE(h->is_completed());
+}
+
+// Note [The NCCL communicator's flight record]: every collective is in the record with its purpose, type
+// and size, and completed once the watchdog has seen its end event (it polls every 100 ms).
+TEST_F(NcclCommunicatorTest, RecordsEachCollectiveForTheDoctor) {
+  auto t = cuda_arange(8);
+  comm_->all_reduce(t, ReduceOp::kSum, "gradient bucket 0")->wait();
+  comm_->barrier("end of training")->wait();
+  ASSERT_NE(comm_->flight(), nullptr);
+  nlohmann::json record;
+  for (int i = 0; i < 50; ++i) {
+    record = comm_->flight()->to_json(0, 1, "test");
+    if (record["entries"].size() == 2 && record["entries"][1]["state"] == "completed") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(record["entries"].size(), 2u) << record.dump(1);
+  EXPECT_EQ(record["entries"][0]["op"], "all_reduce");
+  EXPECT_EQ(record["entries"][0]["what"], "gradient bucket 0");
+  EXPECT_EQ(record["entries"][0]["dtype"], "Float");
+  EXPECT_EQ(record["entries"][0]["numel"], 8);
+  EXPECT_EQ(record["entries"][0]["state"], "completed");
+  EXPECT_EQ(record["entries"][1]["op"], "barrier");
+  EXPECT_EQ(record["entries"][1]["state"], "completed") << record.dump(1);
 }
 
 // The collective is ordered after the caller's current stream and before what follows on it, also when

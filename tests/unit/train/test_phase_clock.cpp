@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "cohort/comm/Communicator.h"
 #include "cohort/log/Svg.h"
 #include "cohort/train/PhaseClock.h"
+#include "cohort/train/StepTrace.h"
 
 namespace cohort {
 namespace {
@@ -89,6 +92,39 @@ TEST(StackedBarsSvg, OneBarPerRunWithASegmentPerPhase) {
   EXPECT_NE(svg.find("forward 50%"), std::string::npos) << svg;   // run-a's forward: 2 of 4
   EXPECT_NE(svg.find("forward 100%"), std::string::npos) << svg;  // run-b is all forward
   EXPECT_EQ(svg.find("nan"), std::string::npos);
+}
+
+// Note [Trace times are small integers]: `cohort report` moves ranks whose windows began in different
+// seconds to the earliest origin, in whole microseconds; a version 1 file (absolute, fractional times)
+// is merged into the same form.
+TEST(StepTrace, TheMergeAlignsRanksOnTheEarliestOriginInWholeMicroseconds) {
+  const auto dir = std::filesystem::temp_directory_path() / "cohort-step-trace-merge";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "trace");
+  auto rank_file = [&](int rank, int version, nlohmann::json origin, nlohmann::json ts) {
+    nlohmann::json other = {
+        {"format", train::kStepTraceFormat}, {"version", version}, {"rank", rank}, {"steps", {3, 5}}};
+    if (!origin.is_null()) other["origin_unix_us"] = origin;
+    const nlohmann::json trace = {
+        {"traceEvents",
+         {{{"name", "step 3"}, {"ph", "X"}, {"ts", ts}, {"dur", 250}, {"pid", rank}, {"tid", rank * 1000}}}},
+        {"otherData", other}};
+    std::ofstream(dir / "trace" / ("rank" + std::to_string(rank) + ".json")) << trace.dump();
+  };
+  rank_file(0, 2, int64_t{1800000001000000}, 700);
+  rank_file(1, 2, int64_t{1800000000000000}, 999500);
+  auto merged = train::merge_step_traces(dir);
+  EXPECT_EQ(merged["otherData"]["origin_unix_us"], int64_t{1800000000000000});
+  EXPECT_EQ(merged["traceEvents"][0]["ts"], 1000700);  // rank 0, a second later
+  EXPECT_EQ(merged["traceEvents"][1]["ts"], 999500);
+  rank_file(0, 1, nullptr, 1800000000999999.75);
+  rank_file(1, 1, nullptr, 1800000001000000.25);
+  merged = train::merge_step_traces(dir);
+  EXPECT_EQ(merged["otherData"]["origin_unix_us"], int64_t{1800000000000000});
+  EXPECT_TRUE(merged["traceEvents"][0]["ts"].is_number_integer());
+  EXPECT_EQ(merged["traceEvents"][0]["ts"], 1000000);
+  EXPECT_EQ(merged["traceEvents"][1]["ts"], 1000000);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
