@@ -6,9 +6,12 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <thread>
 
@@ -30,14 +33,37 @@ bool wait_for(const std::function<bool()>& done, double seconds) {
   return false;
 }
 
+// How many processes have `dir` on their command line (a worker of that run still alive).
+int processes_naming(const fs::path& dir) {
+  int n = 0;
+  for (const auto& p : fs::directory_iterator("/proc")) {
+    std::ifstream in(p.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(dir.string()) != std::string::npos && cmdline.find("cohort") != std::string::npos) ++n;
+  }
+  return n;
+}
+
 // Two workers with rank 1 at the fault `faults` name (COHORT_FAULT_RANK is 1); the job must fail within its
-// 5 s timeout, and doctor's verdict on it is returned.
+// 5 s timeout, every record be written within 5 s more of the last collective any rank began, and no
+// worker be left running (issue 44's acceptance); doctor's verdict on it is returned.
 ProcResult doctor_on_failing_job(const fs::path& dir, std::map<std::string, std::string> faults) {
   faults["COHORT_FAULT_RANK"] = "1";
   const auto r =
       cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=30", "dist.timeout_s=5"}), 120, faults);
   EXPECT_FALSE(r.timed_out) << r.output;
   EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_EQ(processes_naming(dir), 0);
+  double last_issued = 0;
+  std::vector<double> written;
+  for (const auto& f : fs::directory_iterator(dir / "flight")) {
+    if (f.path().filename().string().rfind("rank", 0) != 0) continue;
+    const auto record = read_json(f.path());
+    written.push_back(record["written_unix"].get<double>());
+    for (const auto& e : record["entries"]) last_issued = std::max(last_issued, e["issued_unix"].get<double>());
+  }
+  for (const double w : written) EXPECT_LE(w - last_issued, 5.0 + 5.0) << r.output;
   const auto d = doctor(dir);
   EXPECT_EQ(d.exit_code, 1) << r.output << d.output;
   return d;
@@ -80,9 +106,11 @@ TEST(Doctor, AskedThroughTheStoreEveryRankOfAHungJobWritesItsRecord) {
   EXPECT_NE(d.output.find("in phase 'data'"), std::string::npos) << d.output;
   for (const char* rank : {"rank0.json", "rank1.json"})
     EXPECT_EQ(read_json(dir / "flight" / rank)["reason"], "asked through the store (cohort doctor --ask)") << rank;
+  EXPECT_EQ(processes_naming(dir), 3);  // the launcher and its two workers, still running
   kill(job.pid(), SIGTERM);
   const auto r = job.wait(90);
   EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(processes_naming(dir), 0);
 }
 
 // A run dir whose job has ended: --ask says the store does not answer, and what to do instead.
