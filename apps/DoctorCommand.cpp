@@ -43,7 +43,9 @@ void ask_every_rank(const std::vector<fs::path>& dirs, double wait_s) {
   uint64_t request = 0;
   try {
     request = cohort::comm::ask_for_flight_records(
-        *cohort::communicator_store(backend, cohort::connect_to_store(info, std::chrono::seconds(10))));
+        // 5 s: a live job's store answers within that even when busy; a job that has ended refuses at once,
+        // and the client retries until then (it waits for a store that is starting, in rendezvous).
+        *cohort::communicator_store(backend, cohort::connect_to_store(info, std::chrono::seconds(5))));
   } catch (const std::exception& e) {
     throw cohort::Error("cannot ask the job through its store at " + where + " (from " +
                             (dirs[0] / "flight" / "store.json").string() + "): " + e.what(),
