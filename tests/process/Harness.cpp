@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -108,8 +110,29 @@ ProcResult cohort_train(const std::vector<std::string>& args, double timeout_s,
   return run(cohort_argv(args), timeout_s, env);
 }
 
+namespace {
+
+fs::path own_dir() { return fs::temp_directory_path() / ("cohort-tests-" + std::to_string(getpid())); }
+
+// Each test process's run dirs live under /tmp/cohort-tests-<pid>; ctest starts a process per test, so a
+// make test left about 80 of them, 2 GB after a few weeks on one machine. They go when every test of the
+// process passed, and stay for a look when one failed.
+class RemoveRunDirsOfAPassingProcess : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Passed()) return;
+    std::error_code ec;
+    fs::remove_all(own_dir(), ec);
+  }
+};
+
+[[maybe_unused]] ::testing::Environment* const kRemoveRunDirs =
+    ::testing::AddGlobalTestEnvironment(new RemoveRunDirsOfAPassingProcess);
+
+}  // namespace
+
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("cohort-tests-" + std::to_string(getpid())) / name;
+  const fs::path dir = own_dir() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
