@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <thread>
@@ -18,20 +17,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
-
-// Whether rank `rank` has a record in one of `dirs` written for a request made at `asked_unix` (a second of
-// leeway for another machine's clock).
-bool answered(const std::vector<fs::path>& dirs, int rank, double asked_unix) {
-  for (const auto& dir : dirs) try {
-      std::ifstream in(dir / "flight" / ("rank" + std::to_string(rank) + ".json"));
-      if (!in) continue;
-      const auto record = nlohmann::json::parse(in);
-      if (record.value("written_unix", 0.0) >= asked_unix - 1.0) return true;
-    } catch (const std::exception&) {
-      // Not (yet) a whole record: looked at again.
-    }
-  return false;
+// When rank `rank`'s record in `dirs` was last written, by the file system's clock (min(): none yet; not
+// the clock's epoch, which libstdc++ puts in 2174).
+// Compared with itself before and after the request: no record is read, and no two machines' clocks meet.
+fs::file_time_type written(const std::vector<fs::path>& dirs, int rank) {
+  auto newest = fs::file_time_type::min();
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    const auto t = fs::last_write_time(dir / "flight" / ("rank" + std::to_string(rank) + ".json"), ec);
+    if (!ec) newest = std::max(newest, t);
+  }
+  return newest;
 }
 
 // Asks every rank of the job running in dirs[0] for its record through the job's store, and waits up to
@@ -39,7 +35,8 @@ bool answered(const std::vector<fs::path>& dirs, int rank, double asked_unix) {
 void ask_every_rank(const std::vector<fs::path>& dirs, double wait_s) {
   const auto [info, backend] = cohort::read_store_address(dirs[0]);
   const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
-  const double asked_at = unix_now();
+  std::vector<fs::file_time_type> before;
+  for (int r = 0; r < info.world_size; ++r) before.push_back(written(dirs, r));
   uint64_t request = 0;
   try {
     request = cohort::comm::ask_for_flight_records(
@@ -59,7 +56,7 @@ void ask_every_rank(const std::vector<fs::path>& dirs, double wait_s) {
   const auto deadline = start + std::chrono::duration<double>(wait_s);
   while (!waiting.empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    waiting.erase(std::remove_if(waiting.begin(), waiting.end(), [&](int r) { return answered(dirs, r, asked_at); }),
+    waiting.erase(std::remove_if(waiting.begin(), waiting.end(), [&](int r) { return written(dirs, r) > before[r]; }),
                   waiting.end());
   }
   std::cerr << "cohort doctor: asked the job's " << info.world_size << " ranks for their records through its store at "

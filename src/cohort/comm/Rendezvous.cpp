@@ -148,17 +148,12 @@ void write_store_address(const std::filesystem::path& run_dir, const WorldInfo& 
   std::filesystem::create_directories(run_dir / "flight");
   util::write_file_atomic(run_dir / "flight" / "store.json", j.dump(1) + "\n");
   // On one machine the launcher made the secret up and nobody else knows it: it is kept beside the
-  // address, readable by this user alone (mode 600, as --token-file must be; the temporary is made so
-  // before a byte is written), for --ask to prove itself with. Across machines the user holds the secret
-  // already, and it is not copied to a disk that may be shared.
+  // address, readable by this user alone (mode 600, as --token-file must be), for --ask to prove itself
+  // with. Across machines the user holds the secret already, and it is not copied to a disk that may be
+  // shared.
   const std::string secret = store::secret_from_env();
   if (info.agent_store || !is_loopback(info.master_addr) || secret.empty()) return;
-  util::AtomicFile file(store_token_path(run_dir));
-  std::filesystem::permissions(file.temp_path(),
-                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
-                               std::filesystem::perm_options::replace);
-  file.write(secret);
-  file.commit();
+  util::write_private_file_atomic(store_token_path(run_dir), secret);
 }
 
 c10::intrusive_ptr<c10d::Store> communicator_store(const std::string& backend,

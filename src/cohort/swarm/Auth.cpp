@@ -160,19 +160,8 @@ std::array<uint8_t, N> hex_field(const FileKind& kind, const fs::path& path, con
   return out;
 }
 
-// Key files hold secrets, so the temporary is made owner-only before a single byte is written to it; the rename
-// then publishes a file that was never readable by anyone else.
-void write_private(const fs::path& path, const Json& doc) {
-  std::string text = doc.dump(2) + "\n";
-  util::AtomicFile file(path);
-  std::error_code ec;
-  fs::permissions(file.temp_path(), fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace, ec);
-  if (ec)
-    throw ConfigError("cannot make '" + file.temp_path().string() + "' private: " + ec.message(),
-                      "write the key to a filesystem that supports Unix permissions");
-  file.write(text);
-  file.commit();
-}
+// Key files hold secrets: never readable by anyone else (util::write_private_file_atomic).
+void write_private(const fs::path& path, const Json& doc) { util::write_private_file_atomic(path, doc.dump(2) + "\n"); }
 
 }  // namespace
 

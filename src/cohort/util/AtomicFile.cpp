@@ -115,4 +115,17 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
   file.commit();
 }
 
+void write_private_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
+  AtomicFile file(path);
+  std::error_code ec;
+  std::filesystem::permissions(file.temp_path(),
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace, ec);
+  if (ec)
+    throw CheckpointError("cannot make '" + file.temp_path().string() + "' private: " + ec.message(),
+                          "write it to a filesystem that supports Unix permissions");
+  file.write(bytes);
+  file.commit();
+}
+
 }  // namespace cohort::util

@@ -55,5 +55,9 @@ class AtomicFile {
 
 // Replaces `path` with `bytes` atomically (see AtomicFile).
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
+// The same for a secret (a key, a token): the temporary is made readable by its owner alone before a byte
+// is written to it, so the file the rename publishes was never readable by anyone else. Throws
+// CheckpointError naming the file where the file system cannot make it so.
+void write_private_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
 }  // namespace cohort::util
