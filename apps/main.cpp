@@ -19,12 +19,13 @@
 #include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/checkpoint/Steps.h"
 #include "cohort/comm/WorldInfo.h"
+#include "cohort/commands/BatchSizeFinder.h"
+#include "cohort/commands/Eval.h"
+#include "cohort/commands/Predict.h"
 #include "cohort/config/Config.h"
 #include "cohort/launch/Launcher.h"
 #include "cohort/log/Report.h"
-#include "cohort/train/BatchSizeFinder.h"
-#include "cohort/train/Predict.h"
-#include "cohort/train/StepTrace.h"
+#include "cohort/record/StepTrace.h"
 #include "cohort/train/Trainer.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
@@ -110,14 +111,14 @@ std::string message_of(const std::exception& e) {
 
 // The worker's part of `cohort predict`.
 void run_predict(const TrainArgs& args, const cohort::WorldInfo& info) {
-  cohort::train::PredictOptions p;
+  cohort::commands::PredictOptions p;
   p.checkpoint = args.checkpoint;
   p.images.assign(args.images.begin(), args.images.end());
   p.input = args.input;
   p.out = args.out;
   p.top_k = args.top_k;
   p.batch_size = args.batch_size;
-  cohort::train::run_predict_worker(resolve_config(args), info, p);
+  cohort::commands::run_predict_worker(resolve_config(args), info, p);
 }
 
 // `cohort train`, `eval` and `predict` share the launcher: started by a person, the command starts the
@@ -152,7 +153,7 @@ int run_job(const TrainArgs& args, Job job = Job::train) {
   }
   try {
     if (job == Job::eval)
-      cohort::train::run_eval_worker(resolve_config(args), info, args.checkpoint, args.out);
+      cohort::commands::run_eval_worker(resolve_config(args), info, args.checkpoint, args.out);
     else if (job == Job::predict)
       run_predict(args, info);
     else
@@ -173,7 +174,7 @@ int run_find_batch_size(const FindArgs& a) {
   check.config_file = a.config_file;
   check.overrides = a.overrides;
   const auto cfg = resolve_config(check);  // a bad key fails here, once, not in every trial
-  cohort::train::FindOptions o;
+  cohort::commands::FindOptions o;
   std::error_code ec;
   o.binary = fs::read_symlink("/proc/self/exe", ec).string();
   if (ec) o.binary = "/proc/self/exe";
@@ -183,16 +184,16 @@ int run_find_batch_size(const FindArgs& a) {
   o.max_batch = a.max_batch;
   o.max_trials = a.max_trials;
   o.steps = a.steps;
-  o.max_memory = a.max_memory.empty() ? cohort::train::available_memory_bytes() * 9 / 10
-                                      : cohort::train::parse_bytes(a.max_memory);
+  o.max_memory = a.max_memory.empty() ? cohort::commands::available_memory_bytes() * 9 / 10
+                                      : cohort::commands::parse_bytes(a.max_memory);
   const fs::path run_dir =
       a.run_dir.empty() ? fs::path(cfg.run.dir.empty() ? "runs/find-batch-size" : cfg.run.dir) : fs::path(a.run_dir);
   fs::create_directories(run_dir);
   o.work_dir = run_dir / "batch-size-trials";
   std::cout << "cohort: find-batch-size for " << cfg.model.name << " on " << cfg.data.name << ": per-worker budget "
             << o.max_memory / double(1 << 20) << " MiB of peak RSS, " << o.steps << " steps per trial" << std::endl;
-  const auto r = cohort::train::find_batch_size(o, [&](int64_t b) {
-    auto t = cohort::train::run_trial(o, b);
+  const auto r = cohort::commands::find_batch_size(o, [&](int64_t b) {
+    auto t = cohort::commands::run_trial(o, b);
     std::cout << "  batch " << b << ": " << (t.fits ? "fits" : "does not fit (" + t.why + ")") << ", peak RSS "
               << t.peak_rss / (1 << 20) << " MiB, " << std::fixed << std::setprecision(1) << t.seconds << " s"
               << std::defaultfloat << std::endl;
@@ -384,7 +385,7 @@ int run_report(const ReportArgs& report) {
   std::cout << "cohort: report written: " << out.string() << std::endl;
   // log.trace_steps: the ranks' traces of a run, merged into one for Perfetto or chrome://tracing.
   for (const auto& dir : report.run_dirs)
-    if (const auto trace = cohort::train::merge_step_traces(dir); !trace.is_null()) {
+    if (const auto trace = cohort::record::merge_step_traces(dir); !trace.is_null()) {
       const auto path = std::filesystem::path(dir) / "trace.json";
       cohort::util::write_file_atomic(path, trace.dump() + "\n");
       std::cout << "cohort: trace of steps " << trace["otherData"]["steps"][0] << " to "

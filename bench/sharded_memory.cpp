@@ -33,8 +33,8 @@
 
 #include "cohort/amp/MasterWeights.h"
 #include "cohort/models/Models.h"
-#include "cohort/parallel/Strategy.h"
 #include "cohort/parallel/shard/ShardedStrategy.h"
+#include "cohort/train/StrategyFactory.h"
 #include "unit/ThreadRanks.h"
 
 namespace {
@@ -129,7 +129,7 @@ Bytes measure(const std::string& model_name, int64_t image, const std::string& s
       world,
       [&](int rank, cohort::CommunicatorPtr comm) {
         auto model = models[rank];
-        auto strategy = cohort::make_strategy(cfg, model, comm);
+        auto strategy = cohort::train::make_strategy(cfg, model, comm);
         strategy->build_optimizer(cfg.optim);
         // Batch norm needs two images per channel in training mode; a batch of one with eval-mode
         // statistics changes no byte of model state.

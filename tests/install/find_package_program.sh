@@ -2,7 +2,8 @@
 # The install as a program outside this repository sees it: `cmake --install` of BUILD into a temporary
 # prefix, then examples/ddp_example.cpp with examples/standalone/CMakeLists.txt copied to a temporary
 # directory, configured with find_package(cohort) against that prefix alone, built, and run on 2 ranks
-# (torchrun-style variables); the loss must fall. The temporary directory is removed afterwards.
+# (torchrun-style variables); the loss must fall. A file including headers at their old paths builds
+# too. The temporary directory is removed afterwards.
 #
 #   tests/install/find_package_program.sh BUILD_DIR SOURCE_DIR [PORT]
 set -euo pipefail
@@ -16,6 +17,16 @@ for f in bin/cohort include/cohort/parallel/ddp/DistributedDataParallel.h lib/cm
 done
 mkdir "$tmp/app"
 cp "$src/examples/ddp_example.cpp" "$src/examples/standalone/CMakeLists.txt" "$tmp/app/"
+# A header at the path it had before it moved (Note [Headers that moved keep their old path for one
+# release] in src/CMakeLists.txt), named the old way, must still build: two that need no LibTorch
+# header, so that this file compiles in a second.
+cat > "$tmp/app/old_paths.cpp" << 'EOF'
+#include "cohort/train/PhaseClock.h"
+#include "cohort/train/Progress.h"
+int old_paths() { return cohort::train::kPhaseCount + static_cast<int>(cohort::train::Progress::clock(61).size()); }
+EOF
+printf 'add_library(old_paths OBJECT old_paths.cpp)\ntarget_link_libraries(old_paths PRIVATE cohort::cohort)\n' \
+  >> "$tmp/app/CMakeLists.txt"
 launcher=(); command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$tmp/prefix" \
   "${launcher[@]}" > "$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; exit 1; }

@@ -1,4 +1,4 @@
-// log.trace_steps (train/StepTrace.h) on a real two-worker job: each rank writes its trace of the steps
+// log.trace_steps (record/StepTrace.h) on a real two-worker job: each rank writes its trace of the steps
 // asked for, `cohort report` merges them, and the merged file holds what the Trace Event Format asks of
 // every event, with each rank's steps, phases and gradient all-reduces in it, and times in whole
 // microseconds (Note [Trace times are small integers]). A real reader, Perfetto's trace processor, loads

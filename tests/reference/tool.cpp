@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include "cohort/checkpoint/Safetensors.h"
+#include "cohort/commands/Predict.h"
 #include "cohort/config/Config.h"
 #include "cohort/data/DistributedSampler.h"
 #include "cohort/models/Flops.h"
@@ -37,7 +38,6 @@
 #include "cohort/optim/Schedule.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/train/Loss.h"
-#include "cohort/train/Predict.h"
 
 namespace {
 
@@ -115,7 +115,7 @@ int preprocess(const std::string& out, int n, char** words) {
   const auto cfg = cohort::config::load(std::nullopt, overrides);
   for (int i = 0; i < n; ++i)
     if (std::string(words[i]).find('=') == std::string::npos)
-      images.push_back(cohort::train::preprocess_image(cfg, words[i]));
+      images.push_back(cohort::commands::preprocess_image(cfg, words[i]));
   cohort::checkpoint::save_safetensors(out, {{"images", torch::stack(images)}});
   return 0;
 }

@@ -37,7 +37,7 @@ class Handle {
 using HandlePtr = std::shared_ptr<Handle>;
 
 // Seconds this process has spent blocked in the backends' Handle::wait since it started, on any thread.
-// The training loop's phase clock (train/PhaseClock.h) counts them as communication that computation did
+// The training loop's phase clock (record/PhaseClock.h) counts them as communication that computation did
 // not hide. A backend's wait() holds a CollectiveWaitTimer for as long as it blocks the host.
 double collective_wait_seconds();
 class CollectiveWaitTimer {

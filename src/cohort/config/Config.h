@@ -76,7 +76,7 @@ struct OptimConfig {
   double clip_grad_norm = 0.0;
   double norm_lr_scale = 1.0;
   std::string foreach = "auto";  // auto | true | false: multi-tensor updates (optim/Sgd.cpp)
-  bool in_backward = false;      // step each bucket or shard as its reduction ends (parallel/Strategy.cpp)
+  bool in_backward = false;      // step each bucket or shard as its reduction ends (parallel/ddp/DdpStrategy.cpp)
 };
 
 struct SchedConfig {
@@ -205,7 +205,7 @@ struct LogConfig {
   std::string mlflow_run_name;  // empty: the run directory's name
   int64_t mlflow_buffer = 100000;
   double mlflow_timeout_s = 30;
-  std::string trace_steps;  // "A:B": a Chrome trace of steps A to B per rank (train/StepTrace.h); empty: none
+  std::string trace_steps;  // "A:B": a Chrome trace of steps A to B per rank (record/StepTrace.h); empty: none
 };
 
 struct RunConfig {

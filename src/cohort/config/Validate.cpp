@@ -43,7 +43,7 @@ void validate_swarm(const TrainConfig& cfg) {
 }
 
 // What the optimizer inside backward cannot combine with: Note [The optimizer inside backward] in
-// parallel/Strategy.cpp.
+// parallel/ddp/DdpStrategy.cpp.
 void validate_in_backward(const TrainConfig& cfg) {
   if (!cfg.optim.in_backward) return;
   const auto& strategy = cfg.dist.strategy;

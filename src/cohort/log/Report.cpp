@@ -170,7 +170,7 @@ LinePlot plot(const json& runs, const std::string& x, const std::string& y, cons
   return p;
 }
 
-// The phases of train/PhaseClock.h, in its order; a JSON object keeps its keys sorted instead.
+// The phases of record/PhaseClock.h, in its order; a JSON object keeps its keys sorted instead.
 const std::vector<std::string> kPhases = {"data",      "forward", "backward",   "comm",
                                           "optimizer", "eval",    "checkpoint", "other"};
 

@@ -32,7 +32,7 @@ struct BucketSpec {
 // With `last_cap_bytes` > 0 the last bucket of each dtype is small too: the first parameters in
 // registration order, up to that cap, whose gradients come last. The optimizer inside backward steps each
 // bucket while the later ones are still being reduced, so the last bucket's step is the one nothing
-// hides (Note [The optimizer inside backward] in parallel/Strategy.cpp).
+// hides (Note [The optimizer inside backward] in parallel/ddp/DdpStrategy.cpp).
 std::vector<BucketSpec> plan_buckets(const std::vector<ParamSpec>& params, int64_t cap_bytes, int64_t first_cap_bytes,
                                      int64_t last_cap_bytes = 0);
 

@@ -4,7 +4,7 @@
 // optimizer, because what a rank updates (the whole model or its slice) is the strategy's business, so the loop in
 // train/Trainer.cpp and the step in train/TrainingRun.cpp read the same for every strategy.
 //
-//   auto strategy = cohort::make_strategy(cfg, model, world.comm);
+//   auto strategy = cohort::train::make_strategy(cfg, model, world.comm);   // train/StrategyFactory.h
 //   strategy->build_optimizer(cfg.optim);
 //   { auto sync = strategy->gradient_sync(last_micro_batch); loss.backward(); }
 //   strategy->step(lr, {.clip_norm = cfg.optim.clip_grad_norm});   // clip, update, clear gradients
@@ -123,16 +123,9 @@ class Strategy {
 // How the optimizer's parameter groups are formed from optim.* (weight decay, norm_lr_scale).
 optim::GroupRule group_rule(const OptimConfig& cfg);
 
-// The gradient communication hook dist.compress names (none: plain averaging all-reduce).
-std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg);
-
-// Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
-std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
-                                        CommunicatorPtr comm);
-
 // Note [What the strategy decides for the loop]
 // Strategies differ outside the step too: in how the data is shared and paced, and in how a run stops on
-// a signal. The factory decides those from the config (strategy_traits, beside make_strategy), before
+// a signal. The factory decides those from the config (strategy_traits in train/StrategyFactory.h), before
 // the world or the model exist, and the loop in train/ reads them as data: it branches on no strategy.
 struct StrategyTraits {
   // This process's share of the training set: part `data_part` of `data_parts`, shuffled under
@@ -150,6 +143,5 @@ struct StrategyTraits {
   // One collective in flight at a time (ddp stepping inside backward: Note [The optimizer inside backward]).
   bool one_collective_at_a_time = false;
 };
-StrategyTraits strategy_traits(const TrainConfig& cfg, int rank, int world_size);
 
 }  // namespace cohort

@@ -21,11 +21,12 @@ std::vector<std::vector<int64_t>> batches_of(const std::vector<int64_t>& order, 
   return out;
 }
 
-MetricSums evaluate(models::Classifier& model, data::Source& test, const data::DistributedSampler& sampler,
-                    int64_t batch_size, int64_t prefetch, int64_t tta, Communicator& comm, const EvalPlacement& place) {
+record::MetricSums evaluate(models::Classifier& model, data::Source& test, const data::DistributedSampler& sampler,
+                            int64_t batch_size, int64_t prefetch, int64_t tta, Communicator& comm,
+                            const EvalPlacement& place) {
   torch::NoGradGuard no_grad;
   model.eval();
-  MetricWindow window;
+  record::MetricWindow window;
   const auto mine = sampler.eval_indices();
   const int64_t count = (static_cast<int64_t>(mine.size()) + batch_size - 1) / batch_size;
   data::Loader loader(test, batches_of(mine, batch_size, 0, count), data::AugmentOptions{}, prefetch,

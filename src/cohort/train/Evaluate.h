@@ -15,7 +15,7 @@
 #include "cohort/data/DistributedSampler.h"
 #include "cohort/data/Source.h"
 #include "cohort/models/Models.h"
-#include "cohort/train/Metrics.h"
+#include "cohort/record/Metrics.h"
 
 namespace cohort::train {
 
@@ -32,7 +32,8 @@ struct EvalPlacement {
 };
 
 // Collective: every rank calls it. The model is left in training mode.
-MetricSums evaluate(models::Classifier& model, data::Source& test, const data::DistributedSampler& sampler,
-                    int64_t batch_size, int64_t prefetch, int64_t tta, Communicator& comm, const EvalPlacement& place);
+record::MetricSums evaluate(models::Classifier& model, data::Source& test, const data::DistributedSampler& sampler,
+                            int64_t batch_size, int64_t prefetch, int64_t tta, Communicator& comm,
+                            const EvalPlacement& place);
 
 }  // namespace cohort::train

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <chrono>
 #include <iostream>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -18,6 +19,13 @@
 
 namespace cohort::train {
 namespace fs = std::filesystem;
+
+int worker_threads(const TrainConfig& cfg, const WorldInfo& info) {
+  if (cfg.train.threads > 0) return static_cast<int>(cfg.train.threads);
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && std::atoi(omp) > 0) return std::atoi(omp);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, info.local_world_size));
+}
 
 World join_world(const TrainConfig& cfg, const WorldInfo& info) {
   at::set_num_threads(worker_threads(cfg, info));

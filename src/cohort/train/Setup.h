@@ -21,9 +21,9 @@
 #include "cohort/models/Models.h"
 #include "cohort/optim/Ema.h"
 #include "cohort/optim/Schedule.h"
-#include "cohort/parallel/Strategy.h"
 #include "cohort/train/AutoSettings.h"
 #include "cohort/train/Evaluate.h"
+#include "cohort/train/StrategyFactory.h"
 
 namespace cohort::train {
 

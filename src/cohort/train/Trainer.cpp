@@ -9,11 +9,11 @@
 #include "cohort/comm/FlightRecorder.h"
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/launch/SlurmRequeue.h"
-#include "cohort/parallel/Strategy.h"
-#include "cohort/train/CheckpointUpload.h"
 #include "cohort/train/RankAgreement.h"
 #include "cohort/train/Setup.h"
+#include "cohort/train/StrategyFactory.h"
 #include "cohort/train/TrainingRun.h"
+#include "cohort/upload/CheckpointUpload.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Memory.h"
 #include "cohort/util/StopSignal.h"
@@ -66,7 +66,7 @@ TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
   // uploads. See Note [A failed upload keeps the run].
   if (info.rank == 0 && !cfg.ckpt.upload.empty()) {
     auto summary = nlohmann::json::parse(std::ifstream(run_dir / "summary.json"));
-    summary["upload"] = upload_checkpoint(cfg, run_dir);
+    summary["upload"] = upload::upload_checkpoint(cfg, run_dir);
     util::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
   }
   // Saved, every rank done: now Slurm may stop this job and run it again (Lightning's auto-requeue).

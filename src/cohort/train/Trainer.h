@@ -31,16 +31,6 @@ struct TrainResult {
 
 TrainResult run_worker(TrainConfig cfg, const WorldInfo& info);
 
-// `cohort eval`: the model of `cfg` with the weights in `checkpoint` (a .safetensors of the model, strict
-// names and shapes), evaluated on the validation split, every rank taking its share of the samples.
-// Rank 0 prints the result and writes it as JSON to `out` when given.
-struct EvalResult {
-  double loss = 0, top1 = 0, top5 = 0;
-  int64_t images = 0;
-};
-EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const std::filesystem::path& checkpoint,
-                           const std::filesystem::path& out);
-
 // The intra-op thread count for a worker: train.threads, else OMP_NUM_THREADS, else cores / local workers.
 int worker_threads(const TrainConfig& cfg, const WorldInfo& info);
 

@@ -24,23 +24,23 @@
 #include "cohort/models/Models.h"
 #include "cohort/optim/Ema.h"
 #include "cohort/optim/Schedule.h"
-#include "cohort/parallel/Strategy.h"
+#include "cohort/record/Metrics.h"
+#include "cohort/record/PhaseClock.h"
+#include "cohort/record/Progress.h"
+#include "cohort/record/RunLog.h"
+#include "cohort/record/RunSummary.h"
 #include "cohort/train/AutoSettings.h"
-#include "cohort/train/CheckpointUpload.h"
 #include "cohort/train/Checkpointing.h"
 #include "cohort/train/Device.h"
 #include "cohort/train/Evaluate.h"
 #include "cohort/train/FaultInjection.h"
 #include "cohort/train/InitialWeights.h"
 #include "cohort/train/Loss.h"
-#include "cohort/train/Metrics.h"
-#include "cohort/train/PhaseClock.h"
-#include "cohort/train/Progress.h"
 #include "cohort/train/RankAgreement.h"
 #include "cohort/train/Recipe.h"
-#include "cohort/train/RunLog.h"
-#include "cohort/train/RunSummary.h"
 #include "cohort/train/Setup.h"
+#include "cohort/train/StrategyFactory.h"
+#include "cohort/upload/CheckpointUpload.h"
 #include "cohort/util/AtomicFile.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/StopSignal.h"
@@ -48,6 +48,9 @@
 namespace cohort::train {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using record::Phase;
+using record::PhaseClock;
+using record::Progress;
 
 namespace {
 
@@ -101,8 +104,8 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& w
     std::cerr << "cohort: WARNING: log.trace_steps=" << cfg.log.trace_steps << " lies outside this run's steps "
               << step_ + 1 << " to " << plan_.stop_step << ": nothing will be traced" << std::endl;
   log_.started(config_json_, first_line(resume.active()),
-               tracker_tags({cfg_, config_json_, info_.world_size, info_.launcher, job.strategy->name(),
-                             job.precision->name(), run_dir_}));
+               record::tracker_tags({cfg_, config_json_, info_.world_size, info_.launcher, job.strategy->name(),
+                                     job.precision->name(), run_dir_, traits_.groups_runs}));
 }
 
 std::string TrainingRun::first_line(bool resuming) const {
@@ -282,23 +285,23 @@ void TrainingRun::after_step(int64_t epoch, int64_t step_in_epoch, double step_l
     const auto& precision = *job_.precision;
     const auto sync = job_.strategy->last_sync_bytes();
     const bool scaling = precision.scaling();
-    const TrainWindow w{step_,
-                        epoch,
-                        cfg_.train.epochs,
-                        plan_.total_steps,
-                        plan_.schedule.lr(step_ - 1),
-                        ips,
-                        step_loss,
-                        train_seconds_,
-                        grad_norm_,
-                        sync.wire,
-                        sync.dense,
-                        scaling,
-                        scaling ? precision.loss_scale() : 0.0,
-                        scaling ? precision.scaler().state().skipped_steps : int64_t{0},
-                        job_.strategy->figures(),
-                        flops_per_image_,
-                        peak_flops()};
+    const record::TrainWindow w{step_,
+                                epoch,
+                                cfg_.train.epochs,
+                                plan_.total_steps,
+                                plan_.schedule.lr(step_ - 1),
+                                ips,
+                                step_loss,
+                                train_seconds_,
+                                grad_norm_,
+                                sync.wire,
+                                sync.dense,
+                                scaling,
+                                scaling ? precision.loss_scale() : 0.0,
+                                scaling ? precision.scaler().state().skipped_steps : int64_t{0},
+                                job_.strategy->figures(),
+                                flops_per_image_,
+                                peak_flops()};
     log_.train_window(w, window_, monitor_, *world_.comm);
     window_images_ = 0;
     window_start_ = Clock::now();
@@ -328,7 +331,7 @@ void TrainingRun::evaluate(int64_t epoch) {
   log_.evaluated({step_, epoch, r, best_, train_seconds_});
   if (!improved || !cfg_.ckpt.save_best) return;
   save(checkpoint::names::kBest, epoch + 1);
-  if (lead_ && !cfg_.ckpt.upload.empty() && cfg_.ckpt.upload_best_every_time) upload_checkpoint(cfg_, run_dir_);
+  if (lead_ && !cfg_.ckpt.upload.empty() && cfg_.ckpt.upload_best_every_time) upload::upload_checkpoint(cfg_, run_dir_);
 }
 
 void TrainingRun::save(const std::string& tag, int64_t epoch_of_next) {
@@ -340,30 +343,30 @@ TrainResult TrainingRun::finish() {
   clock_.stop();
   trace_.finish();  // a run that stopped inside log.trace_steps' window writes what it traced
   peak_flops();     // a run that ended before its first log window resolves the summary's peak here
-  const RunFacts facts{info_,
-                       cfg_,
-                       config_json_,
-                       *job_.strategy,
-                       *world_.comm,
-                       *job_.precision,
-                       job_.chosen,
-                       job_.nhwc,
-                       job_.device,
-                       run_dir_,
-                       step_,
-                       plan_.steps_per_epoch,
-                       plan_.global_batch,
-                       images_seen_,
-                       train_seconds_,
-                       test_accuracy_,
-                       best_,
-                       state_bytes_,
-                       job_.data.train->bad_files() + job_.data.test->bad_files(),
-                       stop_signal_,
-                       flops_per_image_,
-                       peak_,
-                       peak_why_};
-  write_run_summary(facts, clock_, monitor_, log_);
+  const record::RunFacts facts{info_,
+                               cfg_,
+                               config_json_,
+                               *job_.strategy,
+                               *world_.comm,
+                               *job_.precision,
+                               to_json(job_.chosen),
+                               job_.nhwc,
+                               job_.device,
+                               run_dir_,
+                               step_,
+                               plan_.steps_per_epoch,
+                               plan_.global_batch,
+                               images_seen_,
+                               train_seconds_,
+                               test_accuracy_,
+                               best_,
+                               state_bytes_,
+                               job_.data.train->bad_files() + job_.data.test->bad_files(),
+                               stop_signal_,
+                               flops_per_image_,
+                               peak_,
+                               peak_why_};
+  record::write_run_summary(facts, clock_, monitor_, log_);
   // A run a signal stopped (Ctrl-C, SIGTERM, Slurm's warning) had time to say so; an error unwinding
   // past here leaves the tracker's run FAILED (~RunLog).
   log_.close_trackers(stop_signal_ != 0 ? "KILLED" : "FINISHED");

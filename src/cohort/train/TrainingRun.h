@@ -27,15 +27,15 @@
 #include "cohort/log/Peak.h"
 #include "cohort/log/ResourceMonitor.h"
 #include "cohort/parallel/Strategy.h"
+#include "cohort/record/Metrics.h"
+#include "cohort/record/PhaseClock.h"
+#include "cohort/record/Progress.h"
+#include "cohort/record/RunLog.h"
+#include "cohort/record/StepTrace.h"
 #include "cohort/train/Checkpointing.h"
 #include "cohort/train/FaultInjection.h"
-#include "cohort/train/Metrics.h"
-#include "cohort/train/PhaseClock.h"
-#include "cohort/train/Progress.h"
 #include "cohort/train/Recipe.h"
-#include "cohort/train/RunLog.h"
 #include "cohort/train/Setup.h"
-#include "cohort/train/StepTrace.h"
 #include "cohort/train/Trainer.h"
 
 namespace cohort::train {
@@ -95,15 +95,15 @@ class TrainingRun {
   Plan plan_;
   nlohmann::json config_json_;
   log::ResourceMonitor monitor_;
-  Progress progress_;
-  RunLog log_;
+  record::Progress progress_;
+  record::RunLog log_;
   Checkpointer checkpoints_;
   FaultPlan faults_;
   Recipe recipe_;  // the model's recipe around the step: airbench's whitening freeze and lookahead
   int stop_signal_ = 0;
-  PhaseClock clock_;  // where the time goes, phase by phase (train/PhaseClock.h)
-  StepTrace trace_;   // log.trace_steps (train/StepTrace.h)
-  MetricWindow window_;
+  record::PhaseClock clock_;  // where the time goes, phase by phase (record/PhaseClock.h)
+  record::StepTrace trace_;   // log.trace_steps (record/StepTrace.h)
+  record::MetricWindow window_;
   bool save_due_ = false;
 
   int64_t step_ = 0, first_step_ = 0, last_eval_step_ = -1;

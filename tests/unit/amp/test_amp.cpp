@@ -14,14 +14,16 @@
 #include "cohort/amp/MixedPrecision.h"
 #include "cohort/checkpoint/Checkpoint.h"
 #include "cohort/models/Models.h"
-#include "cohort/parallel/Strategy.h"
 #include "cohort/parallel/ddp/CommHook.h"
+#include "cohort/train/StrategyFactory.h"
 #include "cohort/util/Error.h"
 #include "unit/ThreadRanks.h"
 
 using namespace cohort;
 using cohort::testing::random_batches;
 using cohort::testing::run_ranks;
+using cohort::train::make_comm_hook;
+using cohort::train::make_strategy;
 
 namespace {
 

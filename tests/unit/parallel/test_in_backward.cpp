@@ -1,5 +1,5 @@
 // optim.in_backward: under ddp each bucket stepped as its all-reduce ends (Note [The optimizer inside
-// backward] in parallel/Strategy.cpp), under zero1, zero2 and fsdp each unit's slice as its reduce-scatter
+// backward] in parallel/ddp/DdpStrategy.cpp), under zero1, zero2 and fsdp each unit's slice as its reduce-scatter
 // ends (Note [Sharded steps inside backward]), against the plain step after backward on the same global
 // batches, with ranks as threads over Gloo.
 #include <gtest/gtest.h>
@@ -14,9 +14,9 @@
 
 #include "cohort/config/Config.h"
 #include "cohort/models/Models.h"
-#include "cohort/parallel/Strategy.h"
 #include "cohort/parallel/shard/ShardedStrategy.h"
 #include "cohort/train/AutoSettings.h"
+#include "cohort/train/StrategyFactory.h"
 #include "cohort/util/Error.h"
 #include "unit/ThreadRanks.h"
 
@@ -93,7 +93,7 @@ std::vector<std::vector<at::Tensor>> train(const Spec& spec) {
   std::vector<std::vector<at::Tensor>> params(spec.world);
   run_ranks(spec.world, [&](int rank, CommunicatorPtr comm) {
     auto model = models[rank];
-    auto strategy = cohort::make_strategy(cfg, model, comm);
+    auto strategy = cohort::train::make_strategy(cfg, model, comm);
     strategy->build_optimizer(cfg.optim);
     const int64_t per_rank = kGlobalBatch / spec.world, micro = per_rank / spec.accum;
     for (int s = 0; s < spec.steps; ++s) {
@@ -148,7 +148,7 @@ void on_two_ranks(const OneStep& body, const std::string& strategy = "ddp") {
     models.push_back(cohort::models::build(cfg.model, 1, 8));
   }
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
-    auto strategy = cohort::make_strategy(cfg, models[rank], comm);
+    auto strategy = cohort::train::make_strategy(cfg, models[rank], comm);
     strategy->build_optimizer(cfg.optim);
     const auto& d = all_data()[0];
     body(*models[rank], *strategy, [&, rank] {

@@ -17,9 +17,9 @@
 #include "cohort/models/Models.h"
 #include "cohort/optim/Sgd.h"
 #include "cohort/parallel/BucketPlan.h"
-#include "cohort/parallel/Strategy.h"
 #include "cohort/parallel/shard/ShardPlan.h"
 #include "cohort/parallel/shard/ShardedStrategy.h"
+#include "cohort/train/StrategyFactory.h"
 #include "cohort/util/Error.h"
 #include "unit/ThreadRanks.h"
 #include "unit/parallel/SaveShards.h"
@@ -102,7 +102,7 @@ RunResult train(const RunSpec& spec) {
   out.params.assign(spec.world, {});
   run_ranks(spec.world, [&](int rank, CommunicatorPtr comm) {
     auto model = models[rank];
-    auto strategy = cohort::make_strategy(cfg, model, comm);
+    auto strategy = cohort::train::make_strategy(cfg, model, comm);
     strategy->build_optimizer(cfg.optim);
     if (spec.resume) strategy->load_state(spec.resume->optimizer, {});
     const int64_t per_rank = kGlobalBatch / spec.world, micro = per_rank / spec.accum;
@@ -227,7 +227,7 @@ TEST(ShardedParity, AirbenchNormLrScaleAndWhiteningFreezeMatchDdp) {
     std::vector<std::vector<std::pair<std::string, at::Tensor>>> params(2);
     std::vector<std::vector<double>> losses(2);
     run_ranks(2, [&](int rank, CommunicatorPtr comm) {
-      auto strategy_ptr = cohort::make_strategy(cfg, models[rank], comm);
+      auto strategy_ptr = cohort::train::make_strategy(cfg, models[rank], comm);
       strategy_ptr->build_optimizer(cfg.optim);
       at::Tensor whiten_bias_at_freeze;
       for (int s = 0; s < 4; ++s) {
@@ -356,7 +356,7 @@ TEST(ShardedParity, AnInfInOneRanksSliceSkipsTheStepOnEveryRank) {
     const auto& data = all_data();
     run_ranks(3, [&](int rank, CommunicatorPtr comm) {
       auto model = models[rank];
-      auto strategy_ptr = cohort::make_strategy(cfg, model, comm);
+      auto strategy_ptr = cohort::train::make_strategy(cfg, model, comm);
       strategy_ptr->build_optimizer(cfg.optim);
       auto params_now = [&] {
         if (auto* s = dynamic_cast<cohort::ShardedStrategy*>(strategy_ptr.get())) return s->full_parameters();
@@ -420,7 +420,7 @@ TEST(Fsdp, FreesEachUnitsFullParametersAfterItsForwardAndBackward) {
   const auto& data = all_data();
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
     auto model = models[rank];
-    auto strategy = cohort::make_strategy(cfg, model, comm);
+    auto strategy = cohort::train::make_strategy(cfg, model, comm);
     auto* fsdp = dynamic_cast<cohort::ShardedStrategy*>(strategy.get());
     ASSERT_NE(fsdp, nullptr);
     strategy->build_optimizer(cfg.optim);
@@ -466,7 +466,7 @@ TEST(Fsdp, PrefetchesTheNextUnitsGatherInForwardAndInBackward) {
   const auto models = same_models(cfg, 2, 5);
   std::vector<std::vector<std::string>> traces(2);
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
-    auto strategy = cohort::make_strategy(cfg, models[rank], comm);
+    auto strategy = cohort::train::make_strategy(cfg, models[rank], comm);
     auto* fsdp = dynamic_cast<cohort::ShardedStrategy*>(strategy.get());
     strategy->build_optimizer(cfg.optim);
     fsdp->set_tracing(true);

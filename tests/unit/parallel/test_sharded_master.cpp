@@ -16,8 +16,8 @@
 
 #include "cohort/checkpoint/ShardedCheckpoint.h"
 #include "cohort/models/Models.h"
-#include "cohort/parallel/Strategy.h"
 #include "cohort/parallel/shard/ShardedStrategy.h"
+#include "cohort/train/StrategyFactory.h"
 #include "unit/ThreadRanks.h"
 #include "unit/parallel/SaveShards.h"
 
@@ -135,7 +135,7 @@ Result train(const Spec& spec) {
   out.shard_numel.resize(spec.world);
   run_ranks(spec.world, [&](int rank, CommunicatorPtr comm) {
     auto model = models[rank];
-    auto strategy = cohort::make_strategy(cfg, model, comm);
+    auto strategy = cohort::train::make_strategy(cfg, model, comm);
     strategy->build_optimizer(cfg.optim);
     if (spec.resume) {
       auto state = spec.resume->optimizer;

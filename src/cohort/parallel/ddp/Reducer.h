@@ -70,7 +70,7 @@ class Reducer {
   // Runs once per bucket of a synchronized backward, in bucket order, as soon as that bucket's averaged
   // gradients are in its parameters' .grad: during backward when its collective finished before
   // backward did, else at its end (optim.in_backward steps the bucket's parameters here; Note [The
-  // optimizer inside backward] in parallel/Strategy.cpp). Without it, gradients are written at the end.
+  // optimizer inside backward] in parallel/ddp/DdpStrategy.cpp). Without it, gradients are written at the end.
   void set_on_bucket_reduced(std::function<void(size_t bucket)> fn) { on_bucket_reduced_ = std::move(fn); }
   const std::vector<BucketSpec>& plan() const { return plan_; }
   const BackwardTrace& last_trace() const { return trace_; }

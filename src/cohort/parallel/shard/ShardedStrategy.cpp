@@ -49,7 +49,7 @@ models::Classifier* unit_model(torch::nn::Module& model, const StagePolicy& poli
 // Note [Sharded steps inside backward]
 // With optim.in_backward=true, zero1, zero2 and fsdp step each unit's slice as soon as that unit's
 // reduce-scatter has ended, while backward goes on (the ddp form: Note [The optimizer inside backward] in
-// parallel/Strategy.cpp). The unit runner hands the units over in the order they were reduced
+// parallel/ddp/DdpStrategy.cpp). The unit runner hands the units over in the order they were reduced
 // (UnitRunner::set_on_unit_reduced); step() then checks, across ranks, that no slice was non-finite and
 // gathers the updated parameters, as the plain step ends.
 // - Same numbers: a slice gets the update the plain step gives it, from the same reduce-scatter.

@@ -18,7 +18,8 @@ constexpr const char* kResidual = "diloco.residual";
 
 class DilocoStrategy : public Strategy {
  public:
-  DilocoStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm)
+  DilocoStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
+                 std::unique_ptr<Strategy> inner)
       : comm_(comm),
         model_(model),
         trainable_(trainable_parameters(*model, "diloco")),
@@ -29,9 +30,7 @@ class DilocoStrategy : public Strategy {
         samples_per_step_(cfg.data.batch_size * cfg.train.grad_accum_steps * comm->size()),
         averages_state_(cfg.swarm.group_size > 0),
         average_state_every_(cfg.swarm.average_state_every) {
-    TrainConfig local = cfg;  // inside the peer its workers are a ddp job; DiLoCo is between peers
-    local.dist.strategy = "ddp";
-    inner_ = make_strategy(local, std::move(model), comm);
+    inner_ = std::move(inner);  // the peer's own workers: a ddp job
     if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_, comm->flight());
   }
 
@@ -257,8 +256,8 @@ class DilocoStrategy : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_diloco_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
-                                               CommunicatorPtr comm) {
-  return std::make_unique<DilocoStrategy>(cfg, std::move(model), std::move(comm));
+                                               CommunicatorPtr comm, std::unique_ptr<Strategy> inner) {
+  return std::make_unique<DilocoStrategy>(cfg, std::move(model), std::move(comm), std::move(inner));
 }
 
 }  // namespace cohort

@@ -4,7 +4,7 @@
 // per-block scales and error feedback (INTELLECT-1), and every peer applies the same outer Nesterov SGD
 // step (diloco.outer_lr, diloco.outer_momentum). Communication is one round per inner_steps steps.
 //
-//   auto strategy = cohort::make_diloco_strategy(cfg, model, comm);   // make_strategy does this for "diloco"
+//   auto strategy = cohort::make_diloco_strategy(cfg, model, comm, std::move(ddp));   // train::make_strategy does this
 //   strategy->step(lr, {.step = s});   // an inner step; every inner_steps-th call also does the outer step
 //
 // The outer weights, the outer momentum and the error-feedback residual are checkpointed with the rest
@@ -22,6 +22,6 @@
 namespace cohort {
 
 std::unique_ptr<Strategy> make_diloco_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
-                                               CommunicatorPtr comm);
+                                               CommunicatorPtr comm, std::unique_ptr<Strategy> inner);
 
 }  // namespace cohort

@@ -17,7 +17,8 @@ constexpr const char* kResidual = "swarm.residual";
 
 class SwarmStrategy : public Strategy {
  public:
-  SwarmStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm)
+  SwarmStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
+                std::unique_ptr<Strategy> inner)
       : comm_(comm),
         model_(model),
         trainable_(trainable_parameters(*model, "swarm")),
@@ -29,10 +30,7 @@ class SwarmStrategy : public Strategy {
         codec_(swarm::codec_from_name(cfg.swarm.compress, "swarm.compress")),
         averages_state_(cfg.swarm.group_size > 0),
         average_state_every_(cfg.swarm.average_state_every) {
-    // Inside the peer its workers are a ddp job; the swarm is between peers.
-    TrainConfig local = cfg;
-    local.dist.strategy = "ddp";
-    inner_ = make_strategy(local, std::move(model), comm);
+    inner_ = std::move(inner);  // the peer's own workers: a ddp job
     if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_, comm->flight());
   }
 
@@ -217,8 +215,8 @@ class SwarmStrategy : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_swarm_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
-                                              CommunicatorPtr comm) {
-  return std::make_unique<SwarmStrategy>(cfg, std::move(model), std::move(comm));
+                                              CommunicatorPtr comm, std::unique_ptr<Strategy> inner) {
+  return std::make_unique<SwarmStrategy>(cfg, std::move(model), std::move(comm), std::move(inner));
 }
 
 }  // namespace cohort

@@ -5,7 +5,7 @@
 // failures that is synchronous training at that global batch, so train.epochs and train.max_steps count
 // these global steps as they count ddp's.
 //
-//   auto strategy = cohort::make_swarm_strategy(cfg, model, comm);   // make_strategy does this for "swarm"
+//   auto strategy = cohort::make_swarm_strategy(cfg, model, comm, std::move(ddp));   // train::make_strategy does this
 //   { auto sync = strategy->gradient_sync(true); loss.backward(); }
 //   auto r = strategy->step(lr, {});   // r.applied: false while the swarm is still accumulating
 //
@@ -24,6 +24,6 @@
 namespace cohort {
 
 std::unique_ptr<Strategy> make_swarm_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
-                                              CommunicatorPtr comm);
+                                              CommunicatorPtr comm, std::unique_ptr<Strategy> inner);
 
 }  // namespace cohort

@@ -1,0 +1,22 @@
+// ddp as a Strategy: full replicas, gradients all-reduced in buckets during backward (DistributedDataParallel)
+// through a communication hook, the optimizer over fp32 masters, and optionally stepped inside backward
+// (Note [The optimizer inside backward] in DdpStrategy.cpp). The factory (train/StrategyFactory.h) builds
+// its options and hook from the config; the swarm and DiLoCo wrap one as their peer's inner job.
+//
+//   auto strategy = cohort::make_ddp_strategy(model, world.comm, cohort::DdpOptions{},
+//   std::make_shared<cohort::AllReduceHook>()); strategy->build_optimizer(cfg.optim);
+#pragma once
+
+#include <memory>
+
+#include "cohort/parallel/Strategy.h"
+#include "cohort/parallel/ddp/CommHook.h"
+#include "cohort/parallel/ddp/DistributedDataParallel.h"
+
+namespace cohort {
+
+// Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
+std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
+                                            const DdpOptions& options, std::shared_ptr<CommHook> hook);
+
+}  // namespace cohort
