@@ -56,8 +56,17 @@ namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-StateBytes max_bytes(StateBytes a, StateBytes b) {
-  return StateBytes{std::max(a.params, b.params), std::max(a.grads, b.grads), std::max(a.optimizer, b.optimizer)};
+// A non-finite gradient in fp32 or bf16: what happened to the weights, and how to go on.
+Error diverged(int64_t step, double step_loss, const StepResult& stepped, const fs::path& run_dir) {
+  return Error("step " + std::to_string(step) +
+                   ": the gradient holds inf or NaN (loss of this rank's last batch: " + std::to_string(step_loss) +
+                   (stepped.updated_in_backward
+                        ? "); optim.in_backward had already updated the parameters of the buckets before the "
+                          "first non-finite one, in memory only: nothing was saved"
+                        : "); the weights were not updated"),
+               "lower optim.lr or set optim.clip_grad_norm, and check the data; resume from the last checkpoint with "
+               "--resume " +
+                   run_dir.string());
 }
 
 }  // namespace
@@ -82,9 +91,9 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& w
       log_(cfg, run_dir, info.world_size, lead_, progress_.mode() == Progress::Mode::kPlain),
       checkpoints_(cfg, run_dir, world, {*job.model, *job.strategy, *job.precision, job.lookahead.get()},
                    config_json_.dump()),
-      faults_(FaultPlan::from_env()),
       recipe_(cfg, *job.model, *job.strategy, job.lookahead.get(), plan_.total_steps),
-      trace_(config::trace_step_range(cfg.log.trace_steps), run_dir, info.rank, world.comm->flight()) {
+      trace_(config::trace_step_range(cfg.log.trace_steps), run_dir, info.rank, world.comm->flight()),
+      watch_(clock_, trace_, window_, FaultPlan::from_env(), info, *world.comm) {
   if (resume.active()) {
     checkpoints_.restore(resume.checkpoint);
     step_ = resume.checkpoint.state.step;
@@ -178,35 +187,35 @@ bool TrainingRun::stop_requested() {
 }
 
 // Forward and backward of each micro-batch; the gradients synchronize on the last one. Returns the step's
-// loss (this rank's batches).
+// loss (this rank's batches). watch_ is what watches the step: Note [The step and what watches it].
 double TrainingRun::train_step(data::Loader* epoch_loader) {
   auto& precision = *job_.precision;
+  const Strategy* sample = step_ == first_step_ ? job_.strategy.get() : nullptr;  // the state bytes
   double step_loss = 0;
-  trace_.step_began(step_ + 1);
+  watch_.step_begins(step_ + 1);
   for (int64_t micro = 0; micro < plan_.accum; ++micro) {
-    clock_.switch_to(Phase::kData);
-    faults_.before_batch(info_.rank, step_ + 1, *world_.comm);
+    const bool last = micro == plan_.accum - 1;
+    watch_.batch_begins(step_ + 1);
     auto b = next_batch(epoch_loader);
     const auto images = images_to(b.images, job_.device, job_.nhwc);
     const auto labels = b.labels.to(job_.device, /*non_blocking=*/b.labels.is_pinned());
-    clock_.switch_to(Phase::kForward);
-    auto sync = job_.strategy->gradient_sync(micro == plan_.accum - 1);
+    watch_.forward_begins();
+    auto sync = job_.strategy->gradient_sync(last);
     at::Tensor logits;
     {
       auto autocast = precision.autocast();
       logits = precision.logits(job_.model->forward(precision.input(images)));
     }
     auto loss = training_loss(logits, labels, cfg_.loss);
-    clock_.switch_to(Phase::kBackward);
+    watch_.backward_begins();
     // optim.in_backward steps during the last micro-batch's backward: Note [The optimizer inside backward].
-    if (micro == plan_.accum - 1) job_.strategy->prepare_step(plan_.schedule.lr(step_), step_options());
+    if (last) job_.strategy->prepare_step(plan_.schedule.lr(step_), step_options());
     precision.scale(plan_.accum > 1 ? loss / static_cast<double>(plan_.accum) : loss).backward();
-    if (step_ == first_step_) state_bytes_ = max_bytes(state_bytes_, job_.strategy->state_bytes());
     const double l = loss.item<double>();
-    window_.add(logits, labels, l);
+    watch_.batch_done(logits, labels, l, sample);
     step_loss += l / static_cast<double>(plan_.accum);
   }
-  faults_.after_backward(*job_.model, info_.rank, step_ + 1);
+  watch_.gradients_ready(*job_.model, step_ + 1);
   return step_loss;
 }
 
@@ -229,29 +238,18 @@ data::Batch TrainingRun::next_batch(data::Loader* epoch_loader) {
 // Returns false when the strategy only accumulated the batch (the swarm, waiting for its peers).
 bool TrainingRun::optimizer_step(double step_loss) {
   auto& precision = *job_.precision;
-  clock_.switch_to(Phase::kOptimizer);
+  watch_.optimizer_begins();
   const auto stepped = job_.strategy->step(plan_.schedule.lr(step_), step_options());
   if (!stepped.applied) return false;
   // Under loss scaling an overflow skips the step on every rank and lowers the scale. In fp32 or bf16 a
   // non-finite gradient is divergence, not an overflow to skip: stop with the last good checkpoint kept
   // rather than train on NaN weights. Every rank sees the same answer.
   precision.after_step(stepped.nonfinite, step_ + 1);
-  if (stepped.nonfinite && !precision.scaling())
-    throw Error("step " + std::to_string(step_ + 1) +
-                    ": the gradient holds inf or NaN (loss of this rank's last batch: " + std::to_string(step_loss) +
-                    (stepped.updated_in_backward
-                         ? "); optim.in_backward had already updated the parameters of the buckets before the "
-                           "first non-finite one, in memory only: nothing was saved"
-                         : "); the weights were not updated"),
-                "lower optim.lr or set optim.clip_grad_norm, and check the data; resume from the last checkpoint with "
-                "--resume " +
-                    run_dir_.string());
-  clock_.switch_to(Phase::kOther);
+  if (stepped.nonfinite && !precision.scaling()) throw diverged(step_ + 1, step_loss, stepped, run_dir_);
+  watch_.optimizer_done();
   if (stepped.grad_norm >= 0) grad_norm_ = stepped.grad_norm;
-  faults_.after_step(info_.rank, step_ + 1, info_.restart_count);
-  if (step_ == first_step_) state_bytes_ = max_bytes(state_bytes_, job_.strategy->state_bytes());
+  watch_.step_done(step_ + 1, step_ == first_step_ ? job_.strategy.get() : nullptr);
   ++step_;
-  trace_.step_ended(step_);
   recipe_.step_done(step_);
   return true;
 }
@@ -360,7 +358,7 @@ TrainResult TrainingRun::finish() {
                                train_seconds_,
                                test_accuracy_,
                                best_,
-                               state_bytes_,
+                               watch_.state_bytes(),
                                job_.data.train->bad_files() + job_.data.test->bad_files(),
                                stop_signal_,
                                flops_per_image_,

@@ -33,9 +33,9 @@
 #include "cohort/record/RunLog.h"
 #include "cohort/record/StepTrace.h"
 #include "cohort/train/Checkpointing.h"
-#include "cohort/train/FaultInjection.h"
 #include "cohort/train/Recipe.h"
 #include "cohort/train/Setup.h"
+#include "cohort/train/StepWatch.h"
 #include "cohort/train/Trainer.h"
 
 namespace cohort::train {
@@ -98,12 +98,12 @@ class TrainingRun {
   record::Progress progress_;
   record::RunLog log_;
   Checkpointer checkpoints_;
-  FaultPlan faults_;
   Recipe recipe_;  // the model's recipe around the step: airbench's whitening freeze and lookahead
   int stop_signal_ = 0;
   record::PhaseClock clock_;  // where the time goes, phase by phase (record/PhaseClock.h)
   record::StepTrace trace_;   // log.trace_steps (record/StepTrace.h)
   record::MetricWindow window_;
+  StepWatch watch_;  // what watches the step: Note [The step and what watches it] in StepWatch.h
   bool save_due_ = false;
 
   int64_t step_ = 0, first_step_ = 0, last_eval_step_ = -1;
@@ -116,9 +116,6 @@ class TrainingRun {
   std::optional<log::Peak> peak_;
   std::string peak_why_;  // why there is none (a GPU the table does not hold)
   Clock::time_point window_start_ = Clock::now(), session_start_ = Clock::now();
-  // Model-state bytes, sampled in the session's first step with gradients present (after backward) and
-  // with optimizer state present (after the update): the larger of each.
-  StateBytes state_bytes_;
   std::vector<double> step_losses_;
 };
 
