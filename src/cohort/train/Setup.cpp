@@ -159,4 +159,32 @@ Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, 
           optim::Schedule(cfg.sched, peak_lr, total_steps, steps_per_epoch)};
 }
 
+Batches::Batches(const TrainConfig& cfg, data::Source& train, const data::DistributedSampler& sampler, const Plan& plan,
+                 bool endless, bool pin)
+    : cfg_(cfg), train_(train), sampler_(sampler), plan_(plan), endless_(endless), pin_(pin) {}
+
+data::AugmentOptions Batches::augment(int64_t pass) const {
+  return {cfg_.data.augment, cfg_.data.crop_padding, true, cfg_.train.seed, pass, cfg_.data.flip == "alternating"};
+}
+
+void Batches::start_epoch(int64_t epoch, int64_t first_step, int64_t steps) {
+  if (endless_) return;
+  epoch_.emplace(train_,
+                 batches_of(sampler_.indices(epoch), plan_.batch, first_step * plan_.accum, steps * plan_.accum),
+                 augment(epoch), prefetch_batches(cfg_), pin_);
+}
+
+data::Batch Batches::next() {
+  if (!endless_) return *epoch_->next();
+  for (;;) {
+    if (stream_)
+      if (auto b = stream_->next()) return std::move(*b);
+    const auto order = sampler_.indices(stream_pass_);
+    const int64_t batches = static_cast<int64_t>(order.size()) / plan_.batch;
+    stream_ = std::make_unique<data::Loader>(train_, batches_of(order, plan_.batch, 0, batches), augment(stream_pass_),
+                                             prefetch_batches(cfg_), pin_);
+    ++stream_pass_;
+  }
+}
+
 }  // namespace cohort::train

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "cohort/amp/MixedPrecision.h"
 #include "cohort/checkpoint/Checkpoint.h"
@@ -80,5 +81,36 @@ Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, 
 // The sampler of the training set: this rank's share as its strategy deals it (Note [What the strategy
 // decides for the loop] in parallel/Strategy.h).
 data::DistributedSampler training_sampler(const TrainConfig& cfg, int64_t dataset_size, const WorldInfo& info);
+
+// The batches this rank trains on, as its strategy paces them (StrategyTraits::endless_step_samples): each
+// epoch's share of the sampler's order from where a resumed run left off, or for an endless stream (the
+// swarm) pass after pass over the whole set, whatever the epochs. The loop asks for the next batch, never
+// which of the two it has.
+//
+//   Batches batches(cfg, *job.data.train, sampler, plan, traits.endless_step_samples > 0, /*pin=*/false);
+//   batches.start_epoch(epoch, first_step, steps);   // an endless stream ignores it
+//   data::Batch b = batches.next();
+//   batches.end_epoch();
+class Batches {
+ public:
+  Batches(const TrainConfig& cfg, data::Source& train, const data::DistributedSampler& sampler, const Plan& plan,
+          bool endless, bool pin);
+  // The epoch's steps first_step .. first_step + steps - 1 (counted within the epoch).
+  void start_epoch(int64_t epoch, int64_t first_step, int64_t steps);
+  void end_epoch() { epoch_.reset(); }
+  data::Batch next();
+
+ private:
+  data::AugmentOptions augment(int64_t pass) const;
+
+  const TrainConfig& cfg_;
+  data::Source& train_;
+  const data::DistributedSampler& sampler_;
+  const Plan& plan_;
+  bool endless_, pin_;
+  std::optional<data::Loader> epoch_;
+  std::unique_ptr<data::Loader> stream_;
+  int64_t stream_pass_ = 0;
+};
 
 }  // namespace cohort::train

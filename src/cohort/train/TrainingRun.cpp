@@ -84,6 +84,7 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& w
       test_sampler_(job.data.test->size(), info.world_size, info.rank, false, cfg.train.seed, false),
       traits_(strategy_traits(cfg, info.rank, info.world_size)),
       plan_(make_plan(cfg, sampler_, info)),
+      batches_(cfg, *job.data.train, sampler_, plan_, traits_.endless_step_samples > 0, job.device.is_cuda()),
       config_json_(config::to_json(cfg)),
       monitor_(cfg.log.monitor_s, run_dir / ("resources.rank" + std::to_string(info.rank) + ".jsonl"), info.local_rank),
       progress_(lead_ ? Progress::resolve(cfg.log.progress, isatty(STDOUT_FILENO) != 0) : Progress::Mode::kOff,
@@ -133,19 +134,13 @@ void TrainingRun::train_epoch(int64_t epoch) {
   // The batches this epoch will train on, from where a resumed run left off to the epoch's end or stop_step.
   const int64_t first = step_ % plan_.steps_per_epoch;
   const int64_t steps = std::min(plan_.steps_per_epoch, first + plan_.stop_step - step_) - first;
-  const data::AugmentOptions aug{
-      cfg_.data.augment, cfg_.data.crop_padding, true, cfg_.train.seed, epoch, cfg_.data.flip == "alternating"};
-  std::optional<data::Loader> loader;
-  if (traits_.endless_step_samples == 0)
-    loader.emplace(*job_.data.train,
-                   batches_of(sampler_.indices(epoch), plan_.batch, first * plan_.accum, steps * plan_.accum), aug,
-                   prefetch_batches(cfg_), /*pin=*/job_.device.is_cuda());
+  batches_.start_epoch(epoch, first, steps);
   for (int64_t s = first; s < plan_.steps_per_epoch && step_ < plan_.stop_step;) {
     const auto t0 = Clock::now();
     // This process's first step counts the model's FLOPs (rank 0, the one that reports them).
     std::optional<models::FlopCounter> flops;
     if (lead_ && flops_per_image_ < 0) flops.emplace();
-    pending_loss_ += train_step(loader ? &*loader : nullptr);
+    pending_loss_ += train_step();
     if (flops && flops->counting()) flops_per_image_ = flops->total() / static_cast<double>(plan_.batch * plan_.accum);
     flops.reset();
     ++pending_batches_;
@@ -169,6 +164,7 @@ void TrainingRun::train_epoch(int64_t epoch) {
       step_ = *caught_up;
     }
   }
+  batches_.end_epoch();
   progress_.end_epoch();
   log_.epoch_ended(epoch, step_, seconds_since(epoch_start));
 }
@@ -188,7 +184,7 @@ bool TrainingRun::stop_requested() {
 
 // Forward and backward of each micro-batch; the gradients synchronize on the last one. Returns the step's
 // loss (this rank's batches). watch_ is what watches the step: Note [The step and what watches it].
-double TrainingRun::train_step(data::Loader* epoch_loader) {
+double TrainingRun::train_step() {
   auto& precision = *job_.precision;
   const Strategy* sample = step_ == first_step_ ? job_.strategy.get() : nullptr;  // the state bytes
   double step_loss = 0;
@@ -196,7 +192,7 @@ double TrainingRun::train_step(data::Loader* epoch_loader) {
   for (int64_t micro = 0; micro < plan_.accum; ++micro) {
     const bool last = micro == plan_.accum - 1;
     watch_.batch_begins(step_ + 1);
-    auto b = next_batch(epoch_loader);
+    auto b = batches_.next();
     const auto images = images_to(b.images, job_.device, job_.nhwc);
     const auto labels = b.labels.to(job_.device, /*non_blocking=*/b.labels.is_pinned());
     watch_.forward_begins();
@@ -217,22 +213,6 @@ double TrainingRun::train_step(data::Loader* epoch_loader) {
   }
   watch_.gradients_ready(*job_.model, step_ + 1);
   return step_loss;
-}
-
-// The epoch's next batch, or for the swarm the next of its endless passes over the whole set.
-data::Batch TrainingRun::next_batch(data::Loader* epoch_loader) {
-  if (epoch_loader) return *epoch_loader->next();
-  for (;;) {
-    if (stream_)
-      if (auto b = stream_->next()) return std::move(*b);
-    const auto order = sampler_.indices(stream_pass_);
-    const int64_t batches = static_cast<int64_t>(order.size()) / plan_.batch;
-    const data::AugmentOptions aug{cfg_.data.augment, cfg_.data.crop_padding, true,
-                                   cfg_.train.seed,   stream_pass_,           cfg_.data.flip == "alternating"};
-    stream_ = std::make_unique<data::Loader>(*job_.data.train, batches_of(order, plan_.batch, 0, batches), aug,
-                                             prefetch_batches(cfg_), /*pin=*/job_.device.is_cuda());
-    ++stream_pass_;
-  }
 }
 
 // Returns false when the strategy only accumulated the batch (the swarm, waiting for its peers).

@@ -69,8 +69,7 @@ class TrainingRun {
   using Clock = std::chrono::steady_clock;
 
   std::string first_line(bool resuming) const;
-  double train_step(data::Loader* epoch_loader);
-  data::Batch next_batch(data::Loader* epoch_loader);
+  double train_step();
   bool optimizer_step(double step_loss);
   StepOptions step_options() const;
   double peak_flops();
@@ -86,13 +85,11 @@ class TrainingRun {
   bool lead_;
   data::DistributedSampler sampler_, test_sampler_;
   // How the strategy shares and paces the data and stops (Note [What the strategy decides for the loop]).
-  // An endless stream is drawn pass after pass over the whole set: its batches do not follow the epochs.
   StrategyTraits traits_;
-  std::unique_ptr<data::Loader> stream_;
-  int64_t stream_pass_ = 0;
   double pending_loss_ = 0;  // losses of the batches accumulated toward the next applied step
   int64_t pending_batches_ = 0;
   Plan plan_;
+  Batches batches_;  // each epoch's, or an endless stream's
   nlohmann::json config_json_;
   log::ResourceMonitor monitor_;
   record::Progress progress_;

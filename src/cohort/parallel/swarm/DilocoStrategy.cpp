@@ -31,7 +31,7 @@ class DilocoStrategy : public Strategy {
         averages_state_(cfg.swarm.group_size > 0),
         average_state_every_(cfg.swarm.average_state_every) {
     inner_ = std::move(inner);  // the peer's own workers: a ddp job
-    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_, comm->flight());
+    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_, "outer", comm->flight());
   }
 
   std::string name() const override { return "diloco"; }

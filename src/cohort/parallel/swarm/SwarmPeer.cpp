@@ -62,11 +62,9 @@ std::vector<PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers,
   return seen;
 }
 
-SwarmPeer::SwarmPeer(const TrainConfig& cfg, Codec codec, std::shared_ptr<comm::FlightRecorder> flight)
-    : cfg_(cfg.swarm),
-      identity_(identity_from_config(cfg.swarm)),
-      flight_(std::move(flight)),
-      round_kind_(cfg.dist.kind() == StrategyKind::kDiloco ? "outer" : "average") {
+SwarmPeer::SwarmPeer(const TrainConfig& cfg, Codec codec, const char* round_kind,
+                     std::shared_ptr<comm::FlightRecorder> flight)
+    : cfg_(cfg.swarm), identity_(identity_from_config(cfg.swarm)), flight_(std::move(flight)), round_kind_(round_kind) {
   if (cfg_.listen.empty())
     throw ConfigError("dist.strategy=swarm needs swarm.listen: the HOST:PORT where the other peers reach this one",
                       "pass swarm.listen=ADDRESS:PORT with an address of this machine the others can reach");

@@ -49,9 +49,12 @@ std::vector<PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests,
 class SwarmPeer {
  public:
   // `codec`: how the rounds put the averaged vector on the wire (swarm.compress, or DiLoCo's diloco.compress).
+  // `round_kind`: what a round averages, as the flight record names it: "average" (the swarm's gradients)
+  // or "outer" (DiLoCo's outer step); the strategy that owns the peer says which.
   // `flight`: this process's flight recorder, which keeps the peer's rounds (Note [A swarm peer's rounds
   // in its record] in comm/FlightRecorder.cpp); null: none.
-  SwarmPeer(const TrainConfig& cfg, Codec codec, std::shared_ptr<comm::FlightRecorder> flight = nullptr);
+  SwarmPeer(const TrainConfig& cfg, Codec codec, const char* round_kind,
+            std::shared_ptr<comm::FlightRecorder> flight = nullptr);
   ~SwarmPeer();
 
   // Announces this peer's progress toward `step` and says whether the swarm reaches `target` samples
