@@ -14,7 +14,9 @@
 //   watch.step_done(step + 1, sample ? &strategy : nullptr);
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
