@@ -33,7 +33,7 @@ fs::file_time_type written(const std::vector<fs::path>& dirs, int rank) {
 // Asks every rank of the job running in dirs[0] for its record through the job's store, and waits up to
 // `wait_s` for them; says on stderr who answered (stdout stays the diagnosis, JSON under --json).
 void ask_every_rank(const std::vector<fs::path>& dirs, double wait_s) {
-  const auto [info, backend] = cohort::read_store_address(dirs[0]);
+  const auto [info, backend] = cohort::comm::read_store_address(dirs[0]);
   const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
   std::vector<fs::file_time_type> before;
   for (int r = 0; r < info.world_size; ++r) before.push_back(written(dirs, r));
@@ -42,7 +42,7 @@ void ask_every_rank(const std::vector<fs::path>& dirs, double wait_s) {
     request = cohort::comm::ask_for_flight_records(
         // 5 s: a live job's store answers within that even when busy; a job that has ended refuses at once,
         // and the client retries until then (it waits for a store that is starting, in rendezvous).
-        *cohort::communicator_store(backend, cohort::connect_to_store(info, std::chrono::seconds(5))));
+        *cohort::comm::communicator_store(backend, cohort::comm::connect_to_store(info, std::chrono::seconds(5))));
   } catch (const std::exception& e) {
     throw cohort::Error("cannot ask the job through its store at " + where + " (from " +
                             (dirs[0] / "flight" / "store.json").string() + "): " + e.what(),
@@ -93,8 +93,8 @@ int run_doctor_command(const DoctorCommand& c) {
   // The job's secret: as given, else the one a job on one machine left in its run dir (store_token_path).
   if (!c.token_file.empty())
     setenv("COHORT_TOKEN_FILE", fs::absolute(c.token_file).c_str(), 1);
-  else if (c.ask && cohort::store::secret_from_env().empty() && fs::exists(cohort::store_token_path(dirs[0])))
-    setenv("COHORT_TOKEN_FILE", fs::absolute(cohort::store_token_path(dirs[0])).c_str(), 1);
+  else if (c.ask && cohort::store::secret_from_env().empty() && fs::exists(cohort::comm::store_token_path(dirs[0])))
+    setenv("COHORT_TOKEN_FILE", fs::absolute(cohort::comm::store_token_path(dirs[0])).c_str(), 1);
   if (c.ask) ask_every_rank(dirs, c.wait_s);
   const auto diagnosis = cohort::comm::diagnose(cohort::comm::read_flight_dumps(dirs));
   if (c.json)

@@ -4,7 +4,7 @@
 #include <iomanip>
 #include <iostream>
 
-#include "cohort/swarm/Auth.h"
+#include "cohort/p2p/Auth.h"
 #include "cohort/util/Error.h"
 #if COHORT_HAVE_SWARM
 #include "cohort/parallel/swarm/SwarmPeer.h"
@@ -18,13 +18,13 @@ int print_swarm_status(const SwarmCommands& c) {
   cohort::SwarmConfig cfg;
   cfg.token = c.status_token;
   cfg.insecure = c.status_insecure;
-  const auto seen = cohort::swarm::survey(cfg, c.status_peers, c.status_wait);
+  const auto seen = cohort::parallel::swarm::survey(cfg, c.status_peers, c.status_wait);
   std::cout << seen.size() << " live peer(s) besides this observer\n";
   std::cout << std::left << std::setw(10) << "peer" << std::setw(24) << "address" << std::setw(8) << "step"
             << std::setw(10) << "samples"
             << "samples/s\n";
   for (const auto& p : seen)
-    std::cout << std::left << std::setw(10) << cohort::swarm::peer_name(p.key) << std::setw(24) << p.address
+    std::cout << std::left << std::setw(10) << cohort::p2p::peer_name(p.key) << std::setw(24) << p.address
               << std::setw(8) << p.step << std::setw(10) << p.samples << std::fixed << std::setprecision(1)
               << p.samples_per_s << (p.ready ? "  (ready)" : "") << "\n";
   return 0;
@@ -56,9 +56,9 @@ void add_swarm_commands(CLI::App& app, SwarmCommands& c) {
 }
 
 int run_swarm_commands(const SwarmCommands& c) {
-  namespace sw = cohort::swarm;
+  namespace p2p = cohort::p2p;
   if (*c.keygen) {
-    sw::save_run_key(sw::generate_run_key(), c.key_out);
+    p2p::save_run_key(p2p::generate_run_key(), c.key_out);
     std::cout << "cohort: run key written to " << c.key_out
               << "; issue each peer a token with: cohort swarm token --key " << c.key_out
               << " --ttl 24h --out peer.token" << std::endl;
@@ -66,9 +66,9 @@ int run_swarm_commands(const SwarmCommands& c) {
   }
   if (*c.token) {
     const auto identity =
-        sw::issue_token(sw::load_run_key(c.token_key), sw::parse_ttl(c.token_ttl), std::time(nullptr));
-    sw::save_identity(identity, c.token_out);
-    std::cout << "cohort: token for peer " << sw::peer_name(identity.token.peer_public_key) << ", valid for "
+        p2p::issue_token(p2p::load_run_key(c.token_key), p2p::parse_ttl(c.token_ttl), std::time(nullptr));
+    p2p::save_identity(identity, c.token_out);
+    std::cout << "cohort: token for peer " << p2p::peer_name(identity.token.peer_public_key) << ", valid for "
               << c.token_ttl << ", written to " << c.token_out << "; pass it as swarm.token=" << c.token_out
               << std::endl;
     return 0;

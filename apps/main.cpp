@@ -110,7 +110,7 @@ std::string message_of(const std::exception& e) {
 }
 
 // The worker's part of `cohort predict`.
-void run_predict(const TrainArgs& args, const cohort::WorldInfo& info) {
+void run_predict(const TrainArgs& args, const cohort::comm::WorldInfo& info) {
   cohort::commands::PredictOptions p;
   p.checkpoint = args.checkpoint;
   p.images.assign(args.images.begin(), args.images.end());
@@ -127,7 +127,7 @@ int run_job(const TrainArgs& args, Job job = Job::train) {
   const bool eval = job != Job::train;
   // The launcher and its workers (which see the same command line) read the secret from here.
   if (!args.token_file.empty()) setenv("COHORT_TOKEN_FILE", std::filesystem::absolute(args.token_file).c_str(), 1);
-  const auto info = cohort::world_from_env(cohort::current_env());
+  const auto info = cohort::comm::world_from_env(cohort::comm::current_env());
   if (info.launcher == "none") {
     // A person started us: check the config once, here, then start the workers.
     const auto cfg = resolve_config(args);

@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 // Seconds of one collective of `bytes` (float32), as every rank sees it: a barrier lines the ranks up
 // first, so rank 0's clock measures the collective and not the wait for a late rank.
-double time_once(cohort::Communicator& comm, const std::string& op, int64_t bytes) {
+double time_once(cohort::comm::Communicator& comm, const std::string& op, int64_t bytes) {
   const int64_t w = comm.size();
   const int64_t n = std::max<int64_t>(w, bytes / 4 / w * w);  // whole chunks per rank
   at::Tensor full = at::ones({n});
@@ -34,15 +34,15 @@ double time_once(cohort::Communicator& comm, const std::string& op, int64_t byte
   comm.barrier("collectives: line up")->wait();
   const auto t0 = Clock::now();
   if (op == "all_reduce")
-    comm.all_reduce(full, cohort::ReduceOp::kSum, "collectives")->wait();
+    comm.all_reduce(full, cohort::comm::ReduceOp::kSum, "collectives")->wait();
   else if (op == "reduce_scatter")
-    comm.reduce_scatter(part, full, cohort::ReduceOp::kSum, "collectives")->wait();
+    comm.reduce_scatter(part, full, cohort::comm::ReduceOp::kSum, "collectives")->wait();
   else
     comm.all_gather(full, part, "collectives")->wait();
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-nlohmann::json measure(cohort::Communicator& comm, const std::string& op, int64_t bytes, int reps) {
+nlohmann::json measure(cohort::comm::Communicator& comm, const std::string& op, int64_t bytes, int reps) {
   time_once(comm, op, bytes);  // warm-up: connections, allocations
   std::vector<double> s;
   for (int i = 0; i < reps; ++i) s.push_back(time_once(comm, op, bytes));
@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(1);
 
-  cohort::World world = cohort::rendezvous(cohort::world_from_env(cohort::current_env()), "gloo",
-                                           std::chrono::seconds(600), /*gloo_threads=*/1);
+  cohort::comm::World world = cohort::comm::rendezvous(cohort::comm::world_from_env(cohort::comm::current_env()),
+                                                       "gloo", std::chrono::seconds(600), /*gloo_threads=*/1);
   auto& comm = *world.comm;
   nlohmann::json results = nlohmann::json::array();
   std::stringstream list(ops);

@@ -31,24 +31,24 @@ int main() {
     mc.num_classes = c.model == std::string("resnet8") ? 10 : 1000;
     auto net = models::build(mc, c.channels, c.image);
     std::vector<at::Tensor> params;
-    std::vector<ParamSpec> specs;
+    std::vector<parallel::ParamSpec> specs;
     for (const auto& p : net->parameters()) {
       params.push_back(p);
       specs.push_back({"", p.sizes().vec(), p.scalar_type()});
     }
-    const auto buckets = plan_buckets(specs, 25ll << 20, 1ll << 20);
+    const auto buckets = parallel::plan_buckets(specs, 25ll << 20, 1ll << 20);
     int64_t dense = 0;
     for (const auto& b : buckets) dense += b.numel * 4;
     nlohmann::json row = {{"model", c.label},    {"parameters", dense / 4}, {"buckets", buckets.size()},
                           {"none_bytes", dense}, {"fp16_bytes", dense / 2}, {"fp16_ratio", 2.0}};
     for (int64_t rank : {1, 2, 4}) {
-      PowerSgdOptions o;
+      parallel::compress::PowerSgdOptions o;
       o.rank = rank;
       int64_t sent = 0;
       for (const auto& b : buckets) {
         std::vector<std::vector<int64_t>> shapes;
         for (size_t i : b.params) shapes.push_back(params[i].sizes().vec());
-        sent += compressed_numel(plan_matrices(shapes, o)) * 4;
+        sent += parallel::compress::compressed_numel(parallel::compress::plan_matrices(shapes, o)) * 4;
       }
       const std::string key = "powersgd_rank" + std::to_string(rank);
       row[key + "_bytes"] = sent;

@@ -24,10 +24,10 @@
 
 #include "cohort/amp/MasterWeights.h"
 #include "cohort/amp/MixedPrecision.h"
+#include "cohort/models/Loss.h"
 #include "cohort/models/Models.h"
 #include "cohort/optim/Optimizer.h"
 #include "cohort/train/Device.h"
-#include "cohort/train/Loss.h"
 #include "cohort/util/Error.h"
 
 #if COHORT_HAVE_CUDA
@@ -146,7 +146,7 @@ struct Stepper {
       auto autocast = mp.autocast();
       logits = mp.logits(model->forward(mp.input(x)));
     }
-    auto loss = cohort::train::training_loss(logits, y, {smoothing});
+    auto loss = cohort::models::training_loss(logits, y, {smoothing});
     phases.mark("forward");
     mp.scale(loss).backward();
     phases.mark("backward");

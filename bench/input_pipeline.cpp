@@ -36,7 +36,7 @@ namespace {
 
 // A photo-like test image: two-colour gradient, a few waves and per-pixel noise, with an ImageNet size.
 std::vector<uint8_t> make_image(uint64_t seed, int& w, int& h) {
-  Rng rng(seed);
+  util::Rng rng(seed);
   const int sizes[][2] = {{500, 375}, {500, 375}, {500, 333}, {375, 500}, {500, 400}, {469, 375}};
   const auto& s = sizes[rng.uniform_int(6)];
   w = s[0];
@@ -88,7 +88,7 @@ double run_pass(const std::vector<fs::path>& files, int threads, uint64_t epoch,
       std::vector<float> out(3 * 224 * 224);
       for (size_t i = t; i < files.size(); i += threads) {
         read_file(files[i], bytes);
-        data::train_transform(bytes.data(), bytes.size(), mix_seed(0, epoch, i), o, out.data());
+        data::train_transform(bytes.data(), bytes.size(), util::mix_seed(0, epoch, i), o, out.data());
         sums[t] += out[i % out.size()];
       }
     });
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     }
     for (int i = 0; generate && i < images; ++i) {
       int w = 0, h = 0;
-      const std::vector<uint8_t> pixels = make_image(mix_seed(2024, i), w, h);
+      const std::vector<uint8_t> pixels = make_image(util::mix_seed(2024, i), w, h);
       const std::vector<uint8_t> jpg = cohort::testing::encode_jpeg(pixels, w, h);
       char name[32];
       std::snprintf(name, sizeof(name), "img_%05d.jpg", i);

@@ -47,11 +47,11 @@ struct Bytes {
   }
 };
 
-cohort::ShardedOptions options_for(const std::string& strategy) {
-  cohort::ShardedOptions o;
-  o.stage = strategy == "zero1"   ? cohort::ShardStage::kZero1
-            : strategy == "zero2" ? cohort::ShardStage::kZero2
-                                  : cohort::ShardStage::kFsdp;
+cohort::parallel::shard::ShardedOptions options_for(const std::string& strategy) {
+  cohort::parallel::shard::ShardedOptions o;
+  o.stage = strategy == "zero1"   ? cohort::parallel::shard::ShardStage::kZero1
+            : strategy == "zero2" ? cohort::parallel::shard::ShardStage::kZero2
+                                  : cohort::parallel::shard::ShardStage::kFsdp;
   o.bucket_mb = 25;
   return o;
 }
@@ -70,7 +70,7 @@ Bytes predicted(const std::string& strategy, torch::nn::Module& model, int world
   for (const auto& p : model.parameters()) psi += p.numel();
   // ddp: weights, their gradients and the bucket copy; Adam's two moments, fp32 masters of 16-bit weights.
   if (strategy == "ddp") return {weights, 2 * weights, 8 * psi + 8 + 4 * sixteen};
-  const auto plan = cohort::plan_shards(model, options_for(strategy), world);
+  const auto plan = cohort::parallel::shard::plan_shards(model, options_for(strategy), world);
   Bytes b;
   int64_t owned = 0;
   for (size_t u = 0; u < plan.units().size(); ++u) {
@@ -103,7 +103,7 @@ double zero_paper(const std::string& strategy, double psi, int n) {
 
 int64_t padding_bytes(const std::string& strategy, torch::nn::Module& model, int world) {
   if (strategy == "ddp") return 0;
-  const auto plan = cohort::plan_shards(model, options_for(strategy), world);
+  const auto plan = cohort::parallel::shard::plan_shards(model, options_for(strategy), world);
   int64_t pad = 0;
   for (const auto& u : plan.units()) pad += u.padded - u.numel;
   return 16 * pad;  // at most every per-element byte of the formula, for each padding element
@@ -127,7 +127,7 @@ Bytes measure(const std::string& model_name, int64_t image, const std::string& s
   Bytes out;
   cohort::testing::run_ranks(
       world,
-      [&](int rank, cohort::CommunicatorPtr comm) {
+      [&](int rank, cohort::comm::CommunicatorPtr comm) {
         auto model = models[rank];
         auto strategy = cohort::train::make_strategy(cfg, model, comm);
         strategy->build_optimizer(cfg.optim);

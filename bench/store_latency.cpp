@@ -107,12 +107,12 @@ nlohmann::json rendezvous_at_scale(std::chrono::milliseconds timeout) {
     row["c10d_tcpstore"] = median_rendezvous(
         [&] {
           auto hosted = c10::make_intrusive<c10d::TCPStore>(
-              "127.0.0.1", cohort::compat::tcp_store_options(0, /*is_server=*/true, 1, timeout));
+              "127.0.0.1", cohort::util::compat::tcp_store_options(0, /*is_server=*/true, 1, timeout));
           const uint16_t port = hosted->getPort();
           server = hosted;
           return [=]() -> c10::intrusive_ptr<c10d::Store> {
             return c10::make_intrusive<c10d::TCPStore>(
-                "127.0.0.1", cohort::compat::tcp_store_options(port, /*is_server=*/false, 1, timeout));
+                "127.0.0.1", cohort::util::compat::tcp_store_options(port, /*is_server=*/false, 1, timeout));
           };
         },
         clients);
@@ -136,7 +136,7 @@ int main() {
   }
   {
     auto server = c10::make_intrusive<c10d::TCPStore>(
-        "127.0.0.1", cohort::compat::tcp_store_options(0, /*is_server=*/true, 1, timeout));
+        "127.0.0.1", cohort::util::compat::tcp_store_options(0, /*is_server=*/true, 1, timeout));
     out["c10d_tcpstore"] = measure(*server, kOps);
   }
   for (const char* op : {"set", "get", "add"})

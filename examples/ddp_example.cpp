@@ -6,9 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "cohort/comm/Rendezvous.h"
-#include "cohort/data/DistributedSampler.h"
-#include "cohort/parallel/ddp/DistributedDataParallel.h"
+#include "cohort/cohort.h"
 
 struct NetImpl : torch::nn::Module {
   NetImpl()
@@ -21,14 +19,14 @@ TORCH_MODULE(Net);
 
 int main() {
   // 1. Join the job: rank and world size come from whichever launcher started us.
-  cohort::World world =
-      cohort::rendezvous(cohort::world_from_env(cohort::current_env()), "gloo", std::chrono::seconds(60));
+  cohort::comm::World world = cohort::comm::rendezvous(cohort::comm::world_from_env(cohort::comm::current_env()),
+                                                       "gloo", std::chrono::seconds(60));
   const int rank = world.info.rank, size = world.info.world_size;
   at::set_num_threads(1);
 
   // 2. Any torch::nn::Module; DDP checks every rank built the same one and copies rank 0's weights.
   Net net;
-  cohort::DistributedDataParallel ddp(net.ptr(), world.comm);
+  cohort::parallel::ddp::DistributedDataParallel ddp(net.ptr(), world.comm);
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
 
   // 3. A synthetic dataset, sharded across ranks like torch's DistributedSampler.
@@ -53,7 +51,7 @@ int main() {
     }
     // 4. Any collective is available too: here, the loss averaged over ranks.
     auto avg = torch::tensor({loss_sum / batches}, torch::kDouble);
-    world.comm->all_reduce(avg, cohort::ReduceOp::kSum, "epoch loss")->wait();
+    world.comm->all_reduce(avg, cohort::comm::ReduceOp::kSum, "epoch loss")->wait();
     if (rank == 0) std::cout << "epoch " << epoch << " loss " << avg.item<double>() / size << std::endl;
   }
   world.comm->barrier("done")->wait();

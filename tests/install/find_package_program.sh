@@ -3,7 +3,8 @@
 # prefix, then examples/ddp_example.cpp with examples/standalone/CMakeLists.txt copied to a temporary
 # directory, configured with find_package(cohort) against that prefix alone, built, and run on 2 ranks
 # (torchrun-style variables); the loss must fall. A file including headers at their old paths builds
-# too. The temporary directory is removed afterwards.
+# too, and so does the example as the last release wrote it (tests/install/old_example.cpp: the names
+# before namespaces followed folders). The temporary directory is removed afterwards.
 #
 #   tests/install/find_package_program.sh BUILD_DIR SOURCE_DIR [PORT]
 set -euo pipefail
@@ -16,16 +17,23 @@ for f in bin/cohort include/cohort/parallel/ddp/DistributedDataParallel.h lib/cm
   [[ -e $tmp/prefix/$f ]] || { echo "install lacks $f"; exit 1; }
 done
 mkdir "$tmp/app"
-cp "$src/examples/ddp_example.cpp" "$src/examples/standalone/CMakeLists.txt" "$tmp/app/"
+cp "$src/examples/ddp_example.cpp" "$src/examples/standalone/CMakeLists.txt" "$src/tests/install/old_example.cpp" \
+  "$tmp/app/"
 # A header at the path it had before it moved (Note [Headers that moved keep their old path for one
-# release] in src/CMakeLists.txt), named the old way, must still build: two that need no LibTorch
+# release] in src/CMakeLists.txt), named the old way, must still build: three that need no LibTorch
 # header, so that this file compiles in a second.
 cat > "$tmp/app/old_paths.cpp" << 'EOF'
+#include "cohort/swarm/Wire.h"
 #include "cohort/train/PhaseClock.h"
 #include "cohort/train/Progress.h"
-int old_paths() { return cohort::train::kPhaseCount + static_cast<int>(cohort::train::Progress::clock(61).size()); }
+int old_paths() {
+  return cohort::train::kPhaseCount + static_cast<int>(cohort::train::Progress::clock(61).size()) +
+         static_cast<int>(cohort::swarm::Writer().u64(1).data().size());
+}
 EOF
 printf 'add_library(old_paths OBJECT old_paths.cpp)\ntarget_link_libraries(old_paths PRIVATE cohort::cohort)\n' \
+  >> "$tmp/app/CMakeLists.txt"
+printf 'add_executable(old_example old_example.cpp)\ntarget_link_libraries(old_example PRIVATE cohort::cohort)\n' \
   >> "$tmp/app/CMakeLists.txt"
 launcher=(); command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$tmp/prefix" \

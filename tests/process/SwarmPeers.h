@@ -20,7 +20,7 @@
 
 namespace cohort::testing {
 
-// Peers whose steps take at least 100 ms (train/FaultInjection.h), as on a slower machine: a run of these
+// Peers whose steps take at least 100 ms (comm/FaultInjection.h), as on a slower machine: a run of these
 // tests' tiny model otherwise ends within seconds, before a newcomer or a restarted peer is up.
 inline std::map<std::string, std::string> slow_steps(std::map<std::string, std::string> env = {}) {
   env["COHORT_FAULT_STEP_DELAY_MS"] = "100";

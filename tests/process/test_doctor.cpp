@@ -1,4 +1,4 @@
-// `cohort doctor` on real jobs with one rank at fault (COHORT_FAULT_*, train/FaultInjection.h): a rank
+// `cohort doctor` on real jobs with one rank at fault (COHORT_FAULT_*, comm/FaultInjection.h): a rank
 // stuck in its data loader, a rank in a checkpoint barrier the others never enter, and a rank late at
 // every step, and a rank that aborts. The stopped rank is in test_failures.cpp
 // (Failures.AStoppedWorkerIsNamedWithinTheTimeout).

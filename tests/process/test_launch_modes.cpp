@@ -64,7 +64,7 @@ TEST(LaunchModes, TwoNodesRestartTogetherAfterAFailureOnOne) {
 TEST(LaunchModes, UnderTorchrunEnvironmentWithAgentStore) {
   const int port = 29771;
   auto store = c10::make_intrusive<c10d::TCPStore>(
-      "127.0.0.1", cohort::compat::tcp_store_options(port, /*is_server=*/true, 3, std::chrono::seconds(60)));
+      "127.0.0.1", cohort::util::compat::tcp_store_options(port, /*is_server=*/true, 3, std::chrono::seconds(60)));
   const auto dir = fresh_dir("torchrun-env");
   std::vector<std::unique_ptr<Proc>> ps;
   for (int r = 0; r < 2; ++r)

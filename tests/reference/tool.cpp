@@ -32,12 +32,12 @@
 #include "cohort/config/Config.h"
 #include "cohort/data/DistributedSampler.h"
 #include "cohort/models/Flops.h"
+#include "cohort/models/Loss.h"
 #include "cohort/models/Models.h"
 #include "cohort/optim/Ema.h"
 #include "cohort/optim/Optimizer.h"
 #include "cohort/optim/Schedule.h"
 #include "cohort/parallel/Strategy.h"
-#include "cohort/train/Loss.h"
 
 namespace {
 
@@ -72,7 +72,7 @@ int optim_steps(const std::string& in, const std::string& out, int64_t steps, in
   for (const auto& [name, t] : file.tensors)
     if (name.rfind("p.", 0) == 0) module.register_parameter(name.substr(2), t.clone());
   auto opt = cohort::optim::make_optimizer(
-      cfg.optim, cohort::optim::split_groups(module.named_parameters(), cohort::group_rule(cfg.optim)));
+      cfg.optim, cohort::optim::split_groups(module.named_parameters(), cohort::parallel::group_rule(cfg.optim)));
   const cohort::optim::Schedule schedule(cfg.sched, cfg.optim.lr, steps, per_epoch);
   cohort::optim::Ema ema(module, ema_decay);
   auto lrs = torch::empty({steps}, torch::kFloat64);
@@ -101,7 +101,7 @@ int loss_and_grad(const std::string& in, const std::string& out, const std::vect
     if (name == "labels") labels = t;
   }
   if (!logits.defined() || !labels.defined()) throw std::runtime_error(in + " needs tensors logits and labels");
-  auto loss = cohort::train::training_loss(logits, labels, cfg.loss);
+  auto loss = cohort::models::training_loss(logits, labels, cfg.loss);
   loss.backward();
   cohort::checkpoint::save_safetensors(out, {{"loss", loss.detach()}, {"grad", logits.grad()}});
   return 0;

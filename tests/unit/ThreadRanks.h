@@ -27,7 +27,7 @@
 
 namespace cohort::testing {
 
-inline void run_ranks(int world, const std::function<void(int rank, CommunicatorPtr comm)>& body,
+inline void run_ranks(int world, const std::function<void(int rank, comm::CommunicatorPtr comm)>& body,
                       std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::thread> threads;
@@ -35,7 +35,7 @@ inline void run_ranks(int world, const std::function<void(int rank, Communicator
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto comm = GlooCommunicator::create(store, r, world, "127.0.0.1", timeout);
+        auto comm = comm::GlooCommunicator::create(store, r, world, "127.0.0.1", timeout);
         body(r, comm);
       } catch (...) {
         errors[r] = std::current_exception();

@@ -20,9 +20,9 @@ class AutocastGuard {
   AutocastGuard(c10::DeviceType device, at::ScalarType dtype, bool enabled = true)
       : device_(device), enabled_(enabled) {
     if (!enabled_) return;
-    prev_enabled_ = compat::autocast_enabled(device_);
-    prev_dtype_ = compat::autocast_dtype(device_);
-    compat::set_autocast(device_, true, dtype);
+    prev_enabled_ = util::compat::autocast_enabled(device_);
+    prev_dtype_ = util::compat::autocast_dtype(device_);
+    util::compat::set_autocast(device_, true, dtype);
     at::autocast::increment_nesting();
   }
   ~AutocastGuard() {
@@ -30,7 +30,7 @@ class AutocastGuard {
     // As torch.autocast's __exit__: the cache of casted weights lives for the outermost scope only, so
     // the next forward sees the weights the optimizer just updated.
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    compat::set_autocast(device_, prev_enabled_, prev_dtype_);
+    util::compat::set_autocast(device_, prev_enabled_, prev_dtype_);
   }
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;

@@ -50,7 +50,7 @@ bool unscale_and_check(const std::vector<at::Tensor>& grads, double inv_scale) {
   double sum = 0;
   for (const auto& g : grads) {
     if (!g.defined()) continue;
-    if (g.is_cuda() || compat::kAmpUnscaleKernelOnCpu) {
+    if (g.is_cuda() || util::compat::kAmpUnscaleKernelOnCpu) {
       fused_groups[{static_cast<int>(g.device().type()), g.device().index(), static_cast<int>(g.scalar_type())}]
           .push_back(g);
       continue;

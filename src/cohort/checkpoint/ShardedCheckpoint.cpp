@@ -168,7 +168,7 @@ void remove_stale(const fs::path& dir, const std::string& tag, int world) {
 }  // namespace
 
 void save_sharded(const fs::path& dir, const std::string& tag, const ShardedSave& save, const TrainState& state,
-                  Communicator& comm, CommitBy commit) {
+                  comm::Communicator& comm, CommitBy commit) {
   const int rank = comm.rank(), world = comm.size();
   if (rank == 0) {
     std::error_code ec;

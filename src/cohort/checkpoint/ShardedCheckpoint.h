@@ -62,7 +62,7 @@ enum class CommitBy { kStepDirectory, kMarkerFile };
 
 // Collective: every rank writes its shard file, rank 0 the manifest (and the marker, per `commit`).
 void save_sharded(const std::filesystem::path& dir, const std::string& tag, const ShardedSave& save,
-                  const TrainState& state, Communicator& comm, CommitBy commit);
+                  const TrainState& state, comm::Communicator& comm, CommitBy commit);
 
 // Reassembles full tensors: model parameters and buffers by name, optimizer state as
 // "<kind>.<param name>" plus "step". Throws CheckpointError naming a missing, damaged or mismatched

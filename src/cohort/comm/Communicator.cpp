@@ -2,7 +2,7 @@
 
 #include <atomic>
 
-namespace cohort {
+namespace cohort::comm {
 namespace {
 
 class ThenHandle : public Handle {
@@ -41,4 +41,4 @@ HandlePtr then(HandlePtr inner, std::function<void()> fn) {
 
 HandlePtr deferred(std::function<void()> fn) { return std::make_shared<ThenHandle>(nullptr, std::move(fn)); }
 
-}  // namespace cohort
+}  // namespace cohort::comm

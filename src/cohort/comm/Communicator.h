@@ -1,7 +1,7 @@
 // The collectives cohort's parallel strategies are written against: all-reduce, broadcast, all-gather,
 // reduce-scatter and barrier, each asynchronous, each wait bounded by the communicator's timeout.
 //
-//   auto h = comm->all_reduce(grads, cohort::ReduceOp::kSum, "bucket 0");
+//   auto h = comm->all_reduce(grads, cohort::comm::ReduceOp::kSum, "bucket 0");
 //   ...                       // overlap: more backward runs here
 //   h->wait();                // throws cohort::CommError naming the collective and the ranks on timeout
 //
@@ -17,10 +17,11 @@
 
 #include <ATen/ATen.h>
 
-namespace cohort {
-namespace comm {
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
+
+namespace cohort::comm {
+
 class FlightRecorder;
-}
 
 enum class ReduceOp { kSum, kMax, kMin };
 
@@ -88,4 +89,4 @@ class Communicator {
 };
 using CommunicatorPtr = std::shared_ptr<Communicator>;
 
-}  // namespace cohort
+}  // namespace cohort::comm

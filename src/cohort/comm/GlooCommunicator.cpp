@@ -12,7 +12,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 
-namespace cohort {
+namespace cohort::comm {
 
 #ifdef COHORT_HAVE_GLOO
 namespace {
@@ -61,7 +61,7 @@ struct Context {
 
 class GlooHandle : public Handle {
  public:
-  GlooHandle(compat::WorkPtr work, Context ctx, std::function<void()> on_done = {})
+  GlooHandle(util::compat::WorkPtr work, Context ctx, std::function<void()> on_done = {})
       : work_(std::move(work)), ctx_(std::move(ctx)), on_done_(std::move(on_done)) {}
 
   void wait() override {
@@ -100,7 +100,7 @@ class GlooHandle : public Handle {
     return nl == std::string::npos ? s : s.substr(0, nl);
   }
 
-  compat::WorkPtr work_;
+  util::compat::WorkPtr work_;
   Context ctx_;
   std::function<void()> on_done_;
   bool done_ = false;
@@ -146,7 +146,7 @@ class GlooCommunicatorImpl : public Communicator {
   HandlePtr all_gather(const at::Tensor& output, const at::Tensor& input, const std::string& what) override {
     verify(Kind::kAllGather, input, what);
     COHORT_ASSERT(output.numel() == input.numel() * size_, "all_gather output must hold size() chunks");
-    if constexpr (compat::kGlooHasFlatCollectives) {
+    if constexpr (util::compat::kGlooHasFlatCollectives) {
       if (output.is_contiguous()) {
         auto flat_out = output.view(-1);
         auto flat_in = input.reshape(-1).contiguous();
@@ -169,7 +169,7 @@ class GlooCommunicatorImpl : public Communicator {
     verify(Kind::kReduceScatter, output, what);
     COHORT_ASSERT(input.numel() == output.numel() * size_, "reduce_scatter input must hold size() chunks");
     const bool sixteen_bit = input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kHalf;
-    if constexpr (compat::kGlooHasFlatCollectives) {
+    if constexpr (util::compat::kGlooHasFlatCollectives) {
       // LibTorch 2.x's Gloo reduce-scatter is an all-reduce of a copy of the whole buffer, then a copy
       // of this rank's chunk, wrapped in a work that does both inside wait(): its isCompleted() stays
       // false until then, so a rank could never see it end while backward goes on (optim.in_backward),
@@ -339,4 +339,4 @@ CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>&,
 
 #endif
 
-}  // namespace cohort
+}  // namespace cohort::comm

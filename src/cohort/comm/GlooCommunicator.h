@@ -1,7 +1,7 @@
-// The Gloo backend of cohort::Communicator, for CPU tensors, on top of c10d's ProcessGroupGloo.
+// The Gloo backend of cohort::comm::Communicator, for CPU tensors, on top of c10d's ProcessGroupGloo.
 //
-//   auto comm = cohort::GlooCommunicator::create(store, rank, world, "127.0.0.1", std::chrono::seconds(300));
-//   comm->all_reduce(t, cohort::ReduceOp::kSum, "grads")->wait();
+//   auto comm = cohort::comm::GlooCommunicator::create(store, rank, world, "127.0.0.1", std::chrono::seconds(300));
+//   comm->all_reduce(t, cohort::comm::ReduceOp::kSum, "grads")->wait();
 //
 // Built only when gloo's headers were found (COHORT_HAVE_GLOO); otherwise create() throws a CommError.
 #pragma once
@@ -9,8 +9,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "cohort/comm/Communicator.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::comm {
 
 class GlooCommunicator {
  public:
@@ -20,4 +21,4 @@ class GlooCommunicator {
                                 const std::string& local_address, std::chrono::milliseconds timeout, int threads = 2);
 };
 
-}  // namespace cohort
+}  // namespace cohort::comm

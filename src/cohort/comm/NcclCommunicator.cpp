@@ -27,7 +27,7 @@
 #error "cohort's NCCL backend needs NCCL 2.14 or newer (ncclCommInitRankConfig, nonblocking communicators)"
 #endif
 
-namespace cohort {
+namespace cohort::comm {
 namespace detail {
 namespace {
 
@@ -556,4 +556,4 @@ HandlePtr NcclCommunicator::barrier(const std::string& what) {
   return std::make_shared<NcclHandle>(state_, std::move(work), /*host_blocking=*/true);
 }
 
-}  // namespace cohort
+}  // namespace cohort::comm

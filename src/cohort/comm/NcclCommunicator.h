@@ -1,9 +1,9 @@
-// The NCCL backend of cohort::Communicator, for CUDA tensors: one NCCL communicator per process on the
+// The NCCL backend of cohort::comm::Communicator, for CUDA tensors: one NCCL communicator per process on the
 // GPU of its local rank, collectives on a stream of its own, and a watchdog that aborts the communicator
 // when a collective outlives timeout(), so that a dead or diverging rank ends in a CommError, not a hang.
 //
-//   auto comm = cohort::NcclCommunicator::create(store, rank, world, local_rank, std::chrono::seconds(300));
-//   auto h = comm->all_reduce(grads, cohort::ReduceOp::kSum, "bucket 0");
+//   auto comm = cohort::comm::NcclCommunicator::create(store, rank, world, local_rank, std::chrono::seconds(300));
+//   auto h = comm->all_reduce(grads, cohort::comm::ReduceOp::kSum, "bucket 0");
 //   h->wait();   // the current CUDA stream waits for the result; the host does not
 //
 // wait() is asynchronous for the host, as c10d's Work::wait is for NCCL: it orders the caller's current
@@ -25,8 +25,9 @@
 
 #include "cohort/comm/Communicator.h"
 #include "cohort/comm/PeerWatch.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::comm {
 
 namespace detail {
 struct NcclState;  // the NCCL communicator, its stream and the watchdog; shared with handles in flight
@@ -75,4 +76,4 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<detail::NcclState> state_;
 };
 
-}  // namespace cohort
+}  // namespace cohort::comm

@@ -28,7 +28,7 @@
 #include "cohort/util/Error.h"
 #include "cohort/util/FileLimit.h"
 
-namespace cohort {
+namespace cohort::comm {
 namespace {
 
 std::string interface_address(const std::string& ifname) {
@@ -258,4 +258,4 @@ World rendezvous(const WorldInfo& info, const std::string& backend, std::chrono:
   return world;
 }
 
-}  // namespace cohort
+}  // namespace cohort::comm

@@ -1,6 +1,7 @@
 // Rendezvous: turns a WorldInfo into a connected World (store + communicator).
 //
-//   cohort::World world = cohort::rendezvous(cohort::world_from_env(cohort::current_env()), "gloo",
+//   cohort::comm::World world = cohort::comm::rendezvous(cohort::comm::world_from_env(cohort::comm::current_env()),
+//   "gloo",
 //                                            std::chrono::seconds(300));
 //   world.comm->barrier("start")->wait();
 //
@@ -18,8 +19,9 @@
 
 #include "cohort/comm/Communicator.h"
 #include "cohort/comm/WorldInfo.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::comm {
 
 struct World {
   WorldInfo info;
@@ -66,4 +68,4 @@ std::string rendezvous_secret(const WorldInfo& info);
 // COHORT_SOCKET_IFNAME / GLOO_SOCKET_IFNAME.
 std::string local_address_for(const std::string& master_addr);
 
-}  // namespace cohort
+}  // namespace cohort::comm

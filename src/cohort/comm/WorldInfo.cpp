@@ -6,7 +6,7 @@
 
 extern char** environ;
 
-namespace cohort {
+namespace cohort::comm {
 namespace {
 
 const std::string* lookup(const EnvMap& env, const std::string& key) {
@@ -136,4 +136,4 @@ WorldInfo world_from_env(const EnvMap& env) {
   return w;
 }
 
-}  // namespace cohort
+}  // namespace cohort::comm

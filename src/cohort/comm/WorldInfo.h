@@ -1,7 +1,7 @@
 // Who this process is in the job: rank, world size, local rank, and where rendezvous happens, read from
 // whichever launcher started it (cohort's own, torchrun, Slurm or Open MPI).
 //
-//   auto info = cohort::world_from_env(cohort::current_env());
+//   auto info = cohort::comm::world_from_env(cohort::comm::current_env());
 //   if (info.world_size > 1) { ... rendezvous at info.master_addr:info.master_port ... }
 //
 // A pure function of the environment, so every launcher convention is unit-tested without processes.
@@ -10,7 +10,9 @@
 #include <map>
 #include <string>
 
-namespace cohort {
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
+
+namespace cohort::comm {
 
 struct WorldInfo {
   int rank = 0;
@@ -45,4 +47,4 @@ WorldInfo world_from_env(const EnvMap& env);
 // The first host of a Slurm node list: "node[03-05,9],gpu1" -> "node03".
 std::string first_slurm_host(const std::string& nodelist);
 
-}  // namespace cohort
+}  // namespace cohort::comm

@@ -21,9 +21,9 @@
 namespace cohort::commands {
 namespace fs = std::filesystem;
 
-EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const fs::path& checkpoint,
+EvalResult run_eval_worker(const TrainConfig& cfg, const comm::WorldInfo& info, const fs::path& checkpoint,
                            const fs::path& out) {
-  World world = train::join_world(cfg, info);
+  comm::World world = train::join_world(cfg, info);
   const c10::Device device = train::training_device(cfg.train.device, info.local_rank);
   TrainConfig resolved = cfg;  // evaluation computes in fp32; only the layout is chosen (Note [What auto picks])
   train::resolve_auto(resolved, train::probe_hardware(device));

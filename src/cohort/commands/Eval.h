@@ -20,7 +20,7 @@ struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;
   int64_t images = 0;
 };
-EvalResult run_eval_worker(const TrainConfig& cfg, const WorldInfo& info, const std::filesystem::path& checkpoint,
+EvalResult run_eval_worker(const TrainConfig& cfg, const comm::WorldInfo& info, const std::filesystem::path& checkpoint,
                            const std::filesystem::path& out);
 
 }  // namespace cohort::commands

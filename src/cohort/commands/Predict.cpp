@@ -126,7 +126,7 @@ std::pair<int64_t, int64_t> my_rows(int64_t n, int rank, int world) {
 
 // Every rank's logits, in input order, on rank 0 (the others get an undefined tensor). Blocks are padded
 // to the same row count for the all-gather.
-at::Tensor gather_rows(Communicator& comm, const at::Tensor& mine, int64_t n, int64_t classes) {
+at::Tensor gather_rows(comm::Communicator& comm, const at::Tensor& mine, int64_t n, int64_t classes) {
   const int world = comm.size();
   const int64_t per = (n + world - 1) / world;
   auto padded = torch::zeros({per, classes}, torch::kFloat32);
@@ -168,10 +168,10 @@ std::string json_lines(const at::Tensor& logits, const std::vector<fs::path>& fi
 
 }  // namespace
 
-void run_predict_worker(const TrainConfig& cfg, const WorldInfo& info, const PredictOptions& o) {
+void run_predict_worker(const TrainConfig& cfg, const comm::WorldInfo& info, const PredictOptions& o) {
   at::set_num_threads(train::worker_threads(cfg, info));
-  World world =
-      rendezvous(info, cfg.dist.backend, std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000)));
+  comm::World world = comm::rendezvous(info, cfg.dist.backend,
+                                       std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000)));
   const c10::Device device = train::training_device(cfg.train.device, info.local_rank);
   const InputShape shape = input_shape(cfg);
   auto model = models::build(cfg.model, shape.channels, shape.image_size);

@@ -7,7 +7,7 @@
 //   cohort::commands::PredictOptions o;
 //   o.checkpoint = "runs/x";                 // a run directory (best, else last) or a .safetensors of weights
 //   o.images = {"photos/"};                  // JPEG files or folders
-//   cohort::commands::run_predict_worker(cfg, cohort::world_from_env(cohort::current_env()), o);
+//   cohort::commands::run_predict_worker(cfg, cohort::comm::world_from_env(cohort::comm::current_env()), o);
 //   // one line per image: {"file":"photos/a.jpg","top":[{"class":3,"label":"Dress","probability":0.91},...]}
 #pragma once
 
@@ -49,6 +49,6 @@ std::vector<std::filesystem::path> list_images(const std::vector<std::filesystem
 // The model's input for one JPEG file, [C, H, W] float32, normalized. Throws DataError naming the file.
 at::Tensor preprocess_image(const TrainConfig& cfg, const std::filesystem::path& file);
 
-void run_predict_worker(const TrainConfig& cfg, const WorldInfo& info, const PredictOptions& options);
+void run_predict_worker(const TrainConfig& cfg, const comm::WorldInfo& info, const PredictOptions& options);
 
 }  // namespace cohort::commands

@@ -36,7 +36,8 @@ void check_augment(const AugmentOptions& options) {
 AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index) {
   AugmentParams p;
   if (!options.enabled) return p;
-  Rng rng(mix_seed(options.seed, static_cast<uint64_t>(options.epoch), static_cast<uint64_t>(sample_index)));
+  util::Rng rng(
+      util::mix_seed(options.seed, static_cast<uint64_t>(options.epoch), static_cast<uint64_t>(sample_index)));
   const bool flip = (rng.next_u64() & 1) != 0;
   const auto span = static_cast<uint64_t>(2 * options.crop_padding + 1);
   const int64_t dx = static_cast<int64_t>(rng.uniform_int(span)) - options.crop_padding;
@@ -46,7 +47,8 @@ AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index
     // airbench's alternating flip: a sample's flip is a coin toss of its own, fixed for the run, inverted
     // every odd epoch, so each image is seen both ways within any two epochs.
     const bool own =
-        (Rng(mix_seed(options.seed, 0xF1195EEDull, static_cast<uint64_t>(sample_index))).next_u64() & 1) != 0;
+        (util::Rng(util::mix_seed(options.seed, 0xF1195EEDull, static_cast<uint64_t>(sample_index))).next_u64() & 1) !=
+        0;
     p.flip = own != ((options.epoch & 1) != 0);
   }
   p.dx = dx;

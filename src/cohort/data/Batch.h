@@ -45,7 +45,7 @@ struct AugmentParams {
   bool flip = false;
 };
 
-// The draws for one sample, from cohort::Rng(cohort::mix_seed(seed, epoch, sample_index)) in the order
+// The draws for one sample, from cohort::util::Rng(cohort::util::mix_seed(seed, epoch, sample_index)) in the order
 // flip, dx, dy. All three are drawn even when hflip is off or the padding is 0, so turning one
 // augmentation off does not change the other. Identity when augmentation is disabled.
 AugmentParams augment_params(const AugmentOptions& options, int64_t sample_index);

@@ -99,7 +99,7 @@ bool ImageFolder::decode(int64_t i, const AugmentOptions& aug, float* out, std::
     const auto bytes = read_file_bytes(files_[i]);
     if (aug.enabled)
       train_transform(bytes.data(), bytes.size(),
-                      mix_seed(aug.seed, static_cast<uint64_t>(aug.epoch), static_cast<uint64_t>(i)), t, out);
+                      util::mix_seed(aug.seed, static_cast<uint64_t>(aug.epoch), static_cast<uint64_t>(i)), t, out);
     else
       val_transform(bytes.data(), bytes.size(), t, out);
     return true;

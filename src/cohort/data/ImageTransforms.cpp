@@ -67,7 +67,7 @@ int round_half_even(double v) {
   return static_cast<int>(f);
 }
 
-CropBox random_resized_crop_params(int width, int height, Rng& rng, double scale_min, double scale_max,
+CropBox random_resized_crop_params(int width, int height, util::Rng& rng, double scale_min, double scale_max,
                                    double ratio_min, double ratio_max) {
   const double area = static_cast<double>(width) * height;
   const double log_r0 = std::log(ratio_min), log_r1 = std::log(ratio_max);
@@ -412,7 +412,7 @@ void decode_and_resize(Scratch& s, int m, int origin_x, int origin_y, const Tran
 TransformTrace train_transform(const uint8_t* jpeg, size_t size, uint64_t seed, const TransformOptions& o, float* out) {
   Scratch& s = scratch();
   const JpegHeader h = s.decoder.open(jpeg, size, o.strict);
-  Rng rng(seed);
+  util::Rng rng(seed);
   TransformTrace tr;
   tr.crop = random_resized_crop_params(h.width, h.height, rng, o.scale_min, o.scale_max, o.ratio_min, o.ratio_max);
   tr.flipped = rng.uniform() < o.flip_probability;

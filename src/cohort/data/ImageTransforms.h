@@ -9,7 +9,7 @@
 //
 //   std::vector<float> x(3 * 224 * 224);
 //   cohort::data::TransformOptions opt;                 // ImageNet defaults
-//   cohort::data::train_transform(bytes, n, cohort::mix_seed(seed, epoch, index), opt, x.data());
+//   cohort::data::train_transform(bytes, n, cohort::util::mix_seed(seed, epoch, index), opt, x.data());
 //   cohort::data::val_transform(bytes, n, opt, x.data());
 //
 // Thread-safe: each thread keeps its own decoder and scratch buffers.
@@ -64,7 +64,7 @@ int round_half_even(double v);
 
 // torchvision's RandomResizedCrop.get_params on a width x height image: 10 tries of an area uniform in
 // [scale_min, scale_max] * area and a log-uniform ratio, then the central crop clamped to the ratio range.
-CropBox random_resized_crop_params(int width, int height, Rng& rng, double scale_min, double scale_max,
+CropBox random_resized_crop_params(int width, int height, util::Rng& rng, double scale_min, double scale_max,
                                    double ratio_min, double ratio_max);
 
 // torchvision's Resize(size) with an int size: the shorter side becomes `size`, the longer

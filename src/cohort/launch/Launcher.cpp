@@ -325,7 +325,7 @@ std::vector<Worker> start_workers(const LaunchOptions& now, const fs::path& erro
 std::string generated_secret_for(const LaunchOptions& o) {
   if (!store::secret_from_env().empty()) return "";
   if (o.nnodes == 1) return store::random_secret();
-  if (!is_loopback(o.master_addr))
+  if (!comm::is_loopback(o.master_addr))
     throw LaunchError("a multi-machine job needs a shared secret for its rendezvous store (--master-addr " +
                           o.master_addr + " is reachable from other machines)",
                       "pass --token-file FILE (the same file, mode 600, on every machine; `openssl rand -hex 32 > "

@@ -114,9 +114,9 @@ void MlflowRun::push(Record r) {
 // The sender: make the run, then send the queue's front in batches, until finish() and an empty queue
 // (or its deadline).
 void MlflowRun::send_loop() {
-  std::unique_ptr<http::Session> http;
+  std::unique_ptr<util::http::Session> http;
   try {
-    http = std::make_unique<http::Session>();
+    http = std::make_unique<util::http::Session>();
   } catch (const std::exception& e) {
     std::cerr << "cohort: warning: MLflow logging is off: " << e.what() << std::endl;
     return;
@@ -144,15 +144,15 @@ bool MlflowRun::wait_for_work() {
   }
 }
 
-MlflowRun::Answer MlflowRun::call(http::Session& http, const std::string& method, const std::string& api,
+MlflowRun::Answer MlflowRun::call(util::http::Session& http, const std::string& method, const std::string& api,
                                   const nlohmann::json& body) {
   const std::string text = body.is_null() ? "" : body.dump();
-  http::Request request{method,
-                        options_.uri + "/api/2.0/mlflow/" + api,
-                        {"Content-Type: application/json"},
-                        body.is_null() ? nullptr : &text,
-                        static_cast<long>(std::ceil(options_.timeout_s))};
-  const http::Response r = http.perform(request);
+  util::http::Request request{method,
+                              options_.uri + "/api/2.0/mlflow/" + api,
+                              {"Content-Type: application/json"},
+                              body.is_null() ? nullptr : &text,
+                              static_cast<long>(std::ceil(options_.timeout_s))};
+  const util::http::Response r = http.perform(request);
   Answer a;
   a.reached = r.reached();
   a.status = r.status;
@@ -189,12 +189,13 @@ void MlflowRun::note_success() {
 }
 
 // The experiment (made when missing; another peer may make it first) and this run, once.
-bool MlflowRun::ensure_run(http::Session& http) {
+bool MlflowRun::ensure_run(util::http::Session& http) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!run_id_.empty()) return true;
   }
-  const std::string by_name = "experiments/get-by-name?experiment_name=" + http::uri_encode(options_.experiment, false);
+  const std::string by_name =
+      "experiments/get-by-name?experiment_name=" + util::http::uri_encode(options_.experiment, false);
   Answer a = call(http, "GET", by_name, nullptr);
   if (!a.ok() && a.code() == "RESOURCE_DOES_NOT_EXIST") {
     a = call(http, "POST", "experiments/create", {{"name", options_.experiment}});
@@ -229,7 +230,7 @@ bool MlflowRun::ensure_run(http::Session& http) {
 
 // One log-batch of the queue's front. A batch the server refuses for what it holds (4xx) is dropped and
 // counted, since sending it again cannot help; a failed exchange leaves it for the next try.
-void MlflowRun::send_batch(http::Session& http) {
+void MlflowRun::send_batch(util::http::Session& http) {
   nlohmann::json metrics = nlohmann::json::array(), params = nlohmann::json::array();
   size_t n = 0;
   std::string run_id;
@@ -268,14 +269,15 @@ void MlflowRun::send_batch(http::Session& http) {
   }
 }
 
-bool MlflowRun::upload(http::Session& http, const fs::path& file, const std::string& artifact_path, bool* reached) {
+bool MlflowRun::upload(util::http::Session& http, const fs::path& file, const std::string& artifact_path,
+                       bool* reached) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return false;
   std::ostringstream bytes;
   bytes << in.rdbuf();
   const std::string body = bytes.str();
   const std::string url = options_.uri + "/api/2.0/mlflow-artifacts/artifacts/" +
-                          http::uri_encode(artifact_path_ + "/" + artifact_path, /*keep_slash=*/true);
+                          util::http::uri_encode(artifact_path_ + "/" + artifact_path, /*keep_slash=*/true);
   const auto r = http.perform({"PUT",
                                url,
                                {"Content-Type: application/octet-stream"},
@@ -325,7 +327,7 @@ void MlflowRun::close(const std::string& status, const std::vector<std::pair<fs:
     return;
   }
   try {
-    http::Session http;
+    util::http::Session http;
     int64_t uploaded = 0;
     bool reached = true;  // a server that no longer answers is not asked for the rest
     for (size_t i = 0; !path.empty() && reached && i < artifacts.size(); ++i)

@@ -26,7 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace cohort::http {
+namespace cohort::util::http {
 class Session;
 }
 
@@ -74,11 +74,12 @@ class MlflowRun {
   void push(Record r);
   void send_loop();
   bool wait_for_work();
-  bool ensure_run(http::Session& http);
-  void send_batch(http::Session& http);
+  bool ensure_run(util::http::Session& http);
+  void send_batch(util::http::Session& http);
   void drain(double wait_s);
-  bool upload(http::Session& http, const std::filesystem::path& file, const std::string& artifact_path, bool* reached);
-  Answer call(http::Session& http, const std::string& method, const std::string& api, const nlohmann::json& body);
+  bool upload(util::http::Session& http, const std::filesystem::path& file, const std::string& artifact_path,
+              bool* reached);
+  Answer call(util::http::Session& http, const std::string& method, const std::string& api, const nlohmann::json& body);
   void note_failure(const std::string& what);
   void note_success();
 

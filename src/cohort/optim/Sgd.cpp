@@ -285,7 +285,7 @@ void AdamW::step_foreach(size_t gi, double glr, const std::vector<size_t>& idx) 
     v.push_back(exp_avg_sq_[gi][i]);
   }
   if (g.weight_decay != 0) at::_foreach_mul_(params, 1 - glr * g.weight_decay);
-  compat::foreach_lerp_(m, grads, 1 - b1);
+  util::compat::foreach_lerp_(m, grads, 1 - b1);
   at::_foreach_mul_(v, b2);
   at::_foreach_addcmul_(v, grads, grads, 1 - b2);
   auto denom = at::_foreach_sqrt(v);

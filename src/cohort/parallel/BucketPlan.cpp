@@ -2,7 +2,7 @@
 
 #include <map>
 
-namespace cohort {
+namespace cohort::parallel {
 
 namespace {
 
@@ -68,4 +68,4 @@ std::vector<BucketSpec> plan_buckets(const std::vector<ParamSpec>& params, int64
   return buckets;
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel

@@ -2,7 +2,8 @@
 // so every rank computes the same plan without talking (c10d's compute_bucket_assignment_by_size does the
 // same job). The one bucketer: ddp's all-reduce buckets and ZeRO's flat units both come from it.
 //
-//   auto plan = cohort::plan_buckets({{"w", {1000}, at::kFloat}, {"b", {10}, at::kFloat}}, 25 << 20, 1 << 20);
+//   auto plan = cohort::parallel::plan_buckets({{"w", {1000}, at::kFloat}, {"b", {10}, at::kFloat}}, 25 << 20, 1 <<
+//   20);
 //   // plan[0].params == {1, 0}: the last parameters come first.
 #pragma once
 
@@ -12,8 +13,9 @@
 #include <c10/core/ScalarType.h>
 
 #include "cohort/parallel/Params.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::parallel {
 
 struct BucketSpec {
   c10::ScalarType dtype;
@@ -36,4 +38,4 @@ struct BucketSpec {
 std::vector<BucketSpec> plan_buckets(const std::vector<ParamSpec>& params, int64_t cap_bytes, int64_t first_cap_bytes,
                                      int64_t last_cap_bytes = 0);
 
-}  // namespace cohort
+}  // namespace cohort::parallel

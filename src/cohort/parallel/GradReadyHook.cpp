@@ -4,7 +4,7 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/variable.h>
 
-namespace cohort {
+namespace cohort::parallel {
 namespace {
 
 class GradReadyHook : public torch::autograd::FunctionPostHook {
@@ -38,4 +38,4 @@ std::vector<std::shared_ptr<void>> attach_grad_ready_hooks(const std::vector<at:
   return accumulators;
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel

@@ -4,7 +4,7 @@
 // has a C++ side in 2.x only).
 //
 //   fire_ = std::make_shared<std::function<void(size_t)>>([this](size_t i) { on_gradient_ready(i); });
-//   accumulators_ = cohort::attach_grad_ready_hooks(params, fire_);   // keep both alive
+//   accumulators_ = cohort::parallel::attach_grad_ready_hooks(params, fire_);   // keep both alive
 #pragma once
 
 #include <functional>
@@ -13,7 +13,9 @@
 
 #include <ATen/ATen.h>
 
-namespace cohort {
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
+
+namespace cohort::parallel {
 
 // After each backward writes params[i].grad(), calls (*fire)(i), on the autograd thread. The hooks
 // hold `fire` weakly: autograd may keep an accumulator (and its hook) alive after the owner is gone,
@@ -22,4 +24,4 @@ namespace cohort {
 std::vector<std::shared_ptr<void>> attach_grad_ready_hooks(const std::vector<at::Tensor>& params,
                                                            std::weak_ptr<std::function<void(size_t)>> fire);
 
-}  // namespace cohort
+}  // namespace cohort::parallel

@@ -7,7 +7,7 @@
 
 #include "cohort/util/Error.h"
 
-namespace cohort {
+namespace cohort::parallel {
 namespace {
 
 constexpr int64_t kMaxDims = 6;
@@ -30,7 +30,7 @@ std::string differs(const int64_t* mine, const int64_t* theirs, int64_t k, const
   return "parameter '" + name + "' has shape " + shape_text(theirs) + ", rank 0's has " + shape_text(mine);
 }
 
-void check_counts_match(int64_t n, Communicator& comm, const std::string& who) {
+void check_counts_match(int64_t n, comm::Communicator& comm, const std::string& who) {
   const int world = comm.size();
   auto count = at::full({1}, n, at::kLong);
   auto counts = at::zeros({world}, at::kLong);
@@ -74,7 +74,7 @@ Trainable trainable_parameters(torch::nn::Module& module, const std::string& who
 // One row per parameter (name hash, dtype, shape), all-gathered, so that each rank can name the first
 // rank and parameter that differ from rank 0 instead of hanging or corrupting memory in a mismatched
 // collective later.
-void check_replicas_match(const Trainable& trainable, Communicator& comm, const std::string& who) {
+void check_replicas_match(const Trainable& trainable, comm::Communicator& comm, const std::string& who) {
   const int world = comm.size();
   if (world == 1) return;
   const auto n = static_cast<int64_t>(trainable.params.size());
@@ -102,7 +102,7 @@ void check_replicas_match(const Trainable& trainable, Communicator& comm, const 
     }
 }
 
-void FlatBroadcast::launch(const std::vector<at::Tensor>& tensors, Communicator& comm, const std::string& what) {
+void FlatBroadcast::launch(const std::vector<at::Tensor>& tensors, comm::Communicator& comm, const std::string& what) {
   finish();
   if (comm.size() == 1 || tensors.empty()) return;
   std::map<c10::ScalarType, std::vector<at::Tensor>> by_dtype;
@@ -129,10 +129,10 @@ void FlatBroadcast::finish() {
   groups_.clear();
 }
 
-void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, Communicator& comm, const std::string& what) {
+void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, comm::Communicator& comm, const std::string& what) {
   FlatBroadcast b;
   b.launch(tensors, comm, what);
   b.finish();
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel

@@ -1,6 +1,6 @@
 #include "cohort/parallel/Strategy.h"
 
-namespace cohort {
+namespace cohort::parallel {
 
 at::Tensor squared_sum(const std::vector<at::Tensor>& tensors) {
   at::Tensor sq;
@@ -16,4 +16,4 @@ optim::GroupRule group_rule(const OptimConfig& cfg) {
   return {cfg.weight_decay, cfg.decay_norm_and_bias, cfg.norm_lr_scale};
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel

@@ -22,10 +22,13 @@
 #include "cohort/comm/Communicator.h"
 #include "cohort/config/Config.h"
 #include "cohort/optim/Optimizer.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
-
+namespace cohort::parallel::ddp {
 class CommHook;
+}
+
+namespace cohort::parallel {
 
 // Bytes this rank put into gradient collectives in the last synchronized backward, and what an
 // uncompressed all-reduce of the same gradients would have sent.
@@ -76,8 +79,9 @@ struct StepResult {
   double grad_norm = -1;   // the global norm before clipping, when clipping computed it
   bool nonfinite = false;  // some gradient element on some rank was inf or NaN (every rank gets the same answer)
   bool skipped = false;    // the update was skipped because of it
-  // false: the batch was only accumulated (the swarm waits for its peers' samples); call step() again
-  // after the next batch's backward. Every other strategy applies an update at every call.
+  // false: the batch was only accumulated (the swarm waits for its peers' samples: Note [A swarm step
+  // accumulates until the swarm is ready] in parallel/swarm/SwarmStrategy.cpp); call step() again after
+  // the next batch's backward. Every other strategy applies an update at every call.
   bool applied = true;
   // optim.in_backward moved some parameters during backward before a non-finite bucket stopped it.
   bool updated_in_backward = false;
@@ -144,4 +148,4 @@ struct StrategyTraits {
   bool one_collective_at_a_time = false;
 };
 
-}  // namespace cohort
+}  // namespace cohort::parallel

@@ -17,9 +17,9 @@ void MetricWindow::add(const at::Tensor& logits, const at::Tensor& labels, doubl
   sums_.count += static_cast<double>(n);
 }
 
-MetricSums MetricWindow::reduce(Communicator& comm, const std::string& what) const {
+MetricSums MetricWindow::reduce(comm::Communicator& comm, const std::string& what) const {
   auto t = at::tensor({sums_.loss_sum, sums_.correct1, sums_.correct5, sums_.count}, at::kDouble);
-  if (comm.size() > 1) comm.all_reduce(t, ReduceOp::kSum, what)->wait();
+  if (comm.size() > 1) comm.all_reduce(t, comm::ReduceOp::kSum, what)->wait();
   auto* p = t.data_ptr<double>();
   return MetricSums{p[0], p[1], p[2], p[3]};
 }

@@ -32,7 +32,7 @@ class MetricWindow {
   // `mean_loss` is the batch's mean loss; logits [B, C], labels [B].
   void add(const at::Tensor& logits, const at::Tensor& labels, double mean_loss);
   // Sums across ranks (a collective: every rank must call it at the same point).
-  MetricSums reduce(Communicator& comm, const std::string& what) const;
+  MetricSums reduce(comm::Communicator& comm, const std::string& what) const;
   void reset() { sums_ = MetricSums{}; }
   const MetricSums& local() const { return sums_; }
 

@@ -30,13 +30,13 @@ const char* phase_name(Phase p) {
   return "?";
 }
 
-PhaseClock::PhaseClock() : since_(Clock::now()), waited_at_start_(collective_wait_seconds()) {}
+PhaseClock::PhaseClock() : since_(Clock::now()), waited_at_start_(comm::collective_wait_seconds()) {}
 
 void PhaseClock::switch_to(Phase next) {
   comm::set_current_phase(phase_name(next));  // what a flight record says the rank was doing
   if (trace_) trace_->phase(phase_name(next));
   const auto now = Clock::now();
-  const double waited = collective_wait_seconds();
+  const double waited = comm::collective_wait_seconds();
   if (running_) {
     const double elapsed = std::chrono::duration<double>(now - since_).count();
     // A wait can straddle a phase boundary by the few nanoseconds between the two reads: clamp.
@@ -74,7 +74,7 @@ nlohmann::json phases_json(const std::array<double, kPhaseCount>& seconds) {
   return {{"wall_seconds", total}, {"seconds", secs}, {"share", share}};
 }
 
-nlohmann::json gather_time_breakdown(const PhaseClock& clock, Communicator& comm) {
+nlohmann::json gather_time_breakdown(const PhaseClock& clock, comm::Communicator& comm) {
   const auto mine = phase_seconds(clock);
   auto all = at::zeros({comm.size() * kPhaseCount}, at::kDouble);
   comm.all_gather(all, at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble), "phase times")->wait();

@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace cohort {
+namespace cohort::comm {
 class Communicator;
 }
 
@@ -82,6 +82,6 @@ std::array<double, kPhaseCount> phase_seconds(const PhaseClock& clock);
 // The same JSON as PhaseClock::to_json, from gathered seconds.
 nlohmann::json phases_json(const std::array<double, kPhaseCount>& seconds);
 // Collective: this rank's phases_json with "per_rank", every rank's seconds (summary.json's time_breakdown).
-nlohmann::json gather_time_breakdown(const PhaseClock& clock, Communicator& comm);
+nlohmann::json gather_time_breakdown(const PhaseClock& clock, comm::Communicator& comm);
 
 }  // namespace cohort::record

@@ -22,7 +22,7 @@ namespace {
 // place the training metrics are reduced: a collective every rank reaches at the same step.
 constexpr int kResourceFields = 5;  // rss, peak rss, cpu %, gpu util % (-1: none), gpu memory used
 
-std::vector<double> gather_resources(log::ResourceMonitor& monitor, Communicator& comm, int world_size) {
+std::vector<double> gather_resources(log::ResourceMonitor& monitor, comm::Communicator& comm, int world_size) {
   const auto s = monitor.sample_now(/*record=*/false);
   auto mine = at::tensor({double(s.rss), double(s.peak_rss), s.cpu_percent, s.gpu ? s.gpu->util_percent : -1.0,
                           s.gpu ? double(s.gpu->memory_used) : 0.0},
@@ -124,7 +124,7 @@ void RunLog::close_trackers(const std::string& status) {
 }
 
 void RunLog::train_window(const TrainWindow& w, MetricWindow& window, log::ResourceMonitor& monitor,
-                          Communicator& comm) {
+                          comm::Communicator& comm) {
   const auto g = window.reduce(comm, "training metrics");
   const auto resources = gather_resources(monitor, comm, world_size_);
   window.reset();

@@ -71,7 +71,8 @@ class RunLog {
   // Collective: every rank calls it at the same step. Reduces the window's metrics and gathers every
   // rank's resource sample (see Note [Resource samples reach rank 0 at log intervals]), writes them
   // (rank 0), and resets the window.
-  void train_window(const TrainWindow& w, MetricWindow& window, log::ResourceMonitor& monitor, Communicator& comm);
+  void train_window(const TrainWindow& w, MetricWindow& window, log::ResourceMonitor& monitor,
+                    comm::Communicator& comm);
   void evaluated(const EvalWindow& e);
   void epoch_ended(int64_t epoch, int64_t step, double seconds);
   // Rank 0: any record of its own kind (model_state at the end of a run).

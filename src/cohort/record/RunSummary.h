@@ -27,11 +27,11 @@ namespace cohort::record {
 
 // What the run did, as the trainer knows it at the end.
 struct RunFacts {
-  const WorldInfo& info;
+  const comm::WorldInfo& info;
   const TrainConfig& cfg;
   const nlohmann::json& config_json;
-  Strategy& strategy;
-  Communicator& comm;
+  parallel::Strategy& strategy;
+  comm::Communicator& comm;
   const amp::MixedPrecision& precision;
   nlohmann::json chosen;  // what `auto` picked (train/AutoSettings.h's to_json)
   bool channels_last;
@@ -39,7 +39,7 @@ struct RunFacts {
   std::filesystem::path run_dir;
   int64_t steps = 0, steps_per_epoch = 1, global_batch = 0, images_seen = 0;
   double train_seconds = 0, test_accuracy = -1, best = -1;
-  StateBytes state_bytes;
+  parallel::StateBytes state_bytes;
   int64_t bad_files = 0;        // this rank's skipped files, training and test
   int stop_signal = 0;          // the run left early on this signal (Note [Leaving a swarm]); 0: it ran to its end
   double flops_per_image = -1;  // one training image's forward and backward (models/Flops.h); -1: not counted

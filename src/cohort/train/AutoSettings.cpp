@@ -150,7 +150,7 @@ nlohmann::json to_json(const AutoSettings& s) {
   return {{"precision", choice_json(s.precision)}, {"channels_last", choice_json(s.channels_last)}};
 }
 
-AutoSettings agree_auto_settings(TrainConfig& cfg, const c10::Device& device, World& world,
+AutoSettings agree_auto_settings(TrainConfig& cfg, const c10::Device& device, comm::World& world,
                                  const std::string& saved_config_json) {
   const std::string decided = decided_by_rank0(world, "cohort/auto_settings", [&] {
     TrainConfig mine = cfg;

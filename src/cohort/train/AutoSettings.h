@@ -82,7 +82,7 @@ AutoSettings resolve_auto(TrainConfig& cfg, const Hardware& hw);
 // The run's settings, the same on every rank: rank 0 probes its hardware and resolves cfg; a resumed run
 // whose checkpoint config (`saved_config_json`, empty when not resuming) holds a resolved value keeps it
 // where cfg still says auto. Every rank's cfg then holds rank 0's values.
-AutoSettings agree_auto_settings(TrainConfig& cfg, const c10::Device& device, World& world,
+AutoSettings agree_auto_settings(TrainConfig& cfg, const c10::Device& device, comm::World& world,
                                  const std::string& saved_config_json);
 
 // {"precision": {"value", "why", "auto"}, "channels_last": {...}}: summary.json's "auto", and how rank 0's

@@ -12,7 +12,7 @@
 namespace cohort::train {
 namespace fs = std::filesystem;
 
-Checkpointer::Checkpointer(const TrainConfig& cfg, const fs::path& run_dir, World& world, Owners owners,
+Checkpointer::Checkpointer(const TrainConfig& cfg, const fs::path& run_dir, comm::World& world, Owners owners,
                            std::string config_json)
     : cfg_(cfg),
       ck_dir_(run_dir / checkpoint::names::kCheckpointsDir),

@@ -34,11 +34,11 @@ class Checkpointer {
   // The owners of what a checkpoint holds; `lookahead` may be null.
   struct Owners {
     torch::nn::Module& model;
-    Strategy& strategy;
+    parallel::Strategy& strategy;
     amp::MixedPrecision& precision;
     optim::Ema* lookahead;
   };
-  Checkpointer(const TrainConfig& cfg, const std::filesystem::path& run_dir, World& world, Owners owners,
+  Checkpointer(const TrainConfig& cfg, const std::filesystem::path& run_dir, comm::World& world, Owners owners,
                std::string config_json);
 
   // tag "last" or "best". Collective: a sharded save is written by every rank, and a compression hook
@@ -53,7 +53,7 @@ class Checkpointer {
 
   const TrainConfig& cfg_;
   std::filesystem::path ck_dir_;
-  World& world_;
+  comm::World& world_;
   Owners owners_;
   std::string config_json_;
   bool lead_;

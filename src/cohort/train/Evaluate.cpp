@@ -22,7 +22,7 @@ std::vector<std::vector<int64_t>> batches_of(const std::vector<int64_t>& order, 
 }
 
 record::MetricSums evaluate(models::Classifier& model, data::Source& test, const data::DistributedSampler& sampler,
-                            int64_t batch_size, int64_t prefetch, int64_t tta, Communicator& comm,
+                            int64_t batch_size, int64_t prefetch, int64_t tta, comm::Communicator& comm,
                             const EvalPlacement& place) {
   torch::NoGradGuard no_grad;
   model.eval();

@@ -33,7 +33,7 @@ struct EvalPlacement {
 
 // Collective: every rank calls it. The model is left in training mode.
 record::MetricSums evaluate(models::Classifier& model, data::Source& test, const data::DistributedSampler& sampler,
-                            int64_t batch_size, int64_t prefetch, int64_t tta, Communicator& comm,
+                            int64_t batch_size, int64_t prefetch, int64_t tta, comm::Communicator& comm,
                             const EvalPlacement& place);
 
 }  // namespace cohort::train

@@ -24,7 +24,7 @@ std::string timestamp() {
 
 }  // namespace
 
-std::string decided_by_rank0(World& world, const std::string& key, const std::function<std::string()>& decide) {
+std::string decided_by_rank0(comm::World& world, const std::string& key, const std::function<std::string()>& decide) {
   if (world.info.world_size == 1) return decide();
   if (world.info.rank == 0) {
     std::string value;
@@ -52,7 +52,7 @@ std::string decided_by_rank0(World& world, const std::string& key, const std::fu
 // ranks disagree (a different batch size, model width or learning rate) and fail later in a confusing
 // way, or not fail at all. Every rank posts its config to the store; rank 0 compares each with its own
 // and posts a verdict that every rank reads, so all of them stop with the same message naming the keys.
-void check_same_config(const nlohmann::json& mine, World& world) {
+void check_same_config(const nlohmann::json& mine, comm::World& world) {
   const int rank = world.info.rank, n = world.info.world_size;
   if (n == 1) return;
   if (rank != 0) world.store->set("cohort/config/" + std::to_string(rank), store_bytes(mine.dump()));
@@ -78,7 +78,7 @@ void check_same_config(const nlohmann::json& mine, World& world) {
                       "data.root, run.dir and train.threads may differ)");
 }
 
-int agreed_stop_signal(World& world, int mine, int64_t step, bool leaves_alone, c10::Device device) {
+int agreed_stop_signal(comm::World& world, int mine, int64_t step, bool leaves_alone, c10::Device device) {
   if (world.comm->size() == 1) return mine;
   if (leaves_alone) {
     auto flag = at::full({1}, static_cast<double>(mine), at::kDouble);
@@ -92,11 +92,11 @@ int agreed_stop_signal(World& world, int mine, int64_t step, bool leaves_alone, 
   // The step has already waited for its loss on the host, so reading the flag back costs no extra sync.
   const auto on = world.comm->backend_name() == "nccl" ? device : c10::Device(c10::kCPU);
   auto flag = at::full({1}, static_cast<float>(mine), at::TensorOptions().dtype(at::kFloat).device(on));
-  world.comm->all_reduce(flag, ReduceOp::kMax, "a stop request")->wait();
+  world.comm->all_reduce(flag, comm::ReduceOp::kMax, "a stop request")->wait();
   return static_cast<int>(flag.item<float>());
 }
 
-fs::path agree_run_dir(const TrainConfig& cfg, World& world) {
+fs::path agree_run_dir(const TrainConfig& cfg, comm::World& world) {
   return decided_by_rank0(world, "cohort/run_dir", [&] {
     fs::path dir = cfg.run.dir.empty() ? fs::path("runs") / timestamp() : fs::path(cfg.run.dir);
     std::error_code ec;

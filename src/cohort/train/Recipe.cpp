@@ -2,7 +2,7 @@
 
 namespace cohort::train {
 
-Recipe::Recipe(const TrainConfig& cfg, torch::nn::Module& model, Strategy& strategy, optim::Ema* lookahead,
+Recipe::Recipe(const TrainConfig& cfg, torch::nn::Module& model, parallel::Strategy& strategy, optim::Ema* lookahead,
                int64_t total_steps)
     : whiten_bias_epochs_(cfg.train.whiten_bias_epochs),
       model_(model),

@@ -23,7 +23,7 @@ namespace cohort::train {
 class Recipe {
  public:
   // `lookahead`: the average train.lookahead keeps (the checkpoint saves it too), or null.
-  Recipe(const TrainConfig& cfg, torch::nn::Module& model, Strategy& strategy, optim::Ema* lookahead,
+  Recipe(const TrainConfig& cfg, torch::nn::Module& model, parallel::Strategy& strategy, optim::Ema* lookahead,
          int64_t total_steps);
 
   // Before epoch `epoch`'s first step, a resumed run's included.
@@ -34,7 +34,7 @@ class Recipe {
  private:
   int64_t whiten_bias_epochs_;
   torch::nn::Module& model_;
-  Strategy& strategy_;
+  parallel::Strategy& strategy_;
   optim::Ema* lookahead_;
   int64_t total_steps_;
 };

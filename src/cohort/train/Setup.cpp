@@ -20,18 +20,18 @@
 namespace cohort::train {
 namespace fs = std::filesystem;
 
-int worker_threads(const TrainConfig& cfg, const WorldInfo& info) {
+int worker_threads(const TrainConfig& cfg, const comm::WorldInfo& info) {
   if (cfg.train.threads > 0) return static_cast<int>(cfg.train.threads);
   if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && std::atoi(omp) > 0) return std::atoi(omp);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / std::max(1, info.local_world_size));
 }
 
-World join_world(const TrainConfig& cfg, const WorldInfo& info) {
+comm::World join_world(const TrainConfig& cfg, const comm::WorldInfo& info) {
   at::set_num_threads(worker_threads(cfg, info));
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist.timeout_s * 1000));
   const bool one_at_a_time = strategy_traits(cfg, info.rank, info.world_size).one_collective_at_a_time;
-  World world = rendezvous(info, cfg.dist.backend, timeout, one_at_a_time ? 1 : 2);
+  comm::World world = comm::rendezvous(info, cfg.dist.backend, timeout, one_at_a_time ? 1 : 2);
   const char* torch_debug = std::getenv("TORCH_DISTRIBUTED_DEBUG");
   if (cfg.dist.debug == "detail" || (torch_debug && std::string(torch_debug) == "DETAIL")) world.comm->set_debug(true);
   if (auto flight = world.comm->flight()) flight->resize(static_cast<size_t>(cfg.dist.flight_records));
@@ -40,7 +40,7 @@ World join_world(const TrainConfig& cfg, const WorldInfo& info) {
 
 int64_t prefetch_batches(const TrainConfig& cfg) { return cfg.data.name == "imagefolder" ? cfg.data.prefetch : 0; }
 
-std::string launcher_run_dir(const WorldInfo& info) {
+std::string launcher_run_dir(const comm::WorldInfo& info) {
   if ((info.launcher != "torchrun" && info.launcher != "slurm") || info.run_id.empty() || info.run_id == "none")
     return {};
   // The id may be the user's (--rdzv-id): keep it a single path component.
@@ -50,7 +50,7 @@ std::string launcher_run_dir(const WorldInfo& info) {
   return "runs/" + info.launcher + "-" + name;
 }
 
-Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world) {
+Resume find_resume(TrainConfig& cfg, const comm::WorldInfo& info, comm::World& world) {
   // A restart starts the workers with the same command line, so without run.dir each attempt would stamp
   // a directory of its own and never find the last attempt's checkpoints.
   if (cfg.run.dir.empty()) cfg.run.dir = launcher_run_dir(info);
@@ -85,7 +85,7 @@ Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world) {
   return resume;
 }
 
-Job set_up_job(TrainConfig& cfg, const WorldInfo& info, World& world, const Resume& resume) {
+Job set_up_job(TrainConfig& cfg, const comm::WorldInfo& info, comm::World& world, const Resume& resume) {
   Job job;
   const bool lead = info.rank == 0;
   job.device = training_device(cfg.train.device, info.local_rank);
@@ -113,7 +113,7 @@ Job set_up_job(TrainConfig& cfg, const WorldInfo& info, World& world, const Resu
   return job;
 }
 
-data::DistributedSampler training_sampler(const TrainConfig& cfg, int64_t dataset_size, const WorldInfo& info) {
+data::DistributedSampler training_sampler(const TrainConfig& cfg, int64_t dataset_size, const comm::WorldInfo& info) {
   const auto t = strategy_traits(cfg, info.rank, info.world_size);
   const bool shuffle = true, drop_last = false;
   return {dataset_size, t.data_parts, t.data_part, shuffle, t.data_seed, drop_last};
@@ -125,7 +125,7 @@ namespace {
 // together, however they split them (the swarm's swarm.target_batch_size); otherwise a step is a batch of
 // every rank (sampler.world_size(): the ranks, or in a swarm partition every peer's ranks).
 std::pair<int64_t, int64_t> step_shape(const TrainConfig& cfg, const data::DistributedSampler& sampler,
-                                       const WorldInfo& info) {
+                                       const comm::WorldInfo& info) {
   const int64_t batch = cfg.data.batch_size, accum = cfg.train.grad_accum_steps;
   if (const int64_t target = strategy_traits(cfg, info.rank, info.world_size).endless_step_samples) {
     if (sampler.dataset_size() < target)
@@ -145,7 +145,7 @@ std::pair<int64_t, int64_t> step_shape(const TrainConfig& cfg, const data::Distr
 
 }  // namespace
 
-Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const WorldInfo& info) {
+Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const comm::WorldInfo& info) {
   const auto [steps_per_epoch, global_batch] = step_shape(cfg, sampler, info);
   const int64_t total_steps = cfg.train.epochs * steps_per_epoch;
   const double peak_lr = cfg.optim.lr * (cfg.optim.scale_lr ? double(global_batch) / cfg.optim.base_batch : 1.0);

@@ -30,7 +30,7 @@ namespace cohort::train {
 
 // Threads and the rendezvous: what training and evaluation both start with. Threads first: N workers on
 // one machine must not each start a thread per core (torchrun sets OMP_NUM_THREADS=1 for the same reason).
-World join_world(const TrainConfig& cfg, const WorldInfo& info);
+comm::World join_world(const TrainConfig& cfg, const comm::WorldInfo& info);
 
 // In-memory datasets build a batch in well under a millisecond: a prefetch thread would only compete
 // with the step for the cores. Decoded datasets run ahead.
@@ -46,13 +46,13 @@ struct Resume {
 // A restarted attempt (--max-restarts) resumes from the run's last checkpoint, if the failed attempt got
 // as far as saving one; then train.resume names the save rank 0 picked, which every rank loads.
 // Sampling and augmentation are pure functions of (seed, epoch, index), so they need no saved state.
-Resume find_resume(TrainConfig& cfg, const WorldInfo& info, World& world);
+Resume find_resume(TrainConfig& cfg, const comm::WorldInfo& info, comm::World& world);
 
 // The run directory a launcher's restart must find again when run.dir is not set: under torchrun,
 // runs/torchrun-<TORCHELASTIC_RUN_ID>; under Slurm, runs/slurm-<SLURM_JOB_ID> (a requeued job keeps its
 // id). Empty where there is none to derive: another launcher, or torchrun's default id "none", which
 // every job started without --rdzv-id shares.
-std::string launcher_run_dir(const WorldInfo& info);
+std::string launcher_run_dir(const comm::WorldInfo& info);
 
 // The model on its device, in its precision, wrapped by its strategy, with the data it trains on.
 struct Job {
@@ -62,13 +62,13 @@ struct Job {
   data::Splits data;
   std::shared_ptr<models::Classifier> model;
   std::unique_ptr<amp::MixedPrecision> precision;
-  std::unique_ptr<Strategy> strategy;
+  std::unique_ptr<parallel::Strategy> strategy;
   std::unique_ptr<optim::Ema> lookahead;  // airbench's moving average of the weights, when train.lookahead
   EvalPlacement placement() const { return {device, nhwc, precision.get()}; }
 };
 
 // cfg's "auto" settings are resolved here, the same on every rank (Note [What auto picks]).
-Job set_up_job(TrainConfig& cfg, const WorldInfo& info, World& world, const Resume& resume);
+Job set_up_job(TrainConfig& cfg, const comm::WorldInfo& info, comm::World& world, const Resume& resume);
 
 // The run's shape: batches, steps and the learning-rate schedule.
 struct Plan {
@@ -76,11 +76,11 @@ struct Plan {
   optim::Schedule schedule;
 };
 
-Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const WorldInfo& info);
+Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const comm::WorldInfo& info);
 
 // The sampler of the training set: this rank's share as its strategy deals it (Note [What the strategy
 // decides for the loop] in parallel/Strategy.h).
-data::DistributedSampler training_sampler(const TrainConfig& cfg, int64_t dataset_size, const WorldInfo& info);
+data::DistributedSampler training_sampler(const TrainConfig& cfg, int64_t dataset_size, const comm::WorldInfo& info);
 
 // The batches this rank trains on, as its strategy paces them (StrategyTraits::endless_step_samples): each
 // epoch's share of the sampler's order from where a resumed run left off, or for an endless stream (the

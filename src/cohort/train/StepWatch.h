@@ -21,12 +21,12 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "cohort/comm/FaultInjection.h"
 #include "cohort/comm/WorldInfo.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/record/Metrics.h"
 #include "cohort/record/PhaseClock.h"
 #include "cohort/record/StepTrace.h"
-#include "cohort/train/FaultInjection.h"
 
 namespace cohort::train {
 
@@ -41,8 +41,8 @@ namespace cohort::train {
 // its phases are what they were; a new watcher is a line here, not a line in the step.
 class StepWatch {
  public:
-  StepWatch(record::PhaseClock& clock, record::StepTrace& trace, record::MetricWindow& window, FaultPlan faults,
-            const WorldInfo& info, Communicator& comm)
+  StepWatch(record::PhaseClock& clock, record::StepTrace& trace, record::MetricWindow& window, comm::FaultPlan faults,
+            const comm::WorldInfo& info, comm::Communicator& comm)
       : clock_(clock), trace_(trace), window_(window), faults_(std::move(faults)), info_(info), comm_(comm) {}
 
   void step_begins(int64_t step) { trace_.step_began(step); }
@@ -54,7 +54,7 @@ class StepWatch {
   void backward_begins() { clock_.switch_to(record::Phase::kBackward); }
   // After a micro-batch's backward. `sample`: the strategy whose state bytes to sample (the session's
   // first step), else null.
-  void batch_done(const at::Tensor& logits, const at::Tensor& labels, double loss, const Strategy* sample) {
+  void batch_done(const at::Tensor& logits, const at::Tensor& labels, double loss, const parallel::Strategy* sample) {
     if (sample) sample_state_bytes(*sample);
     window_.add(logits, labels, loss);
   }
@@ -62,17 +62,17 @@ class StepWatch {
   void optimizer_begins() { clock_.switch_to(record::Phase::kOptimizer); }
   void optimizer_done() { clock_.switch_to(record::Phase::kOther); }
   // After the update of step `step` (counted from 1).
-  void step_done(int64_t step, const Strategy* sample) {
+  void step_done(int64_t step, const parallel::Strategy* sample) {
     faults_.after_step(info_.rank, step, info_.restart_count);
     if (sample) sample_state_bytes(*sample);
     trace_.step_ended(step);
   }
 
-  const StateBytes& state_bytes() const { return state_bytes_; }
+  const parallel::StateBytes& state_bytes() const { return state_bytes_; }
 
  private:
-  void sample_state_bytes(const Strategy& strategy) {
-    const StateBytes b = strategy.state_bytes();
+  void sample_state_bytes(const parallel::Strategy& strategy) {
+    const parallel::StateBytes b = strategy.state_bytes();
     state_bytes_ = {std::max(state_bytes_.params, b.params), std::max(state_bytes_.grads, b.grads),
                     std::max(state_bytes_.optimizer, b.optimizer)};
   }
@@ -80,10 +80,10 @@ class StepWatch {
   record::PhaseClock& clock_;
   record::StepTrace& trace_;
   record::MetricWindow& window_;
-  FaultPlan faults_;
-  const WorldInfo& info_;
-  Communicator& comm_;
-  StateBytes state_bytes_;
+  comm::FaultPlan faults_;
+  const comm::WorldInfo& info_;
+  comm::Communicator& comm_;
+  parallel::StateBytes state_bytes_;
 };
 
 }  // namespace cohort::train

@@ -13,9 +13,9 @@
 namespace cohort::train {
 namespace {
 
-std::unique_ptr<Strategy> make_ddp(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
-                                   CommunicatorPtr comm) {
-  DdpOptions opts;
+std::unique_ptr<parallel::Strategy> make_ddp(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
+                                             comm::CommunicatorPtr comm) {
+  parallel::ddp::DdpOptions opts;
   opts.bucket_mb = cfg.dist.bucket_mb;
   opts.first_bucket_mb = cfg.dist.first_bucket_mb;
   // In backward, the last bucket's step is the one nothing hides: by default as small as the first.
@@ -25,30 +25,30 @@ std::unique_ptr<Strategy> make_ddp(const TrainConfig& cfg, std::shared_ptr<torch
   opts.overlap = cfg.dist.overlap;
   opts.find_unused_parameters = cfg.dist.find_unused_parameters;
   opts.broadcast_buffers = cfg.dist.broadcast_buffers;
-  return make_ddp_strategy(std::move(model), std::move(comm), opts, make_comm_hook(cfg));
+  return parallel::ddp::make_ddp_strategy(std::move(model), std::move(comm), opts, make_comm_hook(cfg));
 }
 
 }  // namespace
 
-std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg) {
+std::shared_ptr<parallel::ddp::CommHook> make_comm_hook(const TrainConfig& cfg) {
   const auto& c = cfg.dist.compress;
-  if (c == "fp16") return std::make_shared<LowPrecisionHook>(at::kHalf);
-  if (c == "bf16") return std::make_shared<LowPrecisionHook>(at::kBFloat16);
+  if (c == "fp16") return std::make_shared<parallel::compress::LowPrecisionHook>(at::kHalf);
+  if (c == "bf16") return std::make_shared<parallel::compress::LowPrecisionHook>(at::kBFloat16);
   if (c == "powersgd") {
-    PowerSgdOptions o;
+    parallel::compress::PowerSgdOptions o;
     o.rank = cfg.powersgd.rank;
     o.start_iter = cfg.powersgd.start_iter;
     o.min_compression_rate = cfg.powersgd.min_compression_rate;
     o.error_feedback = cfg.powersgd.error_feedback;
     o.warm_start = cfg.powersgd.warm_start;
     o.seed = cfg.train.seed;
-    return std::make_shared<PowerSgdHook>(o);
+    return std::make_shared<parallel::compress::PowerSgdHook>(o);
   }
-  return std::make_shared<AllReduceHook>();
+  return std::make_shared<parallel::ddp::AllReduceHook>();
 }
 
-StrategyTraits strategy_traits(const TrainConfig& cfg, int rank, int world_size) {
-  StrategyTraits t;
+parallel::StrategyTraits strategy_traits(const TrainConfig& cfg, int rank, int world_size) {
+  parallel::StrategyTraits t;
   const StrategyKind kind = cfg.dist.kind();
   t.data_parts = world_size;
   t.data_part = rank;
@@ -75,16 +75,16 @@ StrategyTraits strategy_traits(const TrainConfig& cfg, int rank, int world_size)
   return t;
 }
 
-std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
-                                        CommunicatorPtr comm) {
+std::unique_ptr<parallel::Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
+                                                  comm::CommunicatorPtr comm) {
   const StrategyKind kind = cfg.dist.kind();
   if (is_decentralized(kind)) {
 #if COHORT_HAVE_SWARM
     // Inside a peer its workers are a ddp job; the swarm and DiLoCo are between peers.
     auto inner = make_ddp(cfg, model, comm);
     if (kind == StrategyKind::kDiloco)
-      return make_diloco_strategy(cfg, std::move(model), std::move(comm), std::move(inner));
-    return make_swarm_strategy(cfg, std::move(model), std::move(comm), std::move(inner));
+      return parallel::swarm::make_diloco_strategy(cfg, std::move(model), std::move(comm), std::move(inner));
+    return parallel::swarm::make_swarm_strategy(cfg, std::move(model), std::move(comm), std::move(inner));
 #else
     throw ConfigError("dist.strategy=" + cfg.dist.strategy +
                           " is not built into this cohort: OpenDHT (libopendht-dev) was not found "
@@ -93,15 +93,15 @@ std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<
 #endif
   }
   if (is_sharded(kind)) {
-    ShardedOptions o;
-    o.stage = kind == StrategyKind::kZero1   ? ShardStage::kZero1
-              : kind == StrategyKind::kZero2 ? ShardStage::kZero2
-                                             : ShardStage::kFsdp;
+    parallel::shard::ShardedOptions o;
+    o.stage = kind == StrategyKind::kZero1   ? parallel::shard::ShardStage::kZero1
+              : kind == StrategyKind::kZero2 ? parallel::shard::ShardStage::kZero2
+                                             : parallel::shard::ShardStage::kFsdp;
     o.bucket_mb = cfg.dist.bucket_mb;
     o.fsdp_unit = cfg.dist.fsdp_unit;
     o.broadcast_buffers = cfg.dist.broadcast_buffers;
     o.in_backward = cfg.optim.in_backward;
-    return make_sharded_strategy(std::move(model), std::move(comm), o);
+    return parallel::shard::make_sharded_strategy(std::move(model), std::move(comm), o);
   }
   return make_ddp(cfg, std::move(model), std::move(comm));
 }

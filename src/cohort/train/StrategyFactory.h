@@ -17,12 +17,12 @@
 namespace cohort::train {
 
 // The gradient communication hook dist.compress names (none: plain averaging all-reduce).
-std::shared_ptr<CommHook> make_comm_hook(const TrainConfig& cfg);
+std::shared_ptr<parallel::ddp::CommHook> make_comm_hook(const TrainConfig& cfg);
 
 // Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
-std::unique_ptr<Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
-                                        CommunicatorPtr comm);
+std::unique_ptr<parallel::Strategy> make_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
+                                                  comm::CommunicatorPtr comm);
 
-StrategyTraits strategy_traits(const TrainConfig& cfg, int rank, int world_size);
+parallel::StrategyTraits strategy_traits(const TrainConfig& cfg, int rank, int world_size);
 
 }  // namespace cohort::train

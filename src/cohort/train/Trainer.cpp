@@ -23,26 +23,26 @@ namespace fs = std::filesystem;
 
 // Note [Leaving a swarm]
 // A swarm peer (swarm, diloco) that gets Ctrl-C or SIGTERM leaves between steps: the round it is in
-// ends normally (the others do not wait for it), its record says it is leaving (swarm/Directory.h), and
+// ends normally (the others do not wait for it), its record says it is leaving (p2p/Directory.h), and
 // it saves `last` and writes its summary at once, without the final evaluation. The launcher gives it
 // torchrun's 30 s before SIGKILL; a second Ctrl-C kills it at once. Other strategies keep the signals'
 // defaults: a worker of a fixed group cannot leave alone, and the launcher stops them all. Which
 // strategies leave alone is StrategyTraits::leaves_alone (parallel/Strategy.h).
 
 // The whole job of one worker, top to bottom: setup, resume, the epochs, evaluation, saves, the summary.
-TrainResult run_worker(TrainConfig cfg, const WorldInfo& info) {
+TrainResult run_worker(TrainConfig cfg, const comm::WorldInfo& info) {
   if (cfg.train.retain_memory) util::retain_freed_memory();
   // A request for a flight record (SIGUSR2) before there is one must not end the worker; FlightDumps
   // answers it from below on.
   std::signal(SIGUSR2, SIG_IGN);
-  World world = join_world(cfg, info);
+  comm::World world = join_world(cfg, info);
   const Resume resume = find_resume(cfg, info, world);
   check_same_config(config::to_json(cfg), world);
   const fs::path run_dir = agree_run_dir(cfg, world);
   // From here a failed collective, any error, or SIGUSR2 leaves RUN_DIR/flight/rank<R>.json for `cohort doctor`.
   const comm::FlightDumps flight_dumps(world.comm->flight(), run_dir, info.rank, info.world_size);
   // And `cohort doctor --ask RUN_DIR` finds the job's store here (Note [Asking every rank for its record]).
-  if (info.world_size > 1 && info.local_rank == 0) write_store_address(run_dir, info, cfg.dist.backend);
+  if (info.world_size > 1 && info.local_rank == 0) comm::write_store_address(run_dir, info, cfg.dist.backend);
   Job job = set_up_job(cfg, info, world, resume);
   util::catch_preemption_signal();
   if (strategy_traits(cfg, info.rank, info.world_size).leaves_alone) util::catch_stop_signals();

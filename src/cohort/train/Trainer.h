@@ -2,7 +2,8 @@
 // checkpoints, metrics and the summary. `cohort train` runs it in every worker; a test can run it too.
 //
 //   cohort::TrainConfig cfg = cohort::config::load(std::nullopt, {"train.max_steps=20"});
-//   cohort::train::TrainResult r = cohort::train::run_worker(cfg, cohort::world_from_env(cohort::current_env()));
+//   cohort::train::TrainResult r = cohort::train::run_worker(cfg,
+//   cohort::comm::world_from_env(cohort::comm::current_env()));
 //
 // run_worker in Trainer.cpp reads as the job, top to bottom: setup, resume, the epochs and their steps,
 // evaluation, saves and the summary, each a named call (RunLog, Checkpointer and write_run_summary own
@@ -29,9 +30,9 @@ struct TrainResult {
   int stop_signal = 0;              // the signal the ranks stopped for (0: none); see util/StopSignal.h
 };
 
-TrainResult run_worker(TrainConfig cfg, const WorldInfo& info);
+TrainResult run_worker(TrainConfig cfg, const comm::WorldInfo& info);
 
 // The intra-op thread count for a worker: train.threads, else OMP_NUM_THREADS, else cores / local workers.
-int worker_threads(const TrainConfig& cfg, const WorldInfo& info);
+int worker_threads(const TrainConfig& cfg, const comm::WorldInfo& info);
 
 }  // namespace cohort::train

@@ -14,6 +14,7 @@
 #include "cohort/checkpoint/Checkpoint.h"
 #include "cohort/checkpoint/Names.h"
 #include "cohort/checkpoint/Steps.h"
+#include "cohort/comm/FaultInjection.h"
 #include "cohort/comm/FlightRecorder.h"
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/data/Datasets.h"
@@ -21,6 +22,7 @@
 #include "cohort/log/Peak.h"
 #include "cohort/log/ResourceMonitor.h"
 #include "cohort/models/Flops.h"
+#include "cohort/models/Loss.h"
 #include "cohort/models/Models.h"
 #include "cohort/optim/Ema.h"
 #include "cohort/optim/Schedule.h"
@@ -33,9 +35,7 @@
 #include "cohort/train/Checkpointing.h"
 #include "cohort/train/Device.h"
 #include "cohort/train/Evaluate.h"
-#include "cohort/train/FaultInjection.h"
 #include "cohort/train/InitialWeights.h"
-#include "cohort/train/Loss.h"
 #include "cohort/train/RankAgreement.h"
 #include "cohort/train/Recipe.h"
 #include "cohort/train/Setup.h"
@@ -57,7 +57,7 @@ namespace {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // A non-finite gradient in fp32 or bf16: what happened to the weights, and how to go on.
-Error diverged(int64_t step, double step_loss, const StepResult& stepped, const fs::path& run_dir) {
+Error diverged(int64_t step, double step_loss, const parallel::StepResult& stepped, const fs::path& run_dir) {
   return Error("step " + std::to_string(step) +
                    ": the gradient holds inf or NaN (loss of this rank's last batch: " + std::to_string(step_loss) +
                    (stepped.updated_in_backward
@@ -71,9 +71,9 @@ Error diverged(int64_t step, double step_loss, const StepResult& stepped, const 
 
 }  // namespace
 
-// Restores a checkpoint or catches up with the swarm, and says what the run is.
-TrainingRun::TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& world, Job& job, const fs::path& run_dir,
-                         const Resume& resume)
+// Restores a checkpoint or catches up with the live peers (Strategy::catch_up), and says what the run is.
+TrainingRun::TrainingRun(const TrainConfig& cfg, const comm::WorldInfo& info, comm::World& world, Job& job,
+                         const fs::path& run_dir, const Resume& resume)
     : cfg_(cfg),
       info_(info),
       world_(world),
@@ -94,7 +94,7 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& w
                    config_json_.dump()),
       recipe_(cfg, *job.model, *job.strategy, job.lookahead.get(), plan_.total_steps),
       trace_(config::trace_step_range(cfg.log.trace_steps), run_dir, info.rank, world.comm->flight()),
-      watch_(clock_, trace_, window_, FaultPlan::from_env(), info, *world.comm) {
+      watch_(clock_, trace_, window_, comm::FaultPlan::from_env(), info, *world.comm) {
   if (resume.active()) {
     checkpoints_.restore(resume.checkpoint);
     step_ = resume.checkpoint.state.step;
@@ -103,7 +103,8 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& w
       std::cerr << "cohort: note: resuming a run saved with " << resume.checkpoint.state.world_size << " workers on "
                 << info.world_size << "; the data order from here on differs from the original run\n";
   }
-  // A peer joining a swarm under way (or resuming behind it) takes the live peers' state and step.
+  // A process joining peers under way (or resuming behind them) takes their state and step; a strategy
+  // with a fixed world has nobody to catch up with.
   if (const auto caught_up = job.strategy->catch_up(step_)) {
     step_ = *caught_up;
   }
@@ -146,7 +147,7 @@ void TrainingRun::train_epoch(int64_t epoch) {
     ++pending_batches_;
     const bool applied = optimizer_step(pending_loss_ / static_cast<double>(pending_batches_));
     train_seconds_ += seconds_since(t0);
-    if (!applied) continue;  // See Note [A swarm step accumulates until the swarm is ready]
+    if (!applied) continue;  // the strategy accumulated the batch toward a later step (StepResult::applied)
     after_step(epoch, s, pending_loss_ / static_cast<double>(pending_batches_));
     pending_loss_ = 0;
     pending_batches_ = 0;
@@ -156,10 +157,10 @@ void TrainingRun::train_epoch(int64_t epoch) {
         step_ < plan_.stop_step)
       evaluate(epoch);
     if (stop_requested()) break;
-    // A swarm peer that fell behind the others (frozen, slow, or its rounds failed) takes their state.
+    // A process that fell behind its peers (frozen, slow, or its rounds failed) takes their state.
     if (const auto caught_up = job_.strategy->catch_up(step_)) {
       // The loader cannot rewind: Note [A peer never goes back] in SwarmPeer.cpp.
-      COHORT_ASSERT(*caught_up >= step_, "a swarm catch-up went back from step " + std::to_string(step_));
+      COHORT_ASSERT(*caught_up >= step_, "a catch-up went back from step " + std::to_string(step_));
       s += *caught_up - step_;
       step_ = *caught_up;
     }
@@ -186,7 +187,7 @@ bool TrainingRun::stop_requested() {
 // loss (this rank's batches). watch_ is what watches the step: Note [The step and what watches it].
 double TrainingRun::train_step() {
   auto& precision = *job_.precision;
-  const Strategy* sample = step_ == first_step_ ? job_.strategy.get() : nullptr;  // the state bytes
+  const parallel::Strategy* sample = step_ == first_step_ ? job_.strategy.get() : nullptr;  // the state bytes
   double step_loss = 0;
   watch_.step_begins(step_ + 1);
   for (int64_t micro = 0; micro < plan_.accum; ++micro) {
@@ -202,7 +203,7 @@ double TrainingRun::train_step() {
       auto autocast = precision.autocast();
       logits = precision.logits(job_.model->forward(precision.input(images)));
     }
-    auto loss = training_loss(logits, labels, cfg_.loss);
+    auto loss = models::training_loss(logits, labels, cfg_.loss);
     watch_.backward_begins();
     // optim.in_backward steps during the last micro-batch's backward: Note [The optimizer inside backward].
     if (last) job_.strategy->prepare_step(plan_.schedule.lr(step_), step_options());
@@ -215,7 +216,7 @@ double TrainingRun::train_step() {
   return step_loss;
 }
 
-// Returns false when the strategy only accumulated the batch (the swarm, waiting for its peers).
+// Returns false when the strategy only accumulated the batch (StepResult::applied: it waits for its peers).
 bool TrainingRun::optimizer_step(double step_loss) {
   auto& precision = *job_.precision;
   watch_.optimizer_begins();
@@ -234,7 +235,7 @@ bool TrainingRun::optimizer_step(double step_loss) {
   return true;
 }
 
-StepOptions TrainingRun::step_options() const {
+parallel::StepOptions TrainingRun::step_options() const {
   const auto& precision = *job_.precision;
   return {cfg_.optim.clip_grad_norm,    precision.scaling(),           precision.loss_scale(), step_,
           step_ + 1 == plan_.stop_step, plan_.schedule.momentum(step_)};

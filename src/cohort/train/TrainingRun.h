@@ -42,7 +42,7 @@ namespace cohort::train {
 
 class TrainingRun {
  public:
-  TrainingRun(const TrainConfig& cfg, const WorldInfo& info, World& world, Job& job,
+  TrainingRun(const TrainConfig& cfg, const comm::WorldInfo& info, comm::World& world, Job& job,
               const std::filesystem::path& run_dir, const Resume& resume);
 
   bool more(int64_t epoch) const { return epoch < cfg_.train.epochs && step_ < plan_.stop_step && !stopped(); }
@@ -71,21 +71,21 @@ class TrainingRun {
   std::string first_line(bool resuming) const;
   double train_step();
   bool optimizer_step(double step_loss);
-  StepOptions step_options() const;
+  parallel::StepOptions step_options() const;
   double peak_flops();
   void after_step(int64_t epoch, int64_t step_in_epoch, double step_loss);
   void save(const std::string& tag, int64_t epoch_of_next);
   bool stop_requested();
 
   const TrainConfig& cfg_;
-  const WorldInfo& info_;
-  World& world_;
+  const comm::WorldInfo& info_;
+  comm::World& world_;
   Job& job_;
   std::filesystem::path run_dir_;
   bool lead_;
   data::DistributedSampler sampler_, test_sampler_;
   // How the strategy shares and paces the data and stops (Note [What the strategy decides for the loop]).
-  StrategyTraits traits_;
+  parallel::StrategyTraits traits_;
   double pending_loss_ = 0;  // losses of the batches accumulated toward the next applied step
   int64_t pending_batches_ = 0;
   Plan plan_;

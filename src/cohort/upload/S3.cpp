@@ -134,7 +134,7 @@ std::string xml_text(const std::string& xml, const std::string& tag) {
   return close == std::string::npos ? "" : xml_unescape(xml.substr(begin, close - begin));
 }
 
-struct Response : http::Response {
+struct Response : util::http::Response {
   // S3 can answer CompleteMultipartUpload with 200 and an <Error> body, so a 2xx is not enough.
   bool ok() const { return reached() && status / 100 == 2 && body.find("<Error>") == std::string::npos; }
   std::string code() const { return xml_text(body, "Code"); }
@@ -235,20 +235,20 @@ class Session {
     if (!content_type.empty()) sr.headers.emplace_back("content-type", content_type);
     if (!opt_.session_token.empty()) sr.headers.emplace_back("x-amz-security-token", opt_.session_token);
 
-    http::Request request{method, url(query), {}, (method == "PUT" || method == "POST") ? &body : nullptr};
+    util::http::Request request{method, url(query), {}, (method == "PUT" || method == "POST") ? &body : nullptr};
     for (const auto& [name, value] : sr.headers) request.headers.push_back(name + ": " + value);
     request.headers.push_back("Authorization: " + authorization_header(sr, opt_.access_key, opt_.secret_key));
     request.headers.push_back("Expect:");  // no 100-continue round trip; S3 answers errors after the body anyway
     if (content_type.empty()) request.headers.push_back("Content-Type:");  // keep curl's form default off the object
     Response r;
-    static_cast<http::Response&>(r) = http_.perform(request);
+    static_cast<util::http::Response&>(r) = http_.perform(request);
     return r;
   }
 
   const S3Options& opt_;
   Endpoint endpoint_;
   std::string bucket_, key_, what_;
-  http::Session http_;
+  util::http::Session http_;
 };
 
 // Reads bytes [offset, offset + n) of the file; the file is opened read-only and never written.

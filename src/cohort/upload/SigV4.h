@@ -24,7 +24,7 @@ std::string to_hex(const std::string& bytes);
 std::string signing_key(const std::string& secret, const std::string& date, const std::string& region,
                         const std::string& service);
 // Percent-encodes everything but A-Z a-z 0-9 - _ . ~ (and '/' when keep_slash), as SigV4 requires.
-using http::uri_encode;
+using util::http::uri_encode;
 // The current UTC time as "YYYYMMDDTHHMMSSZ".
 std::string amz_date_now();
 

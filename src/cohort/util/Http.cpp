@@ -7,7 +7,7 @@
 #include <mutex>
 #include <stdexcept>
 
-namespace cohort::http {
+namespace cohort::util::http {
 
 namespace {
 
@@ -127,4 +127,4 @@ std::string uri_encode(const std::string& s, bool keep_slash) {
   return out;
 }
 
-}  // namespace cohort::http
+}  // namespace cohort::util::http

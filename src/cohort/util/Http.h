@@ -3,7 +3,7 @@
 // wants. It sends what it is given and reports what came back; each protocol decides which answers
 // deserve another try, because only it knows (S3's 200 with an <Error> body, MLflow's error codes).
 //
-//   cohort::http::Session http;
+//   cohort::util::http::Session http;
 //   const std::string body = R"({"name": "cifar"})";
 //   auto r = http.perform({"POST", "http://127.0.0.1:5000/api/2.0/mlflow/experiments/create",
 //                          {"Content-Type: application/json"}, &body});
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-namespace cohort::http {
+namespace cohort::util::http {
 
 struct Request {
   std::string method = "GET";
@@ -56,4 +56,4 @@ class Session {
 // Percent-encodes everything but RFC 3986's unreserved characters (and '/' when keep_slash).
 std::string uri_encode(const std::string& s, bool keep_slash);
 
-}  // namespace cohort::http
+}  // namespace cohort::util::http

@@ -2,7 +2,7 @@
 // numbers were drawn before. That makes augmentation and shuffling identical on every rank, independent
 // of the world size, and resumable from any step without saving generator state.
 //
-//   cohort::Rng rng(cohort::mix_seed(seed, epoch, sample_index));
+//   cohort::util::Rng rng(cohort::util::mix_seed(seed, epoch, sample_index));
 //   bool flip = rng.next_u64() & 1;  int dx = rng.uniform_int(5) - 2;
 //
 // We use splitmix64 rather than std::mt19937 + std::uniform_int_distribution because the standard
@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-namespace cohort {
+namespace cohort::util {
 
 constexpr uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -52,4 +52,4 @@ class Rng {
   uint64_t state_;
 };
 
-}  // namespace cohort
+}  // namespace cohort::util

@@ -2,7 +2,7 @@
 //
 // Everything else includes this header instead of branching on versions itself:
 //
-//   cohort::compat::WorkPtr w = pg->allreduce(tensors);
+//   cohort::util::compat::WorkPtr w = pg->allreduce(tensors);
 //
 // Branch on TORCH_VERSION_MAJOR, not on __has_include: 1.13 already ships headers (Backend.hpp) its
 // process groups do not use (FACTS.md).
@@ -21,7 +21,7 @@
 #define COHORT_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
-namespace cohort::compat {
+namespace cohort::util::compat {
 
 // 1.13 already has c10d::Work in Work.hpp; 2.x keeps the name. Kept as an alias so a future rename
 // stays in this file.
@@ -105,4 +105,4 @@ inline void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dt
 #endif
 }
 
-}  // namespace cohort::compat
+}  // namespace cohort::util::compat

@@ -104,7 +104,7 @@ TEST(GradScaler, EveryRankSkipsTheStepOneRankOverflowedWithDdpAndZero2) {
     for (int r = 0; r < kWorld; ++r) replicas.push_back(models::build(cfg.model, 1, 8));
     std::vector<std::vector<bool>> skipped(kWorld);
     std::vector<std::vector<double>> scales(kWorld);
-    run_ranks(kWorld, [&](int rank, CommunicatorPtr comm) {
+    run_ranks(kWorld, [&](int rank, comm::CommunicatorPtr comm) {
       auto model = replicas[rank];
       auto strategy = make_strategy(cfg, model, comm);
       strategy->build_optimizer(cfg.optim);
@@ -234,7 +234,7 @@ TEST(MasterWeights, BatchNormStaysFp32AndEverythingElseBecomesFp16) {
 // gradients from a real backward.
 TEST(MasterWeights, DdpUpdatesFp32MastersThatSmallStepsAccumulateIn) {
   SKIP_WITHOUT_GLOO();
-  run_ranks(2, [&](int rank, CommunicatorPtr comm) {
+  run_ranks(2, [&](int rank, comm::CommunicatorPtr comm) {
     auto net = std::make_shared<torch::nn::Module>();
     auto w = net->register_parameter("w", at::ones({4}, at::kHalf));
     TrainConfig cfg;

@@ -5,8 +5,8 @@
 #include "cohort/util/Error.h"
 #include "unit/ThreadRanks.h"
 
-using cohort::CommunicatorPtr;
-using cohort::ReduceOp;
+using cohort::comm::CommunicatorPtr;
+using cohort::comm::ReduceOp;
 using cohort::testing::run_ranks;
 
 // Closed-form expectations: rank i contributes i.
@@ -80,16 +80,16 @@ TEST(GlooCommunicator, DebugModeNamesAMismatchedCollective) {
   SKIP_WITHOUT_GLOO();
   for (int variant = 0; variant < 2; ++variant) {
     std::vector<std::string> errors(2);
-    cohort::testing::run_ranks(2, [&](int rank, cohort::CommunicatorPtr comm) {
+    cohort::testing::run_ranks(2, [&](int rank, cohort::comm::CommunicatorPtr comm) {
       comm->set_debug(true);
-      comm->all_reduce(at::ones({4}), cohort::ReduceOp::kSum, "matched")->wait();  // a matching one passes
+      comm->all_reduce(at::ones({4}), cohort::comm::ReduceOp::kSum, "matched")->wait();  // a matching one passes
       try {
         if (rank == 1 && variant == 0)
-          comm->all_reduce(at::ones({12}), cohort::ReduceOp::kSum, "grads")->wait();
+          comm->all_reduce(at::ones({12}), cohort::comm::ReduceOp::kSum, "grads")->wait();
         else if (rank == 1)
           comm->broadcast(at::ones({10}), 0, "weights")->wait();
         else
-          comm->all_reduce(at::ones({10}), cohort::ReduceOp::kSum, "grads")->wait();
+          comm->all_reduce(at::ones({10}), cohort::comm::ReduceOp::kSum, "grads")->wait();
       } catch (const cohort::CommError& e) {
         errors[rank] = e.what();
       }

@@ -20,7 +20,7 @@
 namespace {
 
 using cohort::CommError;
-using cohort::ReduceOp;
+using cohort::comm::ReduceOp;
 
 class NcclCommunicatorTest : public ::testing::Test {
  protected:
@@ -28,14 +28,15 @@ class NcclCommunicatorTest : public ::testing::Test {
     if (!torch::cuda::is_available()) {
       GTEST_SKIP() << "no CUDA device visible (torch::cuda::is_available() is false): the NCCL backend needs one";
     }
-    comm_ = cohort::NcclCommunicator::create(c10::make_intrusive<c10d::HashStore>(), 0, 1, 0, std::chrono::seconds(60));
+    comm_ = cohort::comm::NcclCommunicator::create(c10::make_intrusive<c10d::HashStore>(), 0, 1, 0,
+                                                   std::chrono::seconds(60));
   }
 
   at::Tensor cuda_arange(int64_t n, at::ScalarType dtype = at::kFloat) const {
     return at::arange(n, at::TensorOptions().dtype(dtype).device(at::kCUDA, 0));
   }
 
-  cohort::CommunicatorPtr comm_;
+  cohort::comm::CommunicatorPtr comm_;
 };
 
 TEST_F(NcclCommunicatorTest, DescribesItself) {
@@ -167,7 +168,7 @@ TEST(NcclCommunicator, SetupWithoutThePeersTimesOut) {
   }
   const auto start = std::chrono::steady_clock::now();
   try {
-    cohort::NcclCommunicator::create(c10::make_intrusive<c10d::HashStore>(), 0, 2, 0, std::chrono::seconds(2));
+    cohort::comm::NcclCommunicator::create(c10::make_intrusive<c10d::HashStore>(), 0, 2, 0, std::chrono::seconds(2));
     ADD_FAILURE() << "setup with a missing rank succeeded";
   } catch (const CommError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 0 of 2"), std::string::npos) << e.what();

@@ -4,8 +4,8 @@
 #include "cohort/train/Setup.h"
 #include "cohort/util/Error.h"
 
-using cohort::EnvMap;
-using cohort::world_from_env;
+using cohort::comm::EnvMap;
+using cohort::comm::world_from_env;
 
 TEST(WorldInfo, NoLauncherIsOneProcess) {
   const auto w = world_from_env({});
@@ -75,10 +75,10 @@ TEST(WorldInfo, Slurm) {
 }
 
 TEST(WorldInfo, SlurmNodeLists) {
-  EXPECT_EQ(cohort::first_slurm_host("node01"), "node01");
-  EXPECT_EQ(cohort::first_slurm_host("node[03-05,9],gpu1"), "node03");
-  EXPECT_EQ(cohort::first_slurm_host("a,b"), "a");
-  EXPECT_EQ(cohort::first_slurm_host("rack1-n[12,14]"), "rack1-n12");
+  EXPECT_EQ(cohort::comm::first_slurm_host("node01"), "node01");
+  EXPECT_EQ(cohort::comm::first_slurm_host("node[03-05,9],gpu1"), "node03");
+  EXPECT_EQ(cohort::comm::first_slurm_host("a,b"), "a");
+  EXPECT_EQ(cohort::comm::first_slurm_host("rack1-n[12,14]"), "rack1-n12");
 }
 
 TEST(WorldInfo, OpenMpi) {

@@ -236,7 +236,7 @@ TEST(Jpeg, RegionDecodeEqualsCropOfFullDecode) {
       JpegDecoder dec;
       std::vector<CropBox> regions = {CropBox{53, 37, 77, 101}, CropBox{0, 1, 5, 9},
                                       CropBox{9, 17, full.height - 9, 33}, CropBox{30, 0, 100, full.width}};
-      Rng rng(mix_seed(m, progressive));
+      util::Rng rng(util::mix_seed(m, progressive));
       for (int k = 0; k < 12; ++k) {
         CropBox r;
         r.width = 1 + static_cast<int>(rng.uniform_int(full.width));
@@ -279,7 +279,7 @@ TEST(Jpeg, CorruptInputsAreDataErrors) {
   const std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 0, 0, 0, 13, 'I',  'H',  'D',  'R', 0,
                                     0,    1,   0,   0,   0,    1,    0,    8,    2, 0, 0, 0,  0x12, 0x34, 0x56, 0x78};
   expect_data_error(png, "PNG");
-  Rng rng(123);
+  util::Rng rng(123);
   std::vector<uint8_t> noise(4096);
   for (auto& b : noise) b = static_cast<uint8_t>(rng.next_u64());
   expect_data_error(noise, "random bytes");
@@ -326,7 +326,7 @@ TEST(Jpeg, CorruptInputsAreDataErrors) {
 TEST(ImageTransforms, RandomResizedCropParams) {
   for (auto [w, h] : {std::pair{500, 375}, std::pair{375, 500}, std::pair{224, 224}, std::pair{1000, 300}}) {
     for (uint64_t seed = 0; seed < 2000; ++seed) {
-      Rng rng(mix_seed(seed, w, h));
+      util::Rng rng(util::mix_seed(seed, w, h));
       const CropBox b = random_resized_crop_params(w, h, rng, 0.08, 1.0, 3.0 / 4, 4.0 / 3);
       ASSERT_GE(b.top, 0);
       ASSERT_GE(b.left, 0);
@@ -343,7 +343,7 @@ TEST(ImageTransforms, RandomResizedCropParams) {
     }
   }
   // No try fits a 1000x10 strip: torchvision's fallback is the central crop at the largest ratio.
-  Rng rng(1);
+  util::Rng rng(1);
   CropBox b = random_resized_crop_params(1000, 10, rng, 0.08, 1.0, 3.0 / 4, 4.0 / 3);
   EXPECT_EQ(b.top, 0);
   EXPECT_EQ(b.height, 10);
@@ -392,7 +392,7 @@ TEST(ImageTransforms, TrainIsDeterministicBySeedAndFlips) {
   std::vector<float> a(3 * 224 * 224), b(a.size());
   int flips = 0;
   for (uint64_t i = 0; i < 16; ++i) {
-    const uint64_t seed = mix_seed(42, 3, i);
+    const uint64_t seed = util::mix_seed(42, 3, i);
     const TransformTrace ta = train_transform(jpg.data(), jpg.size(), seed, o, a.data());
     const TransformTrace tb = train_transform(jpg.data(), jpg.size(), seed, o, b.data());
     EXPECT_EQ(a, b);

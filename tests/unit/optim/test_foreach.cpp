@@ -115,7 +115,7 @@ TEST(ForeachSgd, EqualsTheLoopBitwiseOnCpu) { sgd_cases(c10::Device("cpu"), 0); 
 
 TEST(ForeachAdamW, EqualsTheLoopOnCpu) {
   // LibTorch 1.13 has no _foreach_lerp_, so the first moment is rounded once more there: 1e-7.
-  adamw_cases(c10::Device("cpu"), cohort::compat::kTorchMajor >= 2 ? 0 : 1e-7);
+  adamw_cases(c10::Device("cpu"), cohort::util::compat::kTorchMajor >= 2 ? 0 : 1e-7);
 }
 
 TEST(ForeachSgd, EqualsTheLoopWithin1e7OnCuda) {

@@ -10,8 +10,8 @@
 
 namespace cohort::testing {
 
-inline void save_shards(Strategy& strategy, int64_t step, int world, const std::filesystem::path& dir,
-                        Communicator& comm) {
+inline void save_shards(parallel::Strategy& strategy, int64_t step, int world, const std::filesystem::path& dir,
+                        comm::Communicator& comm) {
   auto st = strategy.save_state();
   checkpoint::TrainState ts;
   ts.step = step;

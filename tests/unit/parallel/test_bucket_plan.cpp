@@ -4,8 +4,8 @@
 
 #include "cohort/parallel/BucketPlan.h"
 
-using cohort::ParamSpec;
-using cohort::plan_buckets;
+using cohort::parallel::ParamSpec;
+using cohort::parallel::plan_buckets;
 
 TEST(BucketPlan, ReverseOrderFirstBucketSmall) {
   // 10 float params of 100 elements (400 B). First cap 800 B, then 2000 B.

@@ -17,8 +17,8 @@ using cohort::testing::run_ranks;
 namespace {
 
 // One bucket holding gradients of the given shapes, as the reducer builds it.
-GradBucket make_bucket(const std::vector<std::vector<int64_t>>& shapes) {
-  GradBucket b;
+parallel::ddp::GradBucket make_bucket(const std::vector<std::vector<int64_t>>& shapes) {
+  parallel::ddp::GradBucket b;
   int64_t total = 0;
   for (const auto& s : shapes) total += c10::multiply_integers(s);
   b.buffer = at::zeros({total});
@@ -46,13 +46,13 @@ at::Tensor average(int world, int step, int64_t numel) {
 }
 
 // Runs one synchronized step of `hook` on `bucket` filled with this rank's gradient.
-void step_hook(CommHook& hook, Communicator& comm, GradBucket& bucket, int step) {
+void step_hook(parallel::ddp::CommHook& hook, comm::Communicator& comm, parallel::ddp::GradBucket& bucket, int step) {
   bucket.buffer.copy_(gradient(comm.rank(), step, bucket.buffer.numel()));
   hook.run(comm, bucket)->wait();
   hook.end_of_backward();
 }
 
-void expect_same_on_every_rank(Communicator& comm, const at::Tensor& t) {
+void expect_same_on_every_rank(comm::Communicator& comm, const at::Tensor& t) {
   auto all = at::zeros({comm.size(), t.numel()});
   comm.all_gather(all, t.reshape(-1).contiguous(), "check")->wait();
   for (int r = 1; r < comm.size(); ++r) EXPECT_TRUE(at::equal(all[0], all[r])) << "rank " << r << " differs";
@@ -63,9 +63,9 @@ const std::vector<std::vector<int64_t>> kShapes{{6, 4}, {5}, {3, 2, 2, 2}, {16, 
 }  // namespace
 
 TEST(PowerSgdPlan, CompressesOnlyWhereItPays) {
-  PowerSgdOptions o;
+  parallel::compress::PowerSgdOptions o;
   o.rank = 2;
-  const auto plan = plan_matrices({{64, 32, 3, 3}, {10}, {4, 4}, {0}}, o);
+  const auto plan = parallel::compress::plan_matrices({{64, 32, 3, 3}, {10}, {4, 4}, {0}}, o);
   ASSERT_EQ(plan.size(), 4u);
   EXPECT_EQ(plan[0].n, 64);
   EXPECT_EQ(plan[0].m, 288);  // conv kernels as [out, in * kh * kw]
@@ -74,22 +74,22 @@ TEST(PowerSgdPlan, CompressesOnlyWhereItPays) {
   EXPECT_FALSE(plan[1].compress);  // a vector never pays
   EXPECT_FALSE(plan[2].compress);  // (4 + 4) x 2 x 2 >= 16
   EXPECT_FALSE(plan[3].compress);
-  EXPECT_EQ(compressed_numel(plan), (64 + 288) * 2 + 10 + 16);
+  EXPECT_EQ(parallel::compress::compressed_numel(plan), (64 + 288) * 2 + 10 + 16);
   o.min_compression_rate = 0.5;
-  EXPECT_TRUE(plan_matrices({{4, 4}}, o)[0].compress);
+  EXPECT_TRUE(parallel::compress::plan_matrices({{4, 4}}, o)[0].compress);
   o.rank = 100;  // the rank is capped by the matrix
-  EXPECT_EQ(plan_matrices({{6, 4}}, o)[0].r, 4);
+  EXPECT_EQ(parallel::compress::plan_matrices({{6, 4}}, o)[0].r, 4);
 }
 
 TEST(PowerSgd, EqualsPlainAllReduceWhenRankCoversTheMatrix) {
   SKIP_WITHOUT_GLOO();
   for (int world : {2, 3}) {
-    run_ranks(world, [&](int rank, CommunicatorPtr comm) {
-      PowerSgdOptions o;
+    run_ranks(world, [&](int rank, comm::CommunicatorPtr comm) {
+      parallel::compress::PowerSgdOptions o;
       o.rank = 16;  // >= every smaller dimension
       o.start_iter = 0;
       o.min_compression_rate = 0;  // compress everything, vectors too (as n x 1)
-      PowerSgdHook hook(o);
+      parallel::compress::PowerSgdHook hook(o);
       auto bucket = make_bucket(kShapes);
       hook.attach({bucket}, *comm);
       for (int step = 0; step < 3; ++step) {
@@ -106,11 +106,11 @@ TEST(PowerSgd, EqualsPlainAllReduceWhenRankCoversTheMatrix) {
 
 TEST(PowerSgd, ErrorFeedbackKeepsWhatCompressionDropped) {
   SKIP_WITHOUT_GLOO();
-  run_ranks(3, [&](int rank, CommunicatorPtr comm) {
-    PowerSgdOptions o;
+  run_ranks(3, [&](int rank, comm::CommunicatorPtr comm) {
+    parallel::compress::PowerSgdOptions o;
     o.rank = 1;
     o.start_iter = 0;
-    PowerSgdHook hook(o);
+    parallel::compress::PowerSgdHook hook(o);
     auto bucket = make_bucket(kShapes);
     hook.attach({bucket}, *comm);
     auto residual = at::zeros({bucket.buffer.numel()});
@@ -122,8 +122,8 @@ TEST(PowerSgd, ErrorFeedbackKeepsWhatCompressionDropped) {
       EXPECT_TRUE(at::allclose(bucket.buffer + err, g + residual, 1e-5, 1e-5)) << "step " << step;
       // Across ranks: compressed average + mean residual = the true average of what was sent.
       auto sent = (g + residual).clone(), kept = err.clone();
-      comm->all_reduce(sent, ReduceOp::kSum, "check sent")->wait();
-      comm->all_reduce(kept, ReduceOp::kSum, "check kept")->wait();
+      comm->all_reduce(sent, comm::ReduceOp::kSum, "check sent")->wait();
+      comm->all_reduce(kept, comm::ReduceOp::kSum, "check kept")->wait();
       EXPECT_TRUE(at::allclose(bucket.buffer + kept / 3, sent / 3, 1e-5, 1e-5)) << "step " << step;
       // Rank 1 compression loses something: the residual is not zero for the compressed matrices.
       EXPECT_GT(err.abs().sum().item<float>(), 0.0f);
@@ -135,11 +135,11 @@ TEST(PowerSgd, ErrorFeedbackKeepsWhatCompressionDropped) {
 
 TEST(PowerSgd, PlainAllReduceBeforeStartIterThenFewerBytes) {
   SKIP_WITHOUT_GLOO();
-  run_ranks(2, [&](int rank, CommunicatorPtr comm) {
-    PowerSgdOptions o;
+  run_ranks(2, [&](int rank, comm::CommunicatorPtr comm) {
+    parallel::compress::PowerSgdOptions o;
     o.rank = 1;
     o.start_iter = 2;
-    PowerSgdHook hook(o);
+    parallel::compress::PowerSgdHook hook(o);
     auto bucket = make_bucket(kShapes);
     hook.attach({bucket}, *comm);
     const int64_t dense = bucket.buffer.numel() * 4;
@@ -149,25 +149,25 @@ TEST(PowerSgd, PlainAllReduceBeforeStartIterThenFewerBytes) {
       EXPECT_TRUE(at::allclose(bucket.buffer, average(2, step, bucket.buffer.numel()), 1e-6, 1e-6));
     }
     step_hook(hook, *comm, bucket, 2);
-    const auto plan = plan_matrices(kShapes, o);
-    EXPECT_EQ(bucket.wire_bytes, compressed_numel(plan) * 4);
+    const auto plan = parallel::compress::plan_matrices(kShapes, o);
+    EXPECT_EQ(bucket.wire_bytes, parallel::compress::compressed_numel(plan) * 4);
     EXPECT_LT(bucket.wire_bytes, dense);
   });
 }
 
 TEST(PowerSgd, StateDictResumesBitForBit) {
   SKIP_WITHOUT_GLOO();
-  run_ranks(2, [&](int rank, CommunicatorPtr comm) {
-    PowerSgdOptions o;
+  run_ranks(2, [&](int rank, comm::CommunicatorPtr comm) {
+    parallel::compress::PowerSgdOptions o;
     o.rank = 2;
     o.start_iter = 1;
-    PowerSgdHook original(o);
+    parallel::compress::PowerSgdHook original(o);
     auto a = make_bucket(kShapes);
     original.attach({a}, *comm);
     for (int step = 0; step < 3; ++step) step_hook(original, *comm, a, step);
     const auto state = original.state_dict(*comm);
 
-    PowerSgdHook resumed(o);
+    parallel::compress::PowerSgdHook resumed(o);
     auto b = make_bucket(kShapes);
     resumed.attach({b}, *comm);
     resumed.load_state_dict(state, *comm);
@@ -183,8 +183,8 @@ TEST(PowerSgd, StateDictResumesBitForBit) {
 TEST(LowPrecisionHook, AveragesInSixteenBitsAndSendsHalfTheBytes) {
   SKIP_WITHOUT_GLOO();
   for (auto dtype : {at::kHalf, at::kBFloat16}) {
-    run_ranks(3, [&](int rank, CommunicatorPtr comm) {
-      LowPrecisionHook hook(dtype);
+    run_ranks(3, [&](int rank, comm::CommunicatorPtr comm) {
+      parallel::compress::LowPrecisionHook hook(dtype);
       auto bucket = make_bucket(kShapes);
       hook.attach({bucket}, *comm);
       step_hook(hook, *comm, bucket, 0);
@@ -207,16 +207,16 @@ TEST(PowerSgd, DdpRanksEndEveryStepWithIdenticalParameters) {
   }
   std::vector<at::Tensor> inputs;
   for (int i = 0; i < 2 * 6; ++i) inputs.push_back(torch::randn({4, 1, 8, 8}));
-  run_ranks(2, [&](int rank, CommunicatorPtr comm) {
+  run_ranks(2, [&](int rank, comm::CommunicatorPtr comm) {
     auto net = nets[rank];
-    DdpOptions opts;
+    parallel::ddp::DdpOptions opts;
     opts.bucket_mb = 0.001;  // several buckets
     opts.first_bucket_mb = 0.001;
-    DistributedDataParallel ddp(net.ptr(), comm, opts);
-    PowerSgdOptions o;
+    parallel::ddp::DistributedDataParallel ddp(net.ptr(), comm, opts);
+    parallel::compress::PowerSgdOptions o;
     o.rank = 2;
     o.start_iter = 2;
-    ddp.set_comm_hook(std::make_shared<PowerSgdHook>(o));
+    ddp.set_comm_hook(std::make_shared<parallel::compress::PowerSgdHook>(o));
     torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int step = 0; step < 6; ++step) {
       opt.zero_grad();

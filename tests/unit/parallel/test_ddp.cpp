@@ -8,9 +8,9 @@
 #include "cohort/util/Error.h"
 #include "unit/ThreadRanks.h"
 
-using cohort::CommunicatorPtr;
-using cohort::DdpOptions;
-using cohort::DistributedDataParallel;
+using cohort::comm::CommunicatorPtr;
+using cohort::parallel::ddp::DdpOptions;
+using cohort::parallel::ddp::DistributedDataParallel;
 using cohort::testing::run_ranks;
 
 namespace {

@@ -20,8 +20,8 @@
 #include "cohort/util/Error.h"
 #include "unit/ThreadRanks.h"
 
-using cohort::CommunicatorPtr;
 using cohort::TrainConfig;
+using cohort::comm::CommunicatorPtr;
 using cohort::testing::run_ranks;
 
 namespace {
@@ -66,9 +66,9 @@ TrainConfig config_for(const Spec& spec) {
 
 // The full parameters (ddp's own, or gathered from the shards), then this rank's optimizer state as a
 // checkpoint holds it (the sharded strategies': its slices, masters first).
-std::vector<at::Tensor> parameters_then_state(cohort::Strategy& strategy, torch::nn::Module& model) {
+std::vector<at::Tensor> parameters_then_state(cohort::parallel::Strategy& strategy, torch::nn::Module& model) {
   std::vector<at::Tensor> out;
-  if (auto* sharded = dynamic_cast<cohort::ShardedStrategy*>(&strategy))
+  if (auto* sharded = dynamic_cast<cohort::parallel::shard::ShardedStrategy*>(&strategy))
     for (const auto& [name, t] : sharded->full_parameters()) out.push_back(t);
   else
     for (const auto& p : model.parameters()) out.push_back(p.detach().clone());
@@ -137,7 +137,8 @@ double max_abs_diff(const std::vector<std::vector<at::Tensor>>& a, const std::ve
 
 // Two ranks under optim.in_backward with equal models, after build_optimizer: body(model, strategy, loss),
 // where loss() is the rank's loss on its half of step 0's batch.
-using OneStep = std::function<void(cohort::models::Classifier&, cohort::Strategy&, const std::function<at::Tensor()>&)>;
+using OneStep =
+    std::function<void(cohort::models::Classifier&, cohort::parallel::Strategy&, const std::function<at::Tensor()>&)>;
 void on_two_ranks(const OneStep& body, const std::string& strategy = "ddp") {
   Spec spec{true};
   spec.strategy = strategy;
@@ -173,7 +174,7 @@ void delay_last_gradient(torch::nn::Module& model) {
   });
 }
 
-double figure(const cohort::Strategy& strategy, const std::string& name) {
+double figure(const cohort::parallel::Strategy& strategy, const std::string& name) {
   for (const auto& [n, value] : strategy.figures())
     if (n == name) return value;
   return -1;
@@ -238,7 +239,7 @@ TEST(InBackward, ShardedWithAccumulationItStepsOnTheLastMicroBatchOnly) {
 TEST(InBackward, ShardedSlicesAreSteppedDuringBackwardAndTheStepGathersThem) {
   SKIP_WITHOUT_GLOO();
   on_two_ranks(
-      [](cohort::models::Classifier& model, cohort::Strategy& strategy, const auto& loss) {
+      [](cohort::models::Classifier& model, cohort::parallel::Strategy& strategy, const auto& loss) {
         delay_last_gradient(model);
         const auto before = weights(model);
         strategy.prepare_step(0.05, {});
@@ -260,7 +261,7 @@ TEST(InBackward, AShardedNonFiniteSliceStopsTheStepOnEveryRank) {
   SKIP_WITHOUT_GLOO();
   for (const std::string strategy : {"zero1", "fsdp"})
     on_two_ranks(
-        [&](cohort::models::Classifier& model, cohort::Strategy& s, const auto& loss) {
+        [&](cohort::models::Classifier& model, cohort::parallel::Strategy& s, const auto& loss) {
           // The first parameter's unit is reduced last, and only one rank's slice holds it.
           model.parameters().front().register_hook(
               [](at::Tensor g) { return g * std::numeric_limits<float>::quiet_NaN(); });
@@ -275,7 +276,7 @@ TEST(InBackward, AShardedNonFiniteSliceStopsTheStepOnEveryRank) {
 
 TEST(InBackward, TheParametersMoveDuringBackwardAndStepOnlyClearsTheGradients) {
   SKIP_WITHOUT_GLOO();
-  on_two_ranks([](cohort::models::Classifier& model, cohort::Strategy& strategy, const auto& loss) {
+  on_two_ranks([](cohort::models::Classifier& model, cohort::parallel::Strategy& strategy, const auto& loss) {
     delay_last_gradient(model);
     const auto before = weights(model);
     strategy.prepare_step(0.05, {});
@@ -296,7 +297,7 @@ TEST(InBackward, TheParametersMoveDuringBackwardAndStepOnlyClearsTheGradients) {
 
 TEST(InBackward, ANonFiniteBucketStopsTheStepAndTheResultSaysTheEarlierBucketsMoved) {
   SKIP_WITHOUT_GLOO();
-  on_two_ranks([](cohort::models::Classifier& model, cohort::Strategy& strategy, const auto& loss) {
+  on_two_ranks([](cohort::models::Classifier& model, cohort::parallel::Strategy& strategy, const auto& loss) {
     // The first parameter's gradient comes last in backward, so it is in the last bucket.
     auto first = model.parameters().front();
     first.register_hook([](at::Tensor g) { return g * std::numeric_limits<float>::quiet_NaN(); });

@@ -7,8 +7,8 @@
 #include "cohort/parallel/shard/ShardPlan.h"
 #include "cohort/util/Error.h"
 
-using cohort::shard::ParamSpec;
-using cohort::shard::ShardPlan;
+using cohort::parallel::shard::ParamSpec;
+using cohort::parallel::shard::ShardPlan;
 
 namespace {
 

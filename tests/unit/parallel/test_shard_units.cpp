@@ -9,8 +9,8 @@
 #include "cohort/util/Error.h"
 #include "unit/ThreadRanks.h"
 
-using cohort::shard::ParamSpec;
-using cohort::shard::plan_units;
+using cohort::parallel::shard::ParamSpec;
+using cohort::parallel::shard::plan_units;
 
 namespace {
 
@@ -31,8 +31,8 @@ TEST(ShardUnits, ZeroBucketsHoldOneDtypeAndAreSizedInBytes) {
   torch::nn::Module any;
   const std::vector<ParamSpec> specs = {{"p0", {60}, at::kHalf},  {"p1", {60}, at::kFloat}, {"p2", {60}, at::kHalf},
                                         {"p3", {60}, at::kFloat}, {"p4", {60}, at::kHalf},  {"p5", {60}, at::kHalf}};
-  cohort::ShardedOptions o;
-  o.stage = cohort::ShardStage::kZero2;
+  cohort::parallel::shard::ShardedOptions o;
+  o.stage = cohort::parallel::shard::ShardStage::kZero2;
   o.bucket_mb = 400.0 / (1 << 20);  // 400 bytes: 100 float32 elements, 200 fp16 ones
   const auto layout = plan_units(any, specs, o);
   // The bucketer's units: backward order, one open unit per dtype, each closed once it holds 400 bytes
@@ -49,8 +49,8 @@ TEST(ShardUnits, FsdpSplitsABlockByDtypeAndKeepsEmptyBlocks) {
                                         {"blocks.0.w", {4}, at::kHalf},
                                         {"blocks.0.bn", {4}, at::kFloat},
                                         {"blocks.1.w", {5}, at::kHalf}};
-  cohort::ShardedOptions o;
-  o.stage = cohort::ShardStage::kFsdp;
+  cohort::parallel::shard::ShardedOptions o;
+  o.stage = cohort::parallel::shard::ShardStage::kFsdp;
   const auto layout = plan_units(model, specs, o);
   const std::vector<std::vector<size_t>> units = {{0}, {1}, {2}, {3}, {}};
   const std::vector<std::vector<size_t>> blocks = {{0}, {1, 2}, {3}, {4}};  // the root, then blocks 0..2
@@ -61,9 +61,9 @@ TEST(ShardUnits, FsdpSplitsABlockByDtypeAndKeepsEmptyBlocks) {
 TEST(ShardUnits, ReplicasWithAnotherDtypeAreNamed) {
   SKIP_WITHOUT_GLOO();
   try {
-    cohort::testing::run_ranks(2, [](int rank, cohort::CommunicatorPtr comm) {
+    cohort::testing::run_ranks(2, [](int rank, cohort::comm::CommunicatorPtr comm) {
       const auto w = at::zeros({4}, rank == 0 ? at::kFloat : at::kHalf);
-      cohort::check_replicas_match({{"w"}, {w}}, *comm, "zero2");
+      cohort::parallel::check_replicas_match({{"w"}, {w}}, *comm, "zero2");
     });
     FAIL() << "ranks with different dtypes passed the check";
   } catch (const cohort::CommError& e) {

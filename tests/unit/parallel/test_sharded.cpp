@@ -25,10 +25,10 @@
 #include "unit/parallel/SaveShards.h"
 
 namespace fs = std::filesystem;
-using cohort::CommunicatorPtr;
 using cohort::TrainConfig;
-using cohort::shard::ParamSpec;
-using cohort::shard::ShardPlan;
+using cohort::comm::CommunicatorPtr;
+using cohort::parallel::shard::ParamSpec;
+using cohort::parallel::shard::ShardPlan;
 using cohort::testing::run_ranks;
 
 namespace {
@@ -119,7 +119,7 @@ RunResult train(const RunSpec& spec) {
       out.losses[rank].push_back(loss_sum);
       out.norms[rank].push_back(strategy->step(cfg.optim.lr, {spec.clip, false}).grad_norm);
     }
-    if (auto* sharded = dynamic_cast<cohort::ShardedStrategy*>(strategy.get())) {
+    if (auto* sharded = dynamic_cast<cohort::parallel::shard::ShardedStrategy*>(strategy.get())) {
       out.params[rank] = sharded->full_parameters();
       if (!spec.save_dir.empty())
         cohort::testing::save_shards(*strategy, spec.first_step + spec.steps, spec.world, spec.save_dir, *comm);
@@ -238,7 +238,7 @@ TEST(ShardedParity, AirbenchNormLrScaleAndWhiteningFreezeMatchDdp) {
         losses[rank].push_back(loss.item<double>());
         strategy_ptr->step(cfg.optim.lr, {});
       }
-      if (auto* sh = dynamic_cast<cohort::ShardedStrategy*>(strategy_ptr.get()))
+      if (auto* sh = dynamic_cast<cohort::parallel::shard::ShardedStrategy*>(strategy_ptr.get()))
         params[rank] = sh->full_parameters();
       else
         for (const auto& p : models[rank]->named_parameters())
@@ -263,7 +263,7 @@ TEST(ShardedParity, PlansPadUnitsThatDoNotDivideByTheWorldSize) {
   for (const auto& p : model->named_parameters()) specs.push_back({p.key(), p.value().sizes().vec()});
   const auto cap = static_cast<int64_t>(cfg.dist.bucket_mb * (1 << 20));
   std::vector<std::vector<size_t>> units;
-  for (const auto& b : cohort::plan_buckets(specs, cap, cap)) units.push_back(b.params);
+  for (const auto& b : cohort::parallel::plan_buckets(specs, cap, cap)) units.push_back(b.params);
   EXPECT_GT(units.size(), 3u);
   for (int world : {3, 4}) {
     ShardPlan plan(specs, units, world);
@@ -359,7 +359,8 @@ TEST(ShardedParity, AnInfInOneRanksSliceSkipsTheStepOnEveryRank) {
       auto strategy_ptr = cohort::train::make_strategy(cfg, model, comm);
       strategy_ptr->build_optimizer(cfg.optim);
       auto params_now = [&] {
-        if (auto* s = dynamic_cast<cohort::ShardedStrategy*>(strategy_ptr.get())) return s->full_parameters();
+        if (auto* s = dynamic_cast<cohort::parallel::shard::ShardedStrategy*>(strategy_ptr.get()))
+          return s->full_parameters();
         std::vector<std::pair<std::string, at::Tensor>> out;
         for (const auto& p : model->named_parameters()) out.emplace_back(p.key(), p.value().detach().clone());
         return out;
@@ -421,7 +422,7 @@ TEST(Fsdp, FreesEachUnitsFullParametersAfterItsForwardAndBackward) {
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
     auto model = models[rank];
     auto strategy = cohort::train::make_strategy(cfg, model, comm);
-    auto* fsdp = dynamic_cast<cohort::ShardedStrategy*>(strategy.get());
+    auto* fsdp = dynamic_cast<cohort::parallel::shard::ShardedStrategy*>(strategy.get());
     ASSERT_NE(fsdp, nullptr);
     strategy->build_optimizer(cfg.optim);
     const auto& plan = fsdp->plan();
@@ -467,7 +468,7 @@ TEST(Fsdp, PrefetchesTheNextUnitsGatherInForwardAndInBackward) {
   std::vector<std::vector<std::string>> traces(2);
   run_ranks(2, [&](int rank, CommunicatorPtr comm) {
     auto strategy = cohort::train::make_strategy(cfg, models[rank], comm);
-    auto* fsdp = dynamic_cast<cohort::ShardedStrategy*>(strategy.get());
+    auto* fsdp = dynamic_cast<cohort::parallel::shard::ShardedStrategy*>(strategy.get());
     strategy->build_optimizer(cfg.optim);
     fsdp->set_tracing(true);
     auto loss = models[rank]->forward(all_data()[0].x.narrow(0, rank * 12, 12)).logsumexp(1).mean();

@@ -22,7 +22,7 @@
 #include "unit/parallel/SaveShards.h"
 
 namespace fs = std::filesystem;
-using cohort::CommunicatorPtr;
+using cohort::comm::CommunicatorPtr;
 using cohort::testing::run_ranks;
 
 namespace {
@@ -151,7 +151,7 @@ Result train(const Spec& spec) {
       const auto r = strategy->step(cfg.optim.lr, {spec.clip, true, kScale});
       EXPECT_FALSE(r.skipped) << spec.strategy << " step " << s;
     }
-    if (auto* sharded = dynamic_cast<cohort::ShardedStrategy*>(strategy.get())) {
+    if (auto* sharded = dynamic_cast<cohort::parallel::shard::ShardedStrategy*>(strategy.get())) {
       out.params[rank] = sharded->full_parameters();
       out.shards[rank] = strategy->save_state().shards->params;
       out.shard_numel[rank] = sharded->plan().shard_numel();

@@ -21,7 +21,7 @@ using record::Phase;
 using record::PhaseClock;
 
 void blocked_on_a_collective(std::chrono::milliseconds ms) {
-  const CollectiveWaitTimer blocked;
+  const comm::CollectiveWaitTimer blocked;
   std::this_thread::sleep_for(ms);
 }
 

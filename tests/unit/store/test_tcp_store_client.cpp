@@ -58,7 +58,7 @@ TEST(TcpStoreWire, QueriesAreLengthPrefixedLittleEndian) {
 
 // c10d's own server, of the LibTorch this binary is built with. `libuv` asks 2.x for its libuv server.
 c10::intrusive_ptr<c10d::TCPStore> c10d_server(bool libuv = false) {
-  auto opts = compat::tcp_store_options(0, /*is_server=*/true, 1, 30s);
+  auto opts = util::compat::tcp_store_options(0, /*is_server=*/true, 1, 30s);
 #if TORCH_VERSION_MAJOR >= 2
   opts.useLibUV = libuv;
 #else
@@ -68,7 +68,7 @@ c10::intrusive_ptr<c10d::TCPStore> c10d_server(bool libuv = false) {
 }
 
 TcpStoreProtocol expected_protocol() {
-  return compat::kTorchMajor >= 2 ? TcpStoreProtocol::kValidated : TcpStoreProtocol::kLegacy;
+  return util::compat::kTorchMajor >= 2 ? TcpStoreProtocol::kValidated : TcpStoreProtocol::kLegacy;
 }
 
 void check_every_operation(c10d::TCPStore& server) {
@@ -120,20 +120,20 @@ TEST(TcpStoreClient, SpeaksTheProtocolOfTheLibTorchItIsBuiltWith) {
   // Against 1.13's server the probe makes that server try a half-exabyte allocation, in this process. A
   // sanitizer's allocator reports that and ends the process, where the real one throws and the server
   // goes on (Note [c10d's two store protocols]); the plain build runs this test.
-  if (kSanitized && compat::kTorchMajor < 2)
+  if (kSanitized && util::compat::kTorchMajor < 2)
     GTEST_SKIP() << "under a sanitizer, LibTorch 1.13's in-process server cannot take the probe's failed "
                     "allocation; `make test` runs this test";
   auto server = c10d_server();
   check_every_operation(*server);
   // The probe cost the server nothing: a fresh client of LibTorch's own still works.
-  auto opts = compat::tcp_store_options(server->getPort(), /*is_server=*/false, 1, 5s);
+  auto opts = util::compat::tcp_store_options(server->getPort(), /*is_server=*/false, 1, 5s);
   c10d::TCPStore theirs("127.0.0.1", opts);
   EXPECT_EQ(theirs.get("from-cohort"), b("1"));
 }
 
 TEST(TcpStoreClient, SpeaksToTheLibuvServerOfLibTorch2) {
-  if (compat::kTorchMajor < 2)
-    GTEST_SKIP() << "LibTorch " << compat::kTorchMajor << "." << compat::kTorchMinor
+  if (util::compat::kTorchMajor < 2)
+    GTEST_SKIP() << "LibTorch " << util::compat::kTorchMajor << "." << util::compat::kTorchMinor
                  << " has no libuv server; tests/reference/torchrun.py covers 2.14's";
   c10::intrusive_ptr<c10d::TCPStore> server;
   try {

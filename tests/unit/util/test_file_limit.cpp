@@ -56,13 +56,13 @@ TEST(FileLimit, ARendezvousTooLargeForTheLimitStopsAtOnceAndSaysWhatToRaise) {
   if (pid == 0) {
     rlimit low{256, 256};
     if (setrlimit(RLIMIT_NOFILE, &low) != 0) _exit(2);
-    cohort::WorldInfo info;
+    cohort::comm::WorldInfo info;
     info.rank = 7;
     info.world_size = 1024;
     info.master_addr = "127.0.0.1";
     info.master_port = 1;  // nothing listens there: reaching it would fail differently
     try {
-      cohort::rendezvous(info, "gloo", std::chrono::seconds(5));
+      cohort::comm::rendezvous(info, "gloo", std::chrono::seconds(5));
     } catch (const cohort::CommError& e) {
       const std::string what = e.what(), hint = e.hint();
       const bool named = what.find("rank 7 of 1024 needs about 1087 open files") != std::string::npos &&

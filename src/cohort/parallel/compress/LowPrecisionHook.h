@@ -1,7 +1,7 @@
 // Gradient compression by precision: each bucket is all-reduced in float16 or bfloat16 instead of
 // float32, halving the bytes on the wire (PyTorch's fp16_compress_hook / bf16_compress_hook).
 //
-//   ddp.set_comm_hook(std::make_shared<cohort::LowPrecisionHook>(at::kHalf));
+//   ddp.set_comm_hook(std::make_shared<cohort::parallel::compress::LowPrecisionHook>(at::kHalf));
 //
 // See Note [Where gradients are divided by world size]: the bucket is divided before it is cast, so
 // the sum of W averaged fp16 gradients cannot overflow where one gradient did not.
@@ -12,18 +12,19 @@
 #include <c10/core/ScalarType.h>
 
 #include "cohort/parallel/ddp/CommHook.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::parallel::compress {
 
-class LowPrecisionHook : public CommHook {
+class LowPrecisionHook : public parallel::ddp::CommHook {
  public:
   // wire: at::kHalf or at::kBFloat16.
   explicit LowPrecisionHook(c10::ScalarType wire);
   std::string name() const override;
-  HandlePtr run(Communicator& comm, GradBucket& bucket) override;
+  comm::HandlePtr run(comm::Communicator& comm, parallel::ddp::GradBucket& bucket) override;
 
  private:
   c10::ScalarType wire_;
 };
 
-}  // namespace cohort
+}  // namespace cohort::parallel::compress

@@ -7,7 +7,7 @@
 #include "cohort/util/Error.h"
 #include "cohort/util/Rng.h"
 
-namespace cohort {
+namespace cohort::parallel::compress {
 namespace {
 
 // Orthonormal columns spanning the same space, in place. Householder QR (not Gram-Schmidt) so that a
@@ -48,7 +48,7 @@ PowerSgdHook::PowerSgdHook(PowerSgdOptions options) : options_(options) {
                       "use powersgd.rank=1 (PyTorch's default) to 4");
 }
 
-void PowerSgdHook::attach(const std::vector<GradBucket>& buckets, Communicator&) {
+void PowerSgdHook::attach(const std::vector<parallel::ddp::GradBucket>& buckets, comm::Communicator&) {
   buckets_.clear();
   for (const auto& b : buckets) {
     BucketState st;
@@ -73,7 +73,7 @@ void PowerSgdHook::attach(const std::vector<GradBucket>& buckets, Communicator&)
 
 void PowerSgdHook::init_q(size_t bucket, BucketState& st) {
   // Seeded by (seed, bucket, step), never by rank: every rank draws the same Q.
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(options_.seed, bucket, iter_));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(util::mix_seed(options_.seed, bucket, iter_));
   for (auto& q : st.q) {
     q.copy_(at::randn(q.sizes(), gen, q.options().device(at::kCPU)));
     orthogonalize(q);
@@ -81,7 +81,7 @@ void PowerSgdHook::init_q(size_t bucket, BucketState& st) {
   st.q_valid = true;
 }
 
-HandlePtr PowerSgdHook::run(Communicator& comm, GradBucket& bucket) {
+comm::HandlePtr PowerSgdHook::run(comm::Communicator& comm, parallel::ddp::GradBucket& bucket) {
   COHORT_ASSERT(bucket.index < buckets_.size(), "PowerSgdHook::run before attach");
   auto& st = buckets_[bucket.index];
   const std::string what = "gradient bucket " + std::to_string(bucket.index);
@@ -91,7 +91,7 @@ HandlePtr PowerSgdHook::run(Communicator& comm, GradBucket& bucket) {
     // See Note [Where gradients are divided by world size].
     buffer.div_(world);
     bucket.wire_bytes = bytes_of(buffer);
-    return comm.all_reduce(buffer, ReduceOp::kSum, what);
+    return comm.all_reduce(buffer, comm::ReduceOp::kSum, what);
   }
 
   // The residual of last step joins this step's gradient; `input` is what this rank wanted to send.
@@ -124,24 +124,24 @@ HandlePtr PowerSgdHook::run(Communicator& comm, GradBucket& bucket) {
     at::matmul_out(ps.back(), matrices[i], st.q[i]);
     ++i;
   }
-  HandlePtr rest_handle;
+  comm::HandlePtr rest_handle;
   if (rest_flat.defined()) {
     rest_flat.div_(world);  // See Note [Where gradients are divided by world size].
-    rest_handle = comm.all_reduce(rest_flat, ReduceOp::kSum, what + " (uncompressed part)");
+    rest_handle = comm.all_reduce(rest_flat, comm::ReduceOp::kSum, what + " (uncompressed part)");
   }
-  auto p_handle = comm.all_reduce(p_flat, ReduceOp::kSum, what + " (PowerSGD P)");
+  auto p_handle = comm.all_reduce(p_flat, comm::ReduceOp::kSum, what + " (PowerSGD P)");
   bucket.wire_bytes = bytes_of(rest_flat) + bytes_of(p_flat) + bytes_of(st.q_flat);
 
   // The Q stage needs the reduced P, so it runs when the reducer waits on this bucket, after backward.
   // Every rank waits on buckets in the same order, so the Q all-reduces pair up too.
-  return deferred(
+  return comm::deferred(
       [this, &comm, &st, what, world, buffer, input, matrices, rest, rest_flat, p_handle, ps, rest_handle]() mutable {
         p_handle->wait();
         for (size_t i = 0; i < ps.size(); ++i) {
           orthogonalize(ps[i]);
           at::matmul_out(st.q[i], matrices[i].t(), ps[i]);
         }
-        comm.all_reduce(st.q_flat, ReduceOp::kSum, what + " (PowerSGD Q)")->wait();
+        comm.all_reduce(st.q_flat, comm::ReduceOp::kSum, what + " (PowerSGD Q)")->wait();
         st.q_flat.div_(world);
         // M ~ P Q^T: the projection of the average gradient onto P's columns, the same on every rank.
         for (size_t i = 0; i < ps.size(); ++i) at::matmul_out(matrices[i], ps[i], st.q[i].t());
@@ -159,8 +159,8 @@ HandlePtr PowerSgdHook::run(Communicator& comm, GradBucket& bucket) {
       });
 }
 
-HookState PowerSgdHook::state_dict(Communicator& comm) {
-  HookState out;
+parallel::ddp::HookState PowerSgdHook::state_dict(comm::Communicator& comm) {
+  parallel::ddp::HookState out;
   out.emplace_back("powersgd.iteration", at::full({1}, iter_, at::kLong));
   for (size_t b = 0; b < buckets_.size(); ++b) {
     auto& st = buckets_[b];
@@ -184,7 +184,7 @@ HookState PowerSgdHook::state_dict(Communicator& comm) {
   return out;
 }
 
-void PowerSgdHook::load_state_dict(const HookState& state, Communicator& comm) {
+void PowerSgdHook::load_state_dict(const parallel::ddp::HookState& state, comm::Communicator& comm) {
   std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
   auto take = [&](const std::string& key) -> at::Tensor {
     auto it = by_name.find(key);
@@ -225,4 +225,4 @@ void PowerSgdHook::load_state_dict(const HookState& state, Communicator& comm) {
                  "size, or without error feedback); they start from zero\n";
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel::compress

@@ -2,8 +2,8 @@
 // PyTorch's powerSGD_hook: each matrix-shaped gradient M (n x m; conv kernels as [out, in*kh*kw]) is
 // sent as two thin factors P = M Q (n x r) and Q = M^T P (m x r) instead of n x m values.
 //
-//   cohort::PowerSgdOptions o;  o.rank = 2;  o.start_iter = 300;
-//   ddp.set_comm_hook(std::make_shared<cohort::PowerSgdHook>(o));
+//   cohort::parallel::compress::PowerSgdOptions o;  o.rank = 2;  o.start_iter = 300;
+//   ddp.set_comm_hook(std::make_shared<cohort::parallel::compress::PowerSgdHook>(o));
 //
 // Per bucket and step: add the residual kept from the last step (error feedback); P = M Q with Q from
 // the last step (warm start) or seeded random; all-reduce P; orthogonalize P; Q = M^T P; all-reduce Q;
@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "cohort/parallel/ddp/CommHook.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::parallel::compress {
 
 struct PowerSgdOptions {
   int64_t rank = 1;                   // matrix_approximation_rank
@@ -39,17 +40,17 @@ std::vector<MatrixPlan> plan_matrices(const std::vector<std::vector<int64_t>>& s
 // Values this rank all-reduces per step for these gradients once compression has started.
 int64_t compressed_numel(const std::vector<MatrixPlan>& plan);
 
-class PowerSgdHook : public CommHook {
+class PowerSgdHook : public parallel::ddp::CommHook {
  public:
   explicit PowerSgdHook(PowerSgdOptions options);
   std::string name() const override { return "powersgd"; }
-  void attach(const std::vector<GradBucket>& buckets, Communicator& comm) override;
-  HandlePtr run(Communicator& comm, GradBucket& bucket) override;
+  void attach(const std::vector<parallel::ddp::GradBucket>& buckets, comm::Communicator& comm) override;
+  comm::HandlePtr run(comm::Communicator& comm, parallel::ddp::GradBucket& bucket) override;
   // The P all-reduce's wait launches the Q all-reduce.
   bool wait_issues_collectives() const override { return true; }
   void end_of_backward() override { ++iter_; }
-  HookState state_dict(Communicator& comm) override;
-  void load_state_dict(const HookState& state, Communicator& comm) override;
+  parallel::ddp::HookState state_dict(comm::Communicator& comm) override;
+  void load_state_dict(const parallel::ddp::HookState& state, comm::Communicator& comm) override;
 
   int64_t iteration() const { return iter_; }
   // The residual this rank carries into the next step, per bucket (flat, as the bucket).
@@ -71,4 +72,4 @@ class PowerSgdHook : public CommHook {
   int64_t iter_ = 0;
 };
 
-}  // namespace cohort
+}  // namespace cohort::parallel::compress

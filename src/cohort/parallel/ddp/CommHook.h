@@ -2,8 +2,9 @@
 // hook averages with an all-reduce; fp16/bf16 compression and PowerSGD (parallel/compress/) are other
 // hooks, not other reducers.
 //
-//   class MyHook : public cohort::CommHook {
-//     cohort::HandlePtr run(cohort::Communicator& comm, cohort::GradBucket& b) override { ... }
+//   class MyHook : public cohort::parallel::ddp::CommHook {
+//     cohort::comm::HandlePtr run(cohort::comm::Communicator& comm, cohort::parallel::ddp::GradBucket& b) override {
+//     ... }
 //   };
 //   ddp.set_comm_hook(std::make_shared<MyHook>());
 #pragma once
@@ -16,8 +17,9 @@
 #include <ATen/ATen.h>
 
 #include "cohort/comm/Communicator.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::parallel::ddp {
 
 struct GradBucket {
   size_t index = 0;
@@ -41,10 +43,10 @@ class CommHook {
   virtual std::string name() const = 0;
   // Called once when the hook is installed, with every bucket the reducer will pass to run(): a hook
   // with per-bucket state plans it here, the same on every rank.
-  virtual void attach(const std::vector<GradBucket>& buckets, Communicator& comm) {}
+  virtual void attach(const std::vector<GradBucket>& buckets, comm::Communicator& comm) {}
   // Launches the bucket's communication and returns at once; the reducer waits on the handles in
   // bucket order after backward. Collectives must be issued in the same order on every rank.
-  virtual HandlePtr run(Communicator& comm, GradBucket& bucket) = 0;
+  virtual comm::HandlePtr run(comm::Communicator& comm, GradBucket& bucket) = 0;
   // Whether the handle run() returns issues collectives of its own when waited for (PowerSGD's second
   // all-reduce). Such buckets are waited for only after backward, in bucket order on every rank.
   virtual bool wait_issues_collectives() const { return false; }
@@ -52,8 +54,8 @@ class CommHook {
   virtual void end_of_backward() {}
   // The state a resumed run needs to continue bit for bit. A collective: every rank calls it, at the
   // same point; per-rank state is gathered so that the rank that saves has all of it.
-  virtual HookState state_dict(Communicator& comm) { return {}; }
-  virtual void load_state_dict(const HookState& state, Communicator& comm) {}
+  virtual HookState state_dict(comm::Communicator& comm) { return {}; }
+  virtual void load_state_dict(const HookState& state, comm::Communicator& comm) {}
 };
 
 // Note [Where gradients are divided by world size]
@@ -63,7 +65,7 @@ class CommHook {
 class AllReduceHook : public CommHook {
  public:
   std::string name() const override { return "allreduce"; }
-  HandlePtr run(Communicator& comm, GradBucket& bucket) override;
+  comm::HandlePtr run(comm::Communicator& comm, GradBucket& bucket) override;
 };
 
-}  // namespace cohort
+}  // namespace cohort::parallel::ddp

@@ -9,7 +9,7 @@
 #include "cohort/parallel/ddp/DistributedDataParallel.h"
 #include "cohort/util/Error.h"
 
-namespace cohort {
+namespace cohort::parallel::ddp {
 namespace {
 
 // torch.nn.utils.clip_grad_norm_: scale every gradient by max_norm / (norm + 1e-6) when that is below 1.
@@ -66,7 +66,7 @@ double clip_full_gradients(const std::vector<at::Tensor>& params, double clip_no
 //   non-finite gradient in fp32 or bf16.
 class DdpStrategy : public Strategy {
  public:
-  DdpStrategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, DdpOptions opts,
+  DdpStrategy(std::shared_ptr<torch::nn::Module> model, comm::CommunicatorPtr comm, DdpOptions opts,
               std::shared_ptr<CommHook> hook)
       : model_(model), comm_(comm), ddp_(std::move(model), std::move(comm), opts) {
     ddp_.set_comm_hook(std::move(hook));
@@ -161,7 +161,7 @@ class DdpStrategy : public Strategy {
     r.nonfinite = amp::unscale_and_check(grads, 1.0 / o.loss_scale);
     if (o.skip_nonfinite && comm_->size() > 1) {
       auto flag = at::full({1}, r.nonfinite ? 1.0 : 0.0, at::kDouble);
-      comm_->all_reduce(flag, ReduceOp::kMax, "inf/NaN gradient flag")->wait();
+      comm_->all_reduce(flag, comm::ReduceOp::kMax, "inf/NaN gradient flag")->wait();
       r.nonfinite = flag.item<double>() > 0;
     }
     if (o.clip_norm > 0 && !r.nonfinite) r.grad_norm = clip_full_gradients(params, o.clip_norm);
@@ -216,7 +216,7 @@ class DdpStrategy : public Strategy {
   }
 
   std::shared_ptr<torch::nn::Module> model_;
-  CommunicatorPtr comm_;
+  comm::CommunicatorPtr comm_;
   DistributedDataParallel ddp_;
   amp::MasterWeights masters_;
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -227,9 +227,9 @@ class DdpStrategy : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
+std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<torch::nn::Module> model, comm::CommunicatorPtr comm,
                                             const DdpOptions& options, std::shared_ptr<CommHook> hook) {
   return std::make_unique<DdpStrategy>(std::move(model), std::move(comm), options, std::move(hook));
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel::ddp

@@ -3,8 +3,8 @@
 // (Note [The optimizer inside backward] in DdpStrategy.cpp). The factory (train/StrategyFactory.h) builds
 // its options and hook from the config; the swarm and DiLoCo wrap one as their peer's inner job.
 //
-//   auto strategy = cohort::make_ddp_strategy(model, world.comm, cohort::DdpOptions{},
-//   std::make_shared<cohort::AllReduceHook>()); strategy->build_optimizer(cfg.optim);
+//   auto strategy = cohort::parallel::ddp::make_ddp_strategy(model, world.comm, cohort::parallel::ddp::DdpOptions{},
+//   std::make_shared<cohort::parallel::ddp::AllReduceHook>()); strategy->build_optimizer(cfg.optim);
 #pragma once
 
 #include <memory>
@@ -12,11 +12,12 @@
 #include "cohort/parallel/Strategy.h"
 #include "cohort/parallel/ddp/CommHook.h"
 #include "cohort/parallel/ddp/DistributedDataParallel.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::parallel::ddp {
 
 // Wrapping checks that every rank built the same model and makes rank 0's weights everyone's.
-std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
+std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<torch::nn::Module> model, comm::CommunicatorPtr comm,
                                             const DdpOptions& options, std::shared_ptr<CommHook> hook);
 
-}  // namespace cohort
+}  // namespace cohort::parallel::ddp

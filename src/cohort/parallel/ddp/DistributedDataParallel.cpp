@@ -2,9 +2,9 @@
 
 #include "cohort/util/Error.h"
 
-namespace cohort {
+namespace cohort::parallel::ddp {
 
-DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, CommunicatorPtr comm,
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, comm::CommunicatorPtr comm,
                                                  DdpOptions options)
     : module_(std::move(module)), comm_(std::move(comm)), options_(options) {
   auto trainable = trainable_parameters(*module_, "ddp");
@@ -43,4 +43,4 @@ void DistributedDataParallel::launch_buffer_broadcast() {
   pending_buffers_.launch(std::vector<at::Tensor>(buffers.begin(), buffers.end()), *comm_, "DDP buffers from rank 0");
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel::ddp

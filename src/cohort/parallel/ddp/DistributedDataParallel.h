@@ -2,8 +2,8 @@
 // across ranks during backward, bucket by bucket, so the optimizer steps identically everywhere.
 //
 //   auto net = std::make_shared<MyNet>();
-//   cohort::DistributedDataParallel ddp(net, world.comm);    // checks replicas, broadcasts rank 0's weights
-//   for (auto& batch : my_shard) {
+//   cohort::parallel::ddp::DistributedDataParallel ddp(net, world.comm);    // checks replicas, broadcasts rank 0's
+//   weights for (auto& batch : my_shard) {
 //     auto loss = torch::nn::functional::cross_entropy(net->forward(batch.data), batch.target);
 //     opt.zero_grad(); loss.backward(); opt.step();           // gradients already averaged
 //   }
@@ -19,8 +19,9 @@
 #include "cohort/comm/Communicator.h"
 #include "cohort/parallel/Params.h"
 #include "cohort/parallel/ddp/Reducer.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::parallel::ddp {
 
 struct DdpOptions {
   double bucket_mb = 25.0;
@@ -35,7 +36,8 @@ struct DdpOptions {
 
 class DistributedDataParallel {
  public:
-  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, CommunicatorPtr comm, DdpOptions options = {});
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, comm::CommunicatorPtr comm,
+                          DdpOptions options = {});
 
   // Scope guard: backward passes inside it accumulate gradients locally without communication.
   class NoSync {
@@ -67,11 +69,11 @@ class DistributedDataParallel {
   void launch_buffer_broadcast();
 
   std::shared_ptr<torch::nn::Module> module_;
-  CommunicatorPtr comm_;
+  comm::CommunicatorPtr comm_;
   DdpOptions options_;
   std::vector<std::string> names_;
   std::unique_ptr<Reducer> reducer_;
   FlatBroadcast pending_buffers_;
 };
 
-}  // namespace cohort
+}  // namespace cohort::parallel::ddp

@@ -10,7 +10,7 @@
 #include "cohort/parallel/GradReadyHook.h"
 #include "cohort/util/Error.h"
 
-namespace cohort {
+namespace cohort::parallel::ddp {
 
 // The hooks hold this instead of a raw Reducer pointer: autograd may keep a parameter's accumulator
 // (and so our hook) alive after the Reducer is gone, and a hook must then do nothing.
@@ -20,7 +20,7 @@ struct Reducer::HookState {
   std::function<void(size_t)> fire;  // what the hooks call; locks `mutex`, does nothing once reducer is null
 };
 
-Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, CommunicatorPtr comm,
+Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, comm::CommunicatorPtr comm,
                  ReducerOptions options)
     : params_(std::move(params)),
       names_(std::move(names)),
@@ -92,7 +92,7 @@ void Reducer::on_gradient_ready(size_t index) {
   if (on_bucket_reduced_ && !hook_->wait_issues_collectives()) finish_completed_buckets();
 }
 
-// A test's fault (train/FaultInjection.h): this rank leaves one bucket of one step out, as a rank whose
+// A test's fault (comm/FaultInjection.h): this rank leaves one bucket of one step out, as a rank whose
 // code took another branch would; the ranks' collectives then part (docs/doctor.md).
 void Reducer::read_skip_fault() {
   const char* skip = std::getenv("COHORT_FAULT_SKIP_BUCKET");
@@ -143,7 +143,7 @@ void Reducer::launch(size_t b) {
   if (backwards_ == skip_step_ && static_cast<int64_t>(b) == skip_bucket_) {
     std::cerr << "cohort: rank " << comm_->rank() << " leaves out bucket " << b << "'s all-reduce at step "
               << backwards_ << " (COHORT_FAULT_SKIP_BUCKET)" << std::endl;
-    buckets_[b].handle = deferred([] {});
+    buckets_[b].handle = comm::deferred([] {});
   } else {
     buckets_[b].handle = hook_->run(*comm_, gb);
   }
@@ -211,4 +211,4 @@ void Reducer::finalize() {
   if (after_sync_) after_sync_();
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel::ddp

@@ -2,7 +2,7 @@
 // backward, and each full bucket's all-reduce is launched at once, so communication overlaps the rest
 // of backward. Users meet it through DistributedDataParallel; tests drive it directly.
 //
-//   cohort::Reducer reducer(params, names, comm, cohort::ReducerOptions{});
+//   cohort::parallel::ddp::Reducer reducer(params, names, comm, cohort::parallel::ddp::ReducerOptions{});
 //   loss.backward();   // hooks launch buckets; a callback at the end of backward waits and writes grads
 //
 // The chain of steps (c10d reducer.cpp's shape): hook -> mark_ready(param) -> bucket pending count
@@ -21,8 +21,9 @@
 #include "cohort/comm/Communicator.h"
 #include "cohort/parallel/BucketPlan.h"
 #include "cohort/parallel/ddp/CommHook.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::parallel::ddp {
 
 struct ReducerOptions {
   int64_t bucket_cap_bytes = 25ll << 20;
@@ -47,7 +48,8 @@ struct BackwardTrace {
 
 class Reducer {
  public:
-  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, CommunicatorPtr comm, ReducerOptions options);
+  Reducer(std::vector<at::Tensor> params, std::vector<std::string> names, comm::CommunicatorPtr comm,
+          ReducerOptions options);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -60,7 +62,7 @@ class Reducer {
   // reducer's buckets at once. Install it before the first backward.
   void set_comm_hook(std::shared_ptr<CommHook> hook);
   CommHook& comm_hook() const { return *hook_; }
-  Communicator& communicator() const { return *comm_; }
+  comm::Communicator& communicator() const { return *comm_; }
   // Runs when a synchronized backward begins (its first gradient is ready): the forward that produced
   // the loss is over, so DDP launches its buffer broadcast here and it overlaps the whole backward.
   void set_before_sync(std::function<void()> fn) { before_sync_ = std::move(fn); }
@@ -87,7 +89,7 @@ class Reducer {
     GradBucket grad;  // the flat buffer, its per-parameter views and names, as the hook sees them
     size_t pending = 0;
     bool launched = false;
-    HandlePtr handle;
+    comm::HandlePtr handle;
   };
   struct HookState;  // shared with the autograd hooks, which may outlive the reducer
 
@@ -106,7 +108,7 @@ class Reducer {
 
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
-  CommunicatorPtr comm_;
+  comm::CommunicatorPtr comm_;
   ReducerOptions options_;
   std::vector<BucketSpec> plan_;
   std::vector<Bucket> buckets_;
@@ -125,9 +127,9 @@ class Reducer {
   std::chrono::steady_clock::time_point start_;
   BackwardTrace trace_;
   int64_t backwards_ = 0;  // synchronized backward passes begun
-  // COHORT_FAULT_SKIP_BUCKET=STEP:BUCKET (train/FaultInjection.h): on COHORT_FAULT_RANK, that backward's
+  // COHORT_FAULT_SKIP_BUCKET=STEP:BUCKET (comm/FaultInjection.h): on COHORT_FAULT_RANK, that backward's
   // bucket is not all-reduced. -1: none.
   int64_t skip_step_ = -1, skip_bucket_ = -1;
 };
 
-}  // namespace cohort
+}  // namespace cohort::parallel::ddp

@@ -2,7 +2,7 @@
 
 #include "cohort/util/Error.h"
 
-namespace cohort::shard {
+namespace cohort::parallel::shard {
 namespace {
 
 // Note [Freeing a unit's parameters]
@@ -27,7 +27,7 @@ int64_t bytes_of(const at::Tensor& t) { return t.defined() ? t.numel() * static_
 
 }  // namespace
 
-FlatUnits::FlatUnits(const ShardPlan& plan, const Trainable& trainable, Communicator& comm, UnitOptions options,
+FlatUnits::FlatUnits(const ShardPlan& plan, const Trainable& trainable, comm::Communicator& comm, UnitOptions options,
                      std::string who, UnitTrace* trace)
     : comm_(comm), options_(options), who_(std::move(who)), trace_(trace), rank_(comm.rank()), world_(comm.size()) {
   at::NoGradGuard no_grad;
@@ -136,8 +136,8 @@ void FlatUnits::launch_reduce(size_t u, at::Tensor flat, SyncBytes& bytes) {
   bytes.wire += bytes_of(flat) / world_ * (world_ - 1);
   trace_->note("reduce", u);
   s.reduce_src = flat;
-  s.reduce =
-      comm_.reduce_scatter(s.grad_shard, flat, ReduceOp::kSum, who_ + " unit " + std::to_string(u) + " gradients");
+  s.reduce = comm_.reduce_scatter(s.grad_shard, flat, comm::ReduceOp::kSum,
+                                  who_ + " unit " + std::to_string(u) + " gradients");
 }
 
 bool FlatUnits::reduce_done(size_t u) const { return !units_[u].reduce || units_[u].reduce->is_completed(); }
@@ -175,4 +175,4 @@ StateBytes FlatUnits::state_bytes() const {
   return b;
 }
 
-}  // namespace cohort::shard
+}  // namespace cohort::parallel::shard

@@ -5,7 +5,7 @@
 // go the other way by reduce-scatter. Which units stay gathered, and when they are gathered, freed and
 // reduced, is the strategy's policy (ShardedStrategy.cpp), not this file's.
 //
-//   cohort::shard::FlatUnits units(plan, trainable, comm, {.persistent = false}, "fsdp", &trace);
+//   cohort::parallel::shard::FlatUnits units(plan, trainable, comm, {.persistent = false}, "fsdp", &trace);
 //   units.start_gather(2);  units.ensure_gathered(2);  ...forward...  units.free(2);
 //   units.launch_reduce(2, flat_grad, bytes);  units.wait_reduces();
 #pragma once
@@ -19,8 +19,9 @@
 #include "cohort/parallel/Params.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/parallel/shard/ShardPlan.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort::shard {
+namespace cohort::parallel::shard {
 
 enum class UnitState { kSharded, kGathering, kGathered };
 
@@ -33,7 +34,7 @@ struct FlatUnit {
   at::Tensor flat_grad;    // zero1: the full gradients, which params' .grad are views of
   bool persistent = true;  // stays gathered between steps
   UnitState state = UnitState::kGathered;
-  HandlePtr gather, reduce;
+  comm::HandlePtr gather, reduce;
   at::Tensor reduce_src;  // the reduce-scatter's input, kept alive until it finishes
   bool sixteen_bit() const { return full.scalar_type() != at::kFloat; }
 };
@@ -58,8 +59,8 @@ class FlatUnits {
  public:
   // Flattens the trainable parameters into the plan's units (each parameter becomes a view into its
   // unit), keeps this rank's slices and frees the units that are not persistent.
-  FlatUnits(const ShardPlan& plan, const Trainable& trainable, Communicator& comm, UnitOptions options, std::string who,
-            UnitTrace* trace);
+  FlatUnits(const ShardPlan& plan, const Trainable& trainable, comm::Communicator& comm, UnitOptions options,
+            std::string who, UnitTrace* trace);
 
   size_t size() const { return units_.size(); }
   FlatUnit& operator[](size_t u) { return units_[u]; }
@@ -87,7 +88,7 @@ class FlatUnits {
  private:
   FlatUnit build_unit(const Unit& unit, const Trainable& trainable);
 
-  Communicator& comm_;
+  comm::Communicator& comm_;
   UnitOptions options_;
   std::string who_;
   UnitTrace* trace_;
@@ -95,4 +96,4 @@ class FlatUnits {
   std::vector<FlatUnit> units_;
 };
 
-}  // namespace cohort::shard
+}  // namespace cohort::parallel::shard

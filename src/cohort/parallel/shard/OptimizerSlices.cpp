@@ -7,7 +7,7 @@
 #include "cohort/checkpoint/Names.h"
 #include "cohort/util/Error.h"
 
-namespace cohort::shard {
+namespace cohort::parallel::shard {
 
 OptimizerSlices::OptimizerSlices(const OptimConfig& cfg, const ShardPlan& plan, FlatUnits& units,
                                  const Trainable& trainable, int rank)
@@ -111,4 +111,4 @@ bool OptimizerSlices::load(const optim::NamedState& full) {
   return std::any_of(names_.begin(), names_.end(), [&](const std::string& n) { return by_name.count(prefix + n) > 0; });
 }
 
-}  // namespace cohort::shard
+}  // namespace cohort::parallel::shard

@@ -3,7 +3,7 @@
 // the parameter, so the update is exactly ddp's per-element arithmetic and the state is keyed as ddp's
 // is. Also what a checkpoint needs of it: the slices by unit, and loading from full per-parameter state.
 //
-//   cohort::shard::OptimizerSlices slices(cfg.optim, plan, units, trainable, rank);
+//   cohort::parallel::shard::OptimizerSlices slices(cfg.optim, plan, units, trainable, rank);
 //   slices.step(lr, float32_grad_shards);
 //   slices.fill_save(save);                     // params, state kinds and step for checkpoint::save_sharded
 //   if (slices.load(full_state)) units.regather_persistent();
@@ -17,8 +17,9 @@
 #include "cohort/config/Config.h"
 #include "cohort/optim/Optimizer.h"
 #include "cohort/parallel/shard/FlatUnits.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort::shard {
+namespace cohort::parallel::shard {
 
 class OptimizerSlices {
  public:
@@ -58,4 +59,4 @@ class OptimizerSlices {
   std::unique_ptr<optim::Optimizer> optimizer_;
 };
 
-}  // namespace cohort::shard
+}  // namespace cohort::parallel::shard

@@ -4,7 +4,7 @@
 
 #include "cohort/util/Error.h"
 
-namespace cohort::shard {
+namespace cohort::parallel::shard {
 
 ShardPlan::ShardPlan(std::vector<ParamSpec> params, std::vector<std::vector<size_t>> units, int world)
     : params_(std::move(params)), world_(world) {
@@ -57,4 +57,4 @@ int64_t ShardPlan::total_numel() const {
   return n;
 }
 
-}  // namespace cohort::shard
+}  // namespace cohort::parallel::shard

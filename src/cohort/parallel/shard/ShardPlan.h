@@ -3,7 +3,7 @@
 // buffer, padded so its length divides by the world size, and rank r owns the r-th equal slice of
 // every unit. Pure arithmetic, no tensors, so it is tested on its own.
 //
-//   cohort::shard::ShardPlan plan({{"fc.weight", {10, 5}}, {"fc.bias", {10}}}, {{0, 1}}, /*world=*/4);
+//   cohort::parallel::shard::ShardPlan plan({{"fc.weight", {10, 5}}, {"fc.bias", {10}}}, {{0, 1}}, /*world=*/4);
 //   plan.unit(0).padded;          // 60 -> 60 (already divisible); shard() == 15
 //   for (auto r : plan.ranges(0, /*rank=*/1)) ...   // fc.weight elements 15..29 at shard offset 0
 #pragma once
@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "cohort/parallel/Params.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort::shard {
+namespace cohort::parallel::shard {
 
-using cohort::ParamSpec;  // parallel/Params.h: one parameter description for every plan
+using cohort::parallel::ParamSpec;  // parallel/Params.h: one parameter description for every plan
 
 struct Unit {
   std::vector<size_t> params;    // indices into the plan's parameters, in flat order
@@ -60,4 +61,4 @@ class ShardPlan {
   int world_ = 1;
 };
 
-}  // namespace cohort::shard
+}  // namespace cohort::parallel::shard

@@ -13,7 +13,7 @@
 #include "cohort/parallel/shard/Units.h"
 #include "cohort/util/Error.h"
 
-namespace cohort {
+namespace cohort::parallel::shard {
 namespace {
 
 // zero1, zero2 and fsdp are the same flat units, optimizer slices and unit runner under three policies.
@@ -69,7 +69,7 @@ models::Classifier* unit_model(torch::nn::Module& model, const StagePolicy& poli
 //   than the plain step; with two it is as fast (bench/in_backward.py --strategy zero2).
 class ShardedImpl : public ShardedStrategy {
  public:
-  ShardedImpl(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm, ShardedOptions options)
+  ShardedImpl(std::shared_ptr<torch::nn::Module> model, comm::CommunicatorPtr comm, ShardedOptions options)
       : model_(std::move(model)),
         comm_(std::move(comm)),
         options_(options),
@@ -81,15 +81,15 @@ class ShardedImpl : public ShardedStrategy {
     broadcast_from_rank0(trainable_.params, *comm_, name() + " initial parameters");
     broadcast_from_rank0(buffers_, *comm_, name() + " initial buffers");
     // The same walk over the model as plan_shards, so the plan a bench or test predicts is this one.
-    auto layout = shard::plan_units(*model_, trainable_.specs(), options_);
-    plan_ = shard::ShardPlan(trainable_.specs(), std::move(layout.units), comm_->size());
-    units_ = std::make_unique<shard::FlatUnits>(plan_, trainable_, *comm_,
-                                                shard::UnitOptions{policy_.units_stay_gathered, policy_.full_gradients},
-                                                name(), &trace_);
+    auto layout = parallel::shard::plan_units(*model_, trainable_.specs(), options_);
+    plan_ = parallel::shard::ShardPlan(trainable_.specs(), std::move(layout.units), comm_->size());
+    units_ = std::make_unique<parallel::shard::FlatUnits>(
+        plan_, trainable_, *comm_, parallel::shard::UnitOptions{policy_.units_stay_gathered, policy_.full_gradients},
+        name(), &trace_);
     // zero1 reduces in backward only to step there.
     if (!policy_.full_gradients || steps_in_backward())
-      runner_ = std::make_unique<shard::UnitRunner>(plan_, *units_, std::move(layout.blocks), trainable_, sync_bytes_,
-                                                    trace_);
+      runner_ = std::make_unique<parallel::shard::UnitRunner>(plan_, *units_, std::move(layout.blocks), trainable_,
+                                                              sync_bytes_, trace_);
     if (classifier_) classifier_->set_unit_runner(runner_.get());
   }
 
@@ -98,8 +98,8 @@ class ShardedImpl : public ShardedStrategy {
   }
 
   std::string name() const override { return policy_.name; }
-  const shard::ShardPlan& plan() const override { return plan_; }
-  bool unit_gathered(size_t u) const override { return (*units_)[u].state == shard::UnitState::kGathered; }
+  const parallel::shard::ShardPlan& plan() const override { return plan_; }
+  bool unit_gathered(size_t u) const override { return (*units_)[u].state == parallel::shard::UnitState::kGathered; }
   int64_t gathered_bytes() const override { return units_->gathered_bytes(); }
   void set_tracing(bool on) override {
     trace_.on = on;
@@ -118,7 +118,7 @@ class ShardedImpl : public ShardedStrategy {
   }
 
   void build_optimizer(const OptimConfig& cfg) override {
-    slices_ = std::make_unique<shard::OptimizerSlices>(cfg, plan_, *units_, trainable_, comm_->rank());
+    slices_ = std::make_unique<parallel::shard::OptimizerSlices>(cfg, plan_, *units_, trainable_, comm_->rank());
     if (steps_in_backward()) runner_->set_on_unit_reduced([this](size_t u) { step_unit(u); });
   }
   void freeze(const std::string& name) override { slices_->freeze(name); }
@@ -233,7 +233,7 @@ class ShardedImpl : public ShardedStrategy {
   StepResult finish_step_in_backward(const InBackward& done) {
     if (options_.broadcast_buffers) broadcast_from_rank0(buffers_, *comm_, name() + " buffers");
     auto t = at::tensor({done.nonfinite ? 1.0 : 0.0, done.units_stepped > 0 ? 1.0 : 0.0}, at::kDouble);
-    comm_->all_reduce(t, ReduceOp::kSum, "gradient check")->wait();
+    comm_->all_reduce(t, comm::ReduceOp::kSum, "gradient check")->wait();
     StepResult r;
     r.nonfinite = t[0].item<double>() > 0;
     r.updated_in_backward = r.nonfinite && t[1].item<double>() > 0;
@@ -250,7 +250,7 @@ class ShardedImpl : public ShardedStrategy {
     const bool local_nonfinite = amp::unscale_and_check(grads, 1.0 / o.loss_scale);
     const double sq = o.clip_norm > 0 ? squared_sum(grads).item<double>() : 0.0;
     auto t = at::tensor({local_nonfinite ? 1.0 : 0.0, sq}, at::kDouble);
-    if (comm_->size() > 1) comm_->all_reduce(t, ReduceOp::kSum, "gradient check and norm")->wait();
+    if (comm_->size() > 1) comm_->all_reduce(t, comm::ReduceOp::kSum, "gradient check and norm")->wait();
     StepResult r;
     r.nonfinite = t[0].item<double>() > 0;
     if (o.clip_norm > 0 && !r.nonfinite) {
@@ -287,32 +287,32 @@ class ShardedImpl : public ShardedStrategy {
   }
 
   std::shared_ptr<torch::nn::Module> model_;
-  CommunicatorPtr comm_;
+  comm::CommunicatorPtr comm_;
   ShardedOptions options_;
   const StagePolicy& policy_;
   models::Classifier* classifier_;
   Trainable trainable_;
   std::vector<at::Tensor> buffers_;
-  shard::ShardPlan plan_;
-  shard::UnitTrace trace_;
+  parallel::shard::ShardPlan plan_;
+  parallel::shard::UnitTrace trace_;
   SyncBytes sync_bytes_;
-  std::unique_ptr<shard::FlatUnits> units_;
-  std::unique_ptr<shard::OptimizerSlices> slices_;
-  std::unique_ptr<shard::UnitRunner> runner_;
+  std::unique_ptr<parallel::shard::FlatUnits> units_;
+  std::unique_ptr<parallel::shard::OptimizerSlices> slices_;
+  std::unique_ptr<parallel::shard::UnitRunner> runner_;
   InBackward in_backward_;
   double hidden_seconds_ = 0, exposed_seconds_ = 0;  // slice steps in backward since the start
 };
 
 }  // namespace
 
-shard::ShardPlan plan_shards(torch::nn::Module& model, const ShardedOptions& options, int world) {
+parallel::shard::ShardPlan plan_shards(torch::nn::Module& model, const ShardedOptions& options, int world) {
   const auto specs = trainable_parameters(model, policy_of(options.stage).name).specs();
-  return shard::ShardPlan(specs, shard::plan_units(model, specs, options).units, world);
+  return parallel::shard::ShardPlan(specs, parallel::shard::plan_units(model, specs, options).units, world);
 }
 
-std::unique_ptr<ShardedStrategy> make_sharded_strategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
-                                                       const ShardedOptions& options) {
+std::unique_ptr<ShardedStrategy> make_sharded_strategy(std::shared_ptr<torch::nn::Module> model,
+                                                       comm::CommunicatorPtr comm, const ShardedOptions& options) {
   return std::make_unique<ShardedImpl>(std::move(model), std::move(comm), options);
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel::shard

@@ -1,4 +1,4 @@
-// ZeRO-1, ZeRO-2 and FSDP (ZeRO-3) behind cohort::Strategy: three small policies (ShardedStrategy.cpp)
+// ZeRO-1, ZeRO-2 and FSDP (ZeRO-3) behind cohort::parallel::Strategy: three small policies (ShardedStrategy.cpp)
 // over the same parts, as FSDP2 splits them: flat units with gather and free (FlatUnits.h), the
 // optimizer's slices (OptimizerSlices.h) and the unit runner (UnitRunner.h). Parameters are flattened
 // into units (see ShardPlan, Units.h); each rank keeps a float32 master copy of its slice of every unit
@@ -14,9 +14,9 @@
 // With optim.in_backward each unit's slice is stepped as soon as its reduce-scatter ends (zero1's too,
 // reduced during backward then), and the step only gathers the updated parameters.
 //
-//   auto strategy = cohort::make_sharded_strategy(model, comm, {.stage = cohort::ShardStage::kFsdp});
-//   strategy->build_optimizer(cfg.optim);
-//   loss.backward();  strategy->step(lr, /*clip_norm=*/1.0);
+//   auto strategy = cohort::parallel::shard::make_sharded_strategy(model, comm, {.stage =
+//   cohort::parallel::shard::ShardStage::kFsdp}); strategy->build_optimizer(cfg.optim); loss.backward();
+//   strategy->step(lr, /*clip_norm=*/1.0);
 #pragma once
 
 #include <memory>
@@ -27,8 +27,9 @@
 #include "cohort/comm/Communicator.h"
 #include "cohort/parallel/Strategy.h"
 #include "cohort/parallel/shard/ShardPlan.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort {
+namespace cohort::parallel::shard {
 
 enum class ShardStage { kZero1, kZero2, kFsdp };
 
@@ -45,7 +46,7 @@ struct ShardedOptions {
 // The sharded strategy's own view, for tests and benchmarks.
 class ShardedStrategy : public Strategy {
  public:
-  virtual const shard::ShardPlan& plan() const = 0;
+  virtual const parallel::shard::ShardPlan& plan() const = 0;
   // Whether unit `u`'s full parameters are allocated now (fsdp frees them outside forward/backward).
   virtual bool unit_gathered(size_t u) const = 0;
   // Bytes of full-parameter storage allocated now, over all units.
@@ -61,10 +62,10 @@ class ShardedStrategy : public Strategy {
 
 // The plan the strategy would build for `model` at `world` ranks, without any communication (for
 // benchmarks that count bytes at world sizes this machine cannot run). Sets a Classifier's unit policy.
-shard::ShardPlan plan_shards(torch::nn::Module& model, const ShardedOptions& options, int world);
+parallel::shard::ShardPlan plan_shards(torch::nn::Module& model, const ShardedOptions& options, int world);
 
 // fsdp needs a models::Classifier (for its units); zero1 and zero2 take any module.
-std::unique_ptr<ShardedStrategy> make_sharded_strategy(std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
-                                                       const ShardedOptions& options);
+std::unique_ptr<ShardedStrategy> make_sharded_strategy(std::shared_ptr<torch::nn::Module> model,
+                                                       comm::CommunicatorPtr comm, const ShardedOptions& options);
 
-}  // namespace cohort
+}  // namespace cohort::parallel::shard

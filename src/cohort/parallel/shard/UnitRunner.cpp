@@ -5,7 +5,7 @@
 #include "cohort/parallel/GradReadyHook.h"
 #include "cohort/util/Error.h"
 
-namespace cohort::shard {
+namespace cohort::parallel::shard {
 
 UnitRunner::UnitRunner(const ShardPlan& plan, FlatUnits& units, std::vector<std::vector<size_t>> blocks,
                        const Trainable& trainable, SyncBytes& bytes, UnitTrace& trace)
@@ -144,4 +144,4 @@ void UnitRunner::free_block(size_t b) {
     if (!units_[u].persistent) units_.free(u);
 }
 
-}  // namespace cohort::shard
+}  // namespace cohort::parallel::shard

@@ -8,7 +8,7 @@
 // starts and stays gathered until its gradients are reduced (as FSDP2 keeps its root); each block is
 // gathered around its forward (the next block's gather prefetched) and again for its backward.
 //
-//   cohort::shard::UnitRunner runner(plan, units, blocks, trainable, bytes, trace, /*frees_units=*/true);
+//   cohort::parallel::shard::UnitRunner runner(plan, units, blocks, trainable, bytes, trace, /*frees_units=*/true);
 //   classifier->set_unit_runner(&runner);       // fsdp only
 //   runner.set_sync(false);  loss.backward();   // a gradient-accumulation pass: no reduce
 #pragma once
@@ -19,8 +19,9 @@
 
 #include "cohort/models/Models.h"
 #include "cohort/parallel/shard/FlatUnits.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort::shard {
+namespace cohort::parallel::shard {
 
 class UnitRunner : public models::UnitRunner {
  public:
@@ -78,4 +79,4 @@ class UnitRunner : public models::UnitRunner {
   std::vector<std::shared_ptr<void>> grad_accumulators_;
 };
 
-}  // namespace cohort::shard
+}  // namespace cohort::parallel::shard

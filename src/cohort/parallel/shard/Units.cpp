@@ -6,7 +6,7 @@
 #include "cohort/parallel/BucketPlan.h"
 #include "cohort/util/Error.h"
 
-namespace cohort::shard {
+namespace cohort::parallel::shard {
 namespace {
 
 // Splits `indices` by dtype, keeping the order of first appearance and the order within each dtype.
@@ -63,4 +63,4 @@ UnitLayout plan_units(torch::nn::Module& model, const std::vector<ParamSpec>& sp
   return layout;
 }
 
-}  // namespace cohort::shard
+}  // namespace cohort::parallel::shard

@@ -4,8 +4,8 @@
 // the same block (FSDP gathers both before the block runs, and frees each once its gradients are
 // reduced). Internal to parallel/shard.
 //
-//   auto layout = cohort::shard::plan_units(model, specs, options);
-//   cohort::shard::ShardPlan plan(specs, layout.units, world);
+//   auto layout = cohort::parallel::shard::plan_units(model, specs, options);
+//   cohort::parallel::shard::ShardPlan plan(specs, layout.units, world);
 //   layout.blocks[b];   // the units FSDP gathers before block b runs (b = 0: the root)
 #pragma once
 
@@ -16,8 +16,9 @@
 
 #include "cohort/parallel/shard/ShardPlan.h"
 #include "cohort/parallel/shard/ShardedStrategy.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort::shard {
+namespace cohort::parallel::shard {
 
 struct UnitLayout {
   std::vector<std::vector<size_t>> units;   // parameter indices per unit (ShardPlan's input)
@@ -29,4 +30,4 @@ struct UnitLayout {
 // gets one (empty) unit, so block and unit numbers agree for single-dtype models.
 UnitLayout plan_units(torch::nn::Module& model, const std::vector<ParamSpec>& specs, const ShardedOptions& options);
 
-}  // namespace cohort::shard
+}  // namespace cohort::parallel::shard

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <iostream>
 
+#include "cohort/p2p/Codec.h"
 #include "cohort/parallel/Params.h"
 #include "cohort/parallel/swarm/PeerState.h"
 #include "cohort/parallel/swarm/SwarmPeer.h"
-#include "cohort/swarm/Codec.h"
 
-namespace cohort {
+namespace cohort::parallel::swarm {
 namespace {
 
 // The names of the outer optimizer's state among a checkpoint's resume tensors.
@@ -18,7 +18,7 @@ constexpr const char* kResidual = "diloco.residual";
 
 class DilocoStrategy : public Strategy {
  public:
-  DilocoStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
+  DilocoStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, comm::CommunicatorPtr comm,
                  std::unique_ptr<Strategy> inner)
       : comm_(comm),
         model_(model),
@@ -26,12 +26,12 @@ class DilocoStrategy : public Strategy {
         inner_steps_(cfg.diloco.inner_steps),
         outer_lr_(cfg.diloco.outer_lr),
         outer_momentum_(cfg.diloco.outer_momentum),
-        codec_(swarm::codec_from_name(cfg.diloco.compress, "diloco.compress")),
+        codec_(p2p::codec_from_name(cfg.diloco.compress, "diloco.compress")),
         samples_per_step_(cfg.data.batch_size * cfg.train.grad_accum_steps * comm->size()),
         averages_state_(cfg.swarm.group_size > 0),
         average_state_every_(cfg.swarm.average_state_every) {
     inner_ = std::move(inner);  // the peer's own workers: a ddp job
-    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_, "outer", comm->flight());
+    if (comm->rank() == 0) peer_ = std::make_unique<parallel::swarm::SwarmPeer>(cfg, codec_, "outer", comm->flight());
   }
 
   std::string name() const override { return "diloco"; }
@@ -102,20 +102,20 @@ class DilocoStrategy : public Strategy {
         bytes = std::move(got->bytes), round = got->step;
         into = std::min(inner_steps_ - 1, peer_->others_progress(round) / samples_per_step_);
       }
-    swarm::share_with_local_workers(*comm_, bytes, round);
+    parallel::swarm::share_with_local_workers(*comm_, bytes, round);
     if (round < 0) return std::nullopt;
     if (comm_->size() > 1) {
       auto t = at::tensor({into}, at::kLong);
       comm_->broadcast(t, 0, "diloco: the newcomer's step within the round")->wait();
       into = t.item<int64_t>();
     }
-    const auto state = swarm::unpack_peer_state(bytes);
-    swarm::load_model_state(*model_, state);
+    const auto state = parallel::swarm::unpack_peer_state(bytes);
+    parallel::swarm::load_model_state(*model_, state);
     inner_->load_state(state.optimizer, {});
     build_outer_from_weights();
     for (const auto& [name, t] : state.extra)
       if (name == kOuterMomentum) momentum_ = t.to(at::kFloat).clone();
-    if (peer_) peer_->settled(round, swarm::weights_digest(*model_));
+    if (peer_) peer_->settled(round, parallel::swarm::weights_digest(*model_));
     // What it downloaded is that round's boundary, the state it serves until its next one (Note [A DiLoCo
     // peer serves its last boundary]). Kept from its own last boundary instead, a peer that caught up
     // round after round served a state rounds old under a record of the swarm's step: a peer that took it
@@ -172,7 +172,7 @@ class DilocoStrategy : public Strategy {
   }
 
   std::string serialize_state() {
-    return swarm::pack_peer_state(*model_, inner_->save_state().optimizer, {{kOuterMomentum, momentum_}});
+    return parallel::swarm::pack_peer_state(*model_, inner_->save_state().optimizer, {{kOuterMomentum, momentum_}});
   }
 
   at::Tensor flat_weights() const {
@@ -188,7 +188,7 @@ class DilocoStrategy : public Strategy {
   // to the same outer weights, so they leave the outer step identical.
   void outer_step(int64_t round, int64_t samples, bool last) {
     at::NoGradGuard no_grad;
-    const auto pseudo = swarm::with_error_feedback(outer_ - flat_weights(), residual_, codec_);
+    const auto pseudo = p2p::with_error_feedback(outer_ - flat_weights(), residual_, codec_);
     int64_t wire = 0;
     auto averaged = pseudo;
     if (peer_) averaged = peer_->average(round, pseudo, samples, wire);
@@ -208,7 +208,7 @@ class DilocoStrategy : public Strategy {
     }
     // After an outer step the group's peers hold the same weights (Note [Peers that drifted apart
     // resynchronize] in SwarmPeer.cpp); between outer steps each peer's are its own.
-    if (peer_) peer_->settled(round + 1, swarm::weights_digest(*model_));
+    if (peer_) peer_->settled(round + 1, parallel::swarm::weights_digest(*model_));
     if (peer_) take_snapshot(round + 1, serialize_state());
     // Per step, amortized over the inner steps, against the all-reduce of every step's gradients that ddp
     // would send (so summary.json's compression_ratio is DiLoCo's saving).
@@ -217,7 +217,7 @@ class DilocoStrategy : public Strategy {
 
   // Note [DiLoCo in bounded groups]
   // With swarm.group_size, an outer round averages the pseudo-gradients
-  // of its group only (Note [Groups on a grid] in swarm/Averager.cpp). The members of a group come from
+  // of its group only (Note [Groups on a grid] in p2p/Averager.cpp). The members of a group come from
   // different groups of the round before, with different outer weights, and each applies the group's
   // averaged change to its own: their outer states stay apart. So every swarm.average_state_every outer
   // rounds, and at the run's last, the round's group also averages its outer weights and momentum (fp32,
@@ -235,17 +235,17 @@ class DilocoStrategy : public Strategy {
     momentum_.copy_(both.slice(0, n, 2 * n));
   }
 
-  CommunicatorPtr comm_;
+  comm::CommunicatorPtr comm_;
   std::shared_ptr<torch::nn::Module> model_;
   Trainable trainable_;
   int64_t inner_steps_;
   double outer_lr_, outer_momentum_;
-  swarm::Codec codec_;
+  p2p::Codec codec_;
   int64_t samples_per_step_;
   bool averages_state_;          // swarm.group_size > 0: Note [DiLoCo in bounded groups]
   int64_t average_state_every_;  // outer rounds
   std::unique_ptr<Strategy> inner_;
-  std::unique_ptr<swarm::SwarmPeer> peer_;
+  std::unique_ptr<parallel::swarm::SwarmPeer> peer_;
   std::string snapshot_;  // the state at the last outer boundary (rank 0), what serve_state answers with
   int64_t snapshot_round_ = -1;
   int64_t round_start_ = 0;  // where a newcomer started, partway into a round (catch_up)
@@ -256,8 +256,8 @@ class DilocoStrategy : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_diloco_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
-                                               CommunicatorPtr comm, std::unique_ptr<Strategy> inner) {
+                                               comm::CommunicatorPtr comm, std::unique_ptr<Strategy> inner) {
   return std::make_unique<DilocoStrategy>(cfg, std::move(model), std::move(comm), std::move(inner));
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel::swarm

@@ -6,7 +6,7 @@
 
 #include "cohort/util/Error.h"
 
-namespace cohort::swarm {
+namespace cohort::parallel::swarm {
 
 namespace {
 constexpr const char* kModel = "model.";
@@ -71,7 +71,7 @@ void load_model_state(torch::nn::Module& model, const PeerState& state) {
   for (const auto& item : model.named_buffers()) copy(item.key(), item.value());
 }
 
-void share_with_local_workers(Communicator& comm, std::string& bytes, int64_t& step) {
+void share_with_local_workers(comm::Communicator& comm, std::string& bytes, int64_t& step) {
   if (comm.size() == 1) return;
   auto head = at::tensor({step, static_cast<int64_t>(bytes.size())}, at::kLong);
   comm.broadcast(head, 0, "swarm: caught-up state size")->wait();
@@ -82,4 +82,4 @@ void share_with_local_workers(Communicator& comm, std::string& bytes, int64_t& s
   bytes.assign(static_cast<const char*>(body.data_ptr()), static_cast<size_t>(body.numel()));
 }
 
-}  // namespace cohort::swarm
+}  // namespace cohort::parallel::swarm

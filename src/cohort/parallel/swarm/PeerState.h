@@ -1,11 +1,11 @@
 // The state a swarm peer hands a newcomer, or a peer that fell behind (swarm and diloco): the model's
 // parameters and buffers, the optimizer's state and the strategy's own tensors, as safetensors bytes
-// (swarm/StateTransfer.h moves and verifies them); and how a peer's first worker shares what it
+// (p2p/StateTransfer.h moves and verifies them); and how a peer's first worker shares what it
 // downloaded with the peer's other workers.
 //
-//   const auto bytes = cohort::swarm::pack_peer_state(model, strategy_state.optimizer, {{"x", outer}});
-//   auto state = cohort::swarm::unpack_peer_state(bytes);   // a peer that caught up
-//   cohort::swarm::load_model_state(model, state);          // ConfigError when the models differ
+//   const auto bytes = cohort::parallel::swarm::pack_peer_state(model, strategy_state.optimizer, {{"x", outer}});
+//   auto state = cohort::parallel::swarm::unpack_peer_state(bytes);   // a peer that caught up
+//   cohort::parallel::swarm::load_model_state(model, state);          // ConfigError when the models differ
 #pragma once
 
 #include <map>
@@ -16,8 +16,9 @@
 #include "cohort/checkpoint/Safetensors.h"
 #include "cohort/comm/Communicator.h"
 #include "cohort/optim/Optimizer.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort::swarm {
+namespace cohort::parallel::swarm {
 
 struct PeerState {
   std::map<std::string, at::Tensor> model;  // parameters and buffers by name
@@ -37,6 +38,6 @@ void load_model_state(torch::nn::Module& model, const PeerState& state);
 uint64_t weights_digest(const torch::nn::Module& model);
 
 // The peer's first worker's `bytes` and `step` to its other workers (a no-op for a peer of one worker).
-void share_with_local_workers(Communicator& comm, std::string& bytes, int64_t& step);
+void share_with_local_workers(comm::Communicator& comm, std::string& bytes, int64_t& step);
 
-}  // namespace cohort::swarm
+}  // namespace cohort::parallel::swarm

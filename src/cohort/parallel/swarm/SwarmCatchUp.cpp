@@ -4,11 +4,11 @@
 // apart resynchronize] below). The rounds and the directory are SwarmPeer.cpp's.
 #include <algorithm>
 
+#include "cohort/p2p/Directory.h"
+#include "cohort/p2p/Transport.h"
 #include "cohort/parallel/swarm/SwarmPeer.h"
-#include "cohort/swarm/Directory.h"
-#include "cohort/swarm/Transport.h"
 
-namespace cohort::swarm {
+namespace cohort::parallel::swarm {
 
 void SwarmPeer::serve_state(int64_t step, const std::function<std::string()>& make_state) {
   serving_step_ = step;
@@ -16,7 +16,7 @@ void SwarmPeer::serve_state(int64_t step, const std::function<std::string()>& ma
   state_server_.serve(*transport_, step, make_state);
 }
 
-std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
+std::optional<p2p::DownloadedState> SwarmPeer::catch_up(int64_t step) {
   const bool starting = !started_;
   started_ = true;
   const auto peers = live_peers(starting);
@@ -28,7 +28,7 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   bool drifted = false;
   auto donors = donors_for(step, ahead, peers, starting, resync, drifted);
   if (donors.empty()) return std::nullopt;
-  // See train/FaultInjection.h: COHORT_FAULT_SWARM_FIRST_DONOR=HOST:PORT is the donor asked first.
+  // See comm/FaultInjection.h: COHORT_FAULT_SWARM_FIRST_DONOR=HOST:PORT is the donor asked first.
   if (const char* first = std::getenv("COHORT_FAULT_SWARM_FIRST_DONOR")) {
     const size_t at = transport_->key()[0] % donors.size();
     for (auto& d : donors)
@@ -69,7 +69,7 @@ std::optional<DownloadedState> SwarmPeer::catch_up(int64_t step) {
   return got;
 }
 
-std::vector<PeerRecord> SwarmPeer::live_peers(bool starting) const {
+std::vector<p2p::PeerRecord> SwarmPeer::live_peers(bool starting) const {
   auto peers = starting ? directory_->fresh_peers(2 * cfg_.announce_s) : directory_->peers();
   // A peer that joins through live peers finds them before it trains alone: its DHT node may need a few
   // reads before the first answer (seen: a newcomer that found nobody at start trained alone 50 steps).
@@ -83,22 +83,24 @@ std::vector<PeerRecord> SwarmPeer::live_peers(bool starting) const {
 // this step or ahead (Note [A peer that fell out of a round resynchronizes]), or the peers whose weights
 // most peers share when this peer's differ (Note [Peers that drifted apart resynchronize]). None: no
 // download.
-std::vector<PeerRecord> SwarmPeer::donors_for(int64_t step, int64_t ahead, const std::vector<PeerRecord>& peers,
-                                              bool starting, bool resync, bool& drifted) const {
+std::vector<p2p::PeerRecord> SwarmPeer::donors_for(int64_t step, int64_t ahead,
+                                                   const std::vector<p2p::PeerRecord>& peers, bool starting,
+                                                   bool resync, bool& drifted) const {
   // With swarm.group_size the groups' weights differ between parameter averagings by design: digests are
   // not compared (Note [Groups on a grid]).
-  auto majority =
-      starting || cfg_.group_size > 0 ? std::vector<PeerRecord>{} : drifted_from(digests_, transport_->key(), peers);
+  auto majority = starting || cfg_.group_size > 0 ? std::vector<p2p::PeerRecord>{}
+                                                  : drifted_from(digests_, transport_->key(), peers);
   // Only those of the majority on this peer's step or ahead: the others are taken once there (Note [A peer
   // never goes back]).
-  majority.erase(std::remove_if(majority.begin(), majority.end(), [&](const PeerRecord& p) { return p.step < step; }),
-                 majority.end());
+  majority.erase(
+      std::remove_if(majority.begin(), majority.end(), [&](const p2p::PeerRecord& p) { return p.step < step; }),
+      majority.end());
   drifted = !majority.empty() && ahead <= step + 1;
   if (!resync && !drifted && ahead <= step + (starting ? 0 : 1)) return {};
   // Donors: the peers ahead (a step behind the leaders too, so a second donor is there when the first
   // dies: a download that loses its donor starts over from the next one), the leaders first.
   // A peer that drifted takes the majority's state instead.
-  std::vector<PeerRecord> donors = majority;
+  std::vector<p2p::PeerRecord> donors = majority;
   if (!drifted) {
     donors.clear();
     for (const auto& p : peers)
@@ -106,7 +108,7 @@ std::vector<PeerRecord> SwarmPeer::donors_for(int64_t step, int64_t ahead, const
         donors.push_back(p);
   }
   std::stable_sort(donors.begin(), donors.end(),
-                   [](const PeerRecord& a, const PeerRecord& b) { return a.step > b.step; });
+                   [](const p2p::PeerRecord& a, const p2p::PeerRecord& b) { return a.step > b.step; });
   return donors;
 }
 
@@ -115,16 +117,16 @@ std::vector<PeerRecord> SwarmPeer::donors_for(int64_t step, int64_t ahead, const
 // state may arrive a step behind the leaders, whose group has then closed; a peer left there waits out
 // a matchmaking period alone and falls out of step. While the leaders are ahead of what arrived, the
 // newer state is fetched again (a few times at most: each is a step's worth of bytes).
-std::optional<DownloadedState> SwarmPeer::download_newest(const std::vector<PeerRecord>& donors) {
+std::optional<p2p::DownloadedState> SwarmPeer::download_newest(const std::vector<p2p::PeerRecord>& donors) {
   const auto say = [this](const std::string& line) { log(line); };
   const double timeout_s = std::min(5.0, cfg_.averaging_timeout_s);
-  auto got = download_state(*transport_, donors, timeout_s, say);
+  auto got = p2p::download_state(*transport_, donors, timeout_s, say);
   for (int again = 0; got && again < 3; ++again) {
-    std::vector<PeerRecord> leaders;
+    std::vector<p2p::PeerRecord> leaders;
     for (const auto& p : directory_->peers())
       if (p.step > got->step) leaders.push_back(p);
     if (leaders.empty()) break;
-    auto newer = download_state(*transport_, leaders, timeout_s, say);
+    auto newer = p2p::download_state(*transport_, leaders, timeout_s, say);
     if (!newer || newer->step <= got->step) break;
     got = std::move(newer);
   }
@@ -147,20 +149,20 @@ void SwarmPeer::settled(int64_t step, uint64_t digest) {
 // agreeing on one digest (ties: the set holding the smallest peer key, so two peers never both give way)
 // is not this peer's, it downloads their state between steps, as a newcomer does. One download, not a
 // round of averaging: the swarm's weights stay those its majority trained.
-std::vector<PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests, const PeerKey& me,
-                                     const std::vector<PeerRecord>& peers) {
+std::vector<p2p::PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests, const p2p::PeerKey& me,
+                                          const std::vector<p2p::PeerRecord>& peers) {
   int64_t step = -1;
   for (const auto& p : peers)
     if (p.digest_step >= 0 && digests.count(p.digest_step)) step = std::max(step, p.digest_step);
   if (step < 0) return {};
   const uint64_t mine = digests.at(step);
   struct Holders {
-    std::vector<PeerRecord> peers;
+    std::vector<p2p::PeerRecord> peers;
     size_t count = 0;
-    PeerKey smallest{};
+    p2p::PeerKey smallest{};
   };
   std::map<uint64_t, Holders> by_digest;
-  const auto hold = [&](uint64_t digest, const PeerKey& key) {
+  const auto hold = [&](uint64_t digest, const p2p::PeerKey& key) {
     auto& h = by_digest[digest];
     if (h.count == 0 || key < h.smallest) h.smallest = key;
     ++h.count;
@@ -178,4 +180,4 @@ std::vector<PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests,
   return best->second.peers;
 }
 
-}  // namespace cohort::swarm
+}  // namespace cohort::parallel::swarm

@@ -9,13 +9,13 @@
 #include <map>
 #include <sstream>
 
-#include "cohort/swarm/Averager.h"
-#include "cohort/swarm/Directory.h"
-#include "cohort/swarm/Transport.h"
+#include "cohort/p2p/Averager.h"
+#include "cohort/p2p/Directory.h"
+#include "cohort/p2p/Transport.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/StopSignal.h"
 
-namespace cohort::swarm {
+namespace cohort::parallel::swarm {
 
 namespace {
 
@@ -31,38 +31,38 @@ std::vector<std::string> split_peers(const std::string& list) {
 
 }  // namespace
 
-PeerIdentity identity_from_config(const SwarmConfig& cfg) {
-  if (cfg.insecure) return issue_token(insecure_run_key(), std::chrono::hours(24 * 365), std::time(nullptr));
+p2p::PeerIdentity identity_from_config(const SwarmConfig& cfg) {
+  if (cfg.insecure) return p2p::issue_token(p2p::insecure_run_key(), std::chrono::hours(24 * 365), std::time(nullptr));
   if (cfg.token.empty())
     throw ConfigError("dist.strategy=swarm needs swarm.token: the swarm is authenticated by default",
                       "make a run key and a token for this peer: cohort swarm keygen --out run.key; cohort swarm "
                       "token --key run.key --ttl 24h --out peer.token; then pass swarm.token=peer.token (or "
                       "swarm.insecure=true on a network you trust)");
-  auto identity = load_identity(cfg.token);
-  if (auto why = check_token(identity.token, identity.token.run_public_key, std::time(nullptr)); !why.empty())
+  auto identity = p2p::load_identity(cfg.token);
+  if (auto why = p2p::check_token(identity.token, identity.token.run_public_key, std::time(nullptr)); !why.empty())
     throw ConfigError("swarm.token=" + cfg.token + ": " + why,
                       "issue a new token: cohort swarm token --key run.key --ttl 24h --out peer.token");
   return identity;
 }
 
-std::vector<PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers, double wait_s) {
+std::vector<p2p::PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers, double wait_s) {
   const auto identity = identity_from_config(cfg);
   const auto bootstrap = split_peers(peers);
   if (bootstrap.empty())
     throw ConfigError("cohort swarm status needs --peers HOST:PORT of a live peer",
                       "for example --peers 10.0.0.1:7000");
-  const auto host = split_host_port(bootstrap.front(), "--peers").first;
+  const auto host = p2p::split_host_port(bootstrap.front(), "--peers").first;
   // An address of this machine on the peer's network: the loopback one for a peer on loopback.
   const std::string listen = (host.rfind("127.", 0) == 0 ? std::string("127.0.0.1") : std::string("0.0.0.0")) + ":0";
-  Directory directory(identity, identity.token.run_public_key, listen, bootstrap, {},
-                      [](const std::string& line) { std::cerr << "cohort: " << line << std::endl; });
+  p2p::Directory directory(identity, identity.token.run_public_key, listen, bootstrap, {},
+                           [](const std::string& line) { std::cerr << "cohort: " << line << std::endl; });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
-  std::vector<PeerRecord> seen;
+  std::vector<p2p::PeerRecord> seen;
   while (std::chrono::steady_clock::now() < deadline) seen = directory.fresh_peers(0.5);
   return seen;
 }
 
-SwarmPeer::SwarmPeer(const TrainConfig& cfg, Codec codec, const char* round_kind,
+SwarmPeer::SwarmPeer(const TrainConfig& cfg, p2p::Codec codec, const char* round_kind,
                      std::shared_ptr<comm::FlightRecorder> flight)
     : cfg_(cfg.swarm), identity_(identity_from_config(cfg.swarm)), flight_(std::move(flight)), round_kind_(round_kind) {
   if (cfg_.listen.empty())
@@ -70,15 +70,15 @@ SwarmPeer::SwarmPeer(const TrainConfig& cfg, Codec codec, const char* round_kind
                       "pass swarm.listen=ADDRESS:PORT with an address of this machine the others can reach");
   const auto run_key = identity_.token.run_public_key;
   const auto say = [this](const std::string& line) { log(line); };
-  transport_ = std::make_unique<Transport>(identity_, run_key, cfg_.listen, say);
-  if (flight_) flight_->set_peer(peer_name(transport_->key()));
-  DirectoryOptions d;
+  transport_ = std::make_unique<p2p::Transport>(identity_, run_key, cfg_.listen, say);
+  if (flight_) flight_->set_peer(p2p::peer_name(transport_->key()));
+  p2p::DirectoryOptions d;
   d.announce_s = cfg_.announce_s;
   d.dht_put_s = 2 * cfg_.announce_s;
   d.record_ttl_s = cfg_.peer_ttl_s;
-  directory_ = std::make_unique<Directory>(identity_, run_key, transport_->address(), split_peers(cfg_.initial_peers),
-                                           d, say, transport_.get());
-  AveragingOptions a;
+  directory_ = std::make_unique<p2p::Directory>(identity_, run_key, transport_->address(),
+                                                split_peers(cfg_.initial_peers), d, say, transport_.get());
+  p2p::AveragingOptions a;
   a.matchmaking_s = cfg_.matchmaking_s;
   a.averaging_timeout_s = cfg_.averaging_timeout_s;
   a.min_group_size = cfg_.min_group_size;
@@ -88,16 +88,16 @@ SwarmPeer::SwarmPeer(const TrainConfig& cfg, Codec codec, const char* round_kind
     if (make_state_) state_server_.serve(*transport_, serving_step_, make_state_);
   };
   a.codec = codec;
-  // See train/FaultInjection.h: COHORT_FAULT_SWARM_ROUND=N, COHORT_FAULT_SWARM_SIGNAL=KILL or STOP.
+  // See comm/FaultInjection.h: COHORT_FAULT_SWARM_ROUND=N, COHORT_FAULT_SWARM_SIGNAL=KILL or STOP.
   if (const char* round = std::getenv("COHORT_FAULT_SWARM_ROUND")) {
     a.fault_round = std::atoll(round);
     const char* sig = std::getenv("COHORT_FAULT_SWARM_SIGNAL");
     a.fault_signal = sig && std::string(sig) == "STOP" ? SIGSTOP : SIGKILL;
   }
-  averager_ = std::make_unique<Averager>(*transport_, *directory_, a);
+  averager_ = std::make_unique<p2p::Averager>(*transport_, *directory_, a);
   if (const char* chunks = std::getenv("COHORT_FAULT_SWARM_DONOR_CHUNKS"))
     state_server_.fault_after_chunks = std::atoll(chunks);
-  log("swarm: peer " + peer_name(identity_.token.peer_public_key) + " listening on " + transport_->address() +
+  log("swarm: peer " + p2p::peer_name(identity_.token.peer_public_key) + " listening on " + transport_->address() +
       (cfg_.initial_peers.empty() ? ", the first peer" : ", joining through " + cfg_.initial_peers) +
       (cfg_.insecure ? " (swarm.insecure: no authentication)" : ""));
   directory_->announce({{}, transport_->address(), 0, 0, 0, false, false, 0});
@@ -118,7 +118,7 @@ void SwarmPeer::wait_for_peers(int64_t count, double timeout_s) {
     // Where it stands every 5 s, so that a wait for peers that never come does not look like a hang.
     if (std::chrono::steady_clock::now() >= next_report && static_cast<int64_t>(seen) + 1 < count) {
       std::string names;
-      for (const auto& p : peers) names += (names.empty() ? "" : ", ") + peer_name(p.key) + " at " + p.address;
+      for (const auto& p : peers) names += (names.empty() ? "" : ", ") + p2p::peer_name(p.key) + " at " + p.address;
       log("swarm: waiting for swarm.min_peers_to_start = " + std::to_string(count) + " peers; " +
           std::to_string(seen + 1) + " so far" + (names.empty() ? "" : " (this one and " + names + ")"));
       next_report += std::chrono::seconds(5);
@@ -144,7 +144,7 @@ void SwarmPeer::wait_for_peers(int64_t count, double timeout_s) {
 
 SwarmPeer::~SwarmPeer() {
   // Withdraw from matchmaking before the sockets close, so nobody waits for this peer in a new group.
-  PeerRecord leaving;
+  p2p::PeerRecord leaving;
   leaving.address = transport_->address();
   leaving.leaving = true;
   directory_->announce(leaving);
@@ -156,7 +156,7 @@ void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << 
 // Note [A peer that is alone says why]
 // A peer that trains alone while it was told to join others (swarm.initial_peers) is misconfigured more
 // often than early. Three causes can be told apart, and each gets its own answer:
-// - its token is another live process's (Note [One identity, one process] in swarm/Directory.cpp): it
+// - its token is another live process's (Note [One identity, one process] in p2p/Directory.cpp): it
 //   stops, since two processes of one identity corrupt each other's records and frames;
 // - the peers that answered all belong to another run (Note [A peer of another run is told so]): it
 //   stops, naming both run keys, since it would never be let in;
@@ -164,7 +164,7 @@ void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << 
 //   naming its initial peers and what to check, and goes on. The others may not be up yet, and a peer
 //   that waits for company is what Hivemind's peers do too; swarm.min_peers_to_start makes it wait
 //   instead, and fail after dist.timeout_s.
-void SwarmPeer::check_membership(const std::vector<PeerRecord>& peers) {
+void SwarmPeer::check_membership(const std::vector<p2p::PeerRecord>& peers) {
   if (const auto taken = directory_->identity_taken(); !taken.empty())
     throw ConfigError("swarm.token" + (cfg_.token.empty() ? std::string() : "=" + cfg_.token) + ": " + taken,
                       "give each peer its own token: cohort swarm token --key run.key --ttl 24h --out peerN.token");
@@ -176,10 +176,10 @@ void SwarmPeer::check_membership(const std::vector<PeerRecord>& peers) {
   }
   if (const auto refusals = directory_->refusals(); !refusals.empty() && !met_anyone_) {
     const auto& r = refusals.front();
-    const auto theirs = hex(r.run_key.data(), 4), mine = hex(identity_.token.run_public_key.data(), 4);
+    const auto theirs = p2p::hex(r.run_key.data(), 4), mine = p2p::hex(identity_.token.run_public_key.data(), 4);
     throw ConfigError(
-        "swarm: " + std::to_string(refusals.size()) + " peer(s) refuse this peer (peer " + peer_name(r.peer) + " at " +
-            r.address + "): they belong to the run whose key begins " + theirs + ", and this peer's " +
+        "swarm: " + std::to_string(refusals.size()) + " peer(s) refuse this peer (peer " + p2p::peer_name(r.peer) +
+            " at " + r.address + "): they belong to the run whose key begins " + theirs + ", and this peer's " +
             (cfg_.insecure ? "swarm.insecure identity" : "token (swarm.token=" + cfg_.token + ")") +
             " to the run whose key begins " + mine,
         cfg_.insecure
@@ -224,7 +224,7 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
     if (p.step + 1 == step) total += batch;
     if (p.step > step && behind_logged_ != step) {
       behind_logged_ = step;
-      log("swarm: peer " + peer_name(p.key) + " is at step " + std::to_string(p.step) + ", this peer at " +
+      log("swarm: peer " + p2p::peer_name(p.key) + " is at step " + std::to_string(p.step) + ", this peer at " +
           std::to_string(step) + (p.step > step + 1 ? ": downloading the state after this step" : ""));
     }
   }
@@ -233,7 +233,7 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
 
 at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samples, int64_t& wire_bytes) {
   const auto before = transport_->stats();
-  PeerRecord mine;
+  p2p::PeerRecord mine;
   mine.samples = samples;
   mine.samples_per_s = samples_per_s_;
   mine.group_size = last_group_size_;
@@ -280,7 +280,7 @@ bool SwarmPeer::averages_state_after(int64_t step) const {
   return cfg_.group_size > 0 && (step + 1) % cfg_.average_state_every == 0;
 }
 
-// Note [Groups on a grid] (swarm/Averager.cpp): groups smaller than the swarm apply different averaged
+// Note [Groups on a grid] (p2p/Averager.cpp): groups smaller than the swarm apply different averaged
 // gradients, so their weights part; every swarm.average_state_every steps the step's group also averages
 // its weights (as hivemind.Optimizer's average_state_every), in groups that change from round to round.
 // No matchmaking: the group is the one the gradient round just formed. The distance from the group's
@@ -288,7 +288,7 @@ bool SwarmPeer::averages_state_after(int64_t step) const {
 at::Tensor SwarmPeer::average_state(int64_t step, const at::Tensor& flat, int64_t& wire_bytes) {
   if (last_group_.size() <= 1) return flat;
   const auto before = transport_->stats();
-  const uint64_t round = static_cast<uint64_t>(step + 1) | kParametersRound;
+  const uint64_t round = static_cast<uint64_t>(step + 1) | p2p::kParametersRound;
   if (flight_) flight_->round_began(step + 1, "weights");
   auto out = averager_->all_reduce(round, last_group_, flat, 1.0);
   record_round(step + 1, out);
@@ -303,10 +303,10 @@ at::Tensor SwarmPeer::average_state(int64_t step, const at::Tensor& flat, int64_
 
 // Note [A swarm peer's rounds in its record] (comm/FlightRecorder.cpp): the round's group and silent
 // members; a silent member has the record written now.
-void SwarmPeer::record_round(int64_t step, const RoundOutcome& out) {
+void SwarmPeer::record_round(int64_t step, const p2p::RoundOutcome& out) {
   if (!flight_) return;
   std::vector<std::string> group;
-  for (const auto& m : out.group) group.push_back(peer_name(m.key));
+  for (const auto& m : out.group) group.push_back(p2p::peer_name(m.key));
   flight_->round_ended(step, group, out.silent, out.problem);
   if (!out.silent.empty()) comm::request_flight_dump("a swarm round with a silent member");
 }
@@ -357,7 +357,7 @@ void SwarmPeer::progress(int64_t step, int64_t samples) { announce_at(step, samp
 
 // This peer's record: on `step` with `samples` toward it, not ready (matchmaking announces readiness).
 void SwarmPeer::announce_at(int64_t step, int64_t samples, bool leaving) {
-  PeerRecord r{{}, transport_->address(), step, samples, samples_per_s_, false, leaving, 0, last_group_size_};
+  p2p::PeerRecord r{{}, transport_->address(), step, samples, samples_per_s_, false, leaving, 0, last_group_size_};
   r.group_key = group_key_for(step);
   directory_->announce(r);
 }
@@ -388,4 +388,4 @@ std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
           {"swarm_state_distance", state_distance_}};
 }
 
-}  // namespace cohort::swarm
+}  // namespace cohort::parallel::swarm

@@ -2,7 +2,7 @@
 // insecure key with swarm.insecure), the transport, the DHT directory and the averager, and the
 // figures the run log and summary.json report (rounds, group sizes, failed rounds, bytes, peers seen).
 //
-//   swarm::SwarmPeer peer(cfg);
+//   parallel::swarm::SwarmPeer peer(cfg);
 //   if (peer.ready(step, samples, cfg.swarm.target_batch_size, batch))
 //     gradient = peer.average(step, gradient, samples, wire_bytes);
 #pragma once
@@ -18,33 +18,36 @@
 
 #include "cohort/comm/FlightRecorder.h"
 #include "cohort/config/Config.h"
-#include "cohort/swarm/Auth.h"
-#include "cohort/swarm/Codec.h"
-#include "cohort/swarm/Directory.h"
-#include "cohort/swarm/StateTransfer.h"
+#include "cohort/p2p/Auth.h"
+#include "cohort/p2p/Codec.h"
+#include "cohort/p2p/Directory.h"
+#include "cohort/p2p/StateTransfer.h"
+#include "cohort/util/OldNames.h"  // the names of the last release, for programs outside this tree
 
-namespace cohort::swarm {
-
+namespace cohort::p2p {
 class Transport;
 class Directory;
 class Averager;
 struct RoundOutcome;
 struct Member;
+}  // namespace cohort::p2p
+
+namespace cohort::parallel::swarm {
 
 // The identity a peer runs with: swarm.token's, or with swarm.insecure a throwaway one under the
 // well-known insecure run key (Hivemind's default: no authentication). Throws ConfigError naming the key.
-PeerIdentity identity_from_config(const SwarmConfig& cfg);
+p2p::PeerIdentity identity_from_config(const SwarmConfig& cfg);
 
 // `cohort swarm status`: the live peers of the run `cfg`'s identity belongs to, as the DHT reached
 // through `peers` (comma-separated HOST:PORT) lists them after `wait_s` seconds. Joins as an observer:
 // it announces nothing.
-std::vector<PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers, double wait_s);
+std::vector<p2p::PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers, double wait_s);
 
 // Note [Peers that drifted apart resynchronize] (SwarmPeer.cpp): given this peer's weight digests by step
 // (`digests`), its key and the others' records, the records of the peers holding the weights most peers
 // agree on for the latest step both sides know, when this peer's differ; else empty. Pure.
-std::vector<PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests, const PeerKey& me,
-                                     const std::vector<PeerRecord>& peers);
+std::vector<p2p::PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests, const p2p::PeerKey& me,
+                                          const std::vector<p2p::PeerRecord>& peers);
 
 class SwarmPeer {
  public:
@@ -53,7 +56,7 @@ class SwarmPeer {
   // or "outer" (DiLoCo's outer step); the strategy that owns the peer says which.
   // `flight`: this process's flight recorder, which keeps the peer's rounds (Note [A swarm peer's rounds
   // in its record] in comm/FlightRecorder.cpp); null: none.
-  SwarmPeer(const TrainConfig& cfg, Codec codec, const char* round_kind,
+  SwarmPeer(const TrainConfig& cfg, p2p::Codec codec, const char* round_kind,
             std::shared_ptr<comm::FlightRecorder> flight = nullptr);
   ~SwarmPeer();
 
@@ -79,7 +82,7 @@ class SwarmPeer {
   // or no donor delivered; logged). The first call (at start) reads the DHT afresh; later ones (between
   // steps) use the last read and act only on peers two or more steps ahead (one ahead is a peer that
   // finished the same round first).
-  std::optional<DownloadedState> catch_up(int64_t step);
+  std::optional<p2p::DownloadedState> catch_up(int64_t step);
   // Announces that this peer is `samples` into `step` (a DiLoCo peer's position within its outer round).
   void progress(int64_t step, int64_t samples);
   // The most samples a live peer announced into `step` (0: none): where the others are within it.
@@ -93,27 +96,27 @@ class SwarmPeer {
   // Stops this peer (ConfigError) when its identity is another live process's, or when only peers of
   // another run answered it; warns when it has met nobody for long (Note [A peer that is alone says why]).
   // `peers`: the live peers as the directory lists them now.
-  void check_membership(const std::vector<PeerRecord>& peers);
+  void check_membership(const std::vector<p2p::PeerRecord>& peers);
   void announce_at(int64_t step, int64_t samples, bool leaving = false);
-  // Note [Groups on a grid] (swarm/Averager.cpp): the group key this peer announces for `step`, and the
+  // Note [Groups on a grid] (p2p/Averager.cpp): the group key this peer announces for `step`, and the
   // move of its coordinate after that round, where it had `place` among its key's peers.
   uint64_t group_key_for(int64_t step) const;
   void move_on_grid(int64_t step, int64_t place);
   void join_smallest_group(int64_t step);  // Note [A lone peer joins the smallest group]
-  void record_round(int64_t step, const RoundOutcome& out);
+  void record_round(int64_t step, const p2p::RoundOutcome& out);
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
   void wait_for_peers(int64_t count, double timeout_s);
   // The parts of catch_up: the peers it looks at, whom it downloads from, and the download itself.
-  std::vector<PeerRecord> live_peers(bool starting) const;
-  std::vector<PeerRecord> donors_for(int64_t step, int64_t ahead, const std::vector<PeerRecord>& peers, bool starting,
-                                     bool resync, bool& drifted) const;
-  std::optional<DownloadedState> download_newest(const std::vector<PeerRecord>& donors);
+  std::vector<p2p::PeerRecord> live_peers(bool starting) const;
+  std::vector<p2p::PeerRecord> donors_for(int64_t step, int64_t ahead, const std::vector<p2p::PeerRecord>& peers,
+                                          bool starting, bool resync, bool& drifted) const;
+  std::optional<p2p::DownloadedState> download_newest(const std::vector<p2p::PeerRecord>& donors);
 
   SwarmConfig cfg_;
-  PeerIdentity identity_;
-  std::unique_ptr<Transport> transport_;
-  std::unique_ptr<Directory> directory_;
-  std::unique_ptr<Averager> averager_;
+  p2p::PeerIdentity identity_;
+  std::unique_ptr<p2p::Transport> transport_;
+  std::unique_ptr<p2p::Directory> directory_;
+  std::unique_ptr<p2p::Averager> averager_;
   int64_t rounds_ = 0, failed_rounds_ = 0, group_size_sum_ = 0, last_group_size_ = 1;
   double last_round_s_ = 0, last_averaging_s_ = 0, samples_per_s_ = 0;
   // The longest round since this process started: a metrics record carries its own step's round only, so
@@ -126,16 +129,16 @@ class SwarmPeer {
   std::function<std::string()> make_state_;
   bool started_ = false;                 // catch_up was called once
   std::map<int64_t, uint64_t> digests_;  // this peer's weights' digests after its last few steps
-  StateServer state_server_;
+  p2p::StateServer state_server_;
   std::chrono::steady_clock::time_point since_{std::chrono::steady_clock::now()};
   std::chrono::steady_clock::time_point alone_since_{std::chrono::steady_clock::now()}, alone_warned_{};
   bool met_anyone_ = false;
   std::shared_ptr<comm::FlightRecorder> flight_;
-  const char* round_kind_;              // in the flight record: "average" (gradients), or "outer" (DiLoCo's)
-  std::array<uint64_t, 2> grid_{0, 0};  // this peer's coordinates (Note [Groups on a grid])
-  std::vector<Member> last_group_;      // the last round's group, in its order
+  const char* round_kind_;               // in the flight record: "average" (gradients), or "outer" (DiLoCo's)
+  std::array<uint64_t, 2> grid_{0, 0};   // this peer's coordinates (Note [Groups on a grid])
+  std::vector<p2p::Member> last_group_;  // the last round's group, in its order
   int64_t state_rounds_ = 0;
   double state_distance_ = 0;  // relative L2 distance of the weights from the group's average, last time
 };
 
-}  // namespace cohort::swarm
+}  // namespace cohort::parallel::swarm

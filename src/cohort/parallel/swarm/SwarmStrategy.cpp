@@ -3,13 +3,13 @@
 #include <chrono>
 #include <iostream>
 
+#include "cohort/p2p/Codec.h"
 #include "cohort/parallel/Params.h"
 #include "cohort/parallel/swarm/PeerState.h"
 #include "cohort/parallel/swarm/SwarmPeer.h"
-#include "cohort/swarm/Codec.h"
 #include "cohort/util/Error.h"
 
-namespace cohort {
+namespace cohort::parallel::swarm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -17,7 +17,7 @@ constexpr const char* kResidual = "swarm.residual";
 
 class SwarmStrategy : public Strategy {
  public:
-  SwarmStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, CommunicatorPtr comm,
+  SwarmStrategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model, comm::CommunicatorPtr comm,
                 std::unique_ptr<Strategy> inner)
       : comm_(comm),
         model_(model),
@@ -27,11 +27,11 @@ class SwarmStrategy : public Strategy {
                     : cfg.data.batch_size * cfg.train.grad_accum_steps * cfg.swarm.partitions * comm->size()),
         partition_(cfg.swarm.sampler == "partition"),
         samples_per_batch_(cfg.data.batch_size * comm->size()),
-        codec_(swarm::codec_from_name(cfg.swarm.compress, "swarm.compress")),
+        codec_(p2p::codec_from_name(cfg.swarm.compress, "swarm.compress")),
         averages_state_(cfg.swarm.group_size > 0),
         average_state_every_(cfg.swarm.average_state_every) {
     inner_ = std::move(inner);  // the peer's own workers: a ddp job
-    if (comm->rank() == 0) peer_ = std::make_unique<swarm::SwarmPeer>(cfg, codec_, "average", comm->flight());
+    if (comm->rank() == 0) peer_ = std::make_unique<parallel::swarm::SwarmPeer>(cfg, codec_, "average", comm->flight());
   }
 
   std::string name() const override { return "swarm"; }
@@ -54,14 +54,14 @@ class SwarmStrategy : public Strategy {
     for (const auto& [name, t] : resume) {
       if (name == kResidual) {
         // Only int8 feeds it back: a run resumed with another codec drops it instead of carrying it on.
-        if (codec_ == swarm::Codec::kInt8) residual_ = t.to(at::kFloat).clone();
+        if (codec_ == p2p::Codec::kInt8) residual_ = t.to(at::kFloat).clone();
       } else {
         rest.emplace_back(name, t);
       }
     }
     inner_->load_state(optimizer, rest);
     // rank 0 saved it; the peer's other workers take rank 0's (zero: nothing lost yet).
-    if (codec_ != swarm::Codec::kInt8 || comm_->size() == 1) return;
+    if (codec_ != p2p::Codec::kInt8 || comm_->size() == 1) return;
     if (!residual_.defined()) residual_ = at::zeros({trainable_numel()}, at::kFloat);
     comm_->broadcast(residual_, 0, "swarm: the int8 residual")->wait();
   }
@@ -95,7 +95,7 @@ class SwarmStrategy : public Strategy {
     // block's scale (a 254th of its largest value); that loss goes into the next step's contribution
     // (error feedback), as DiLoCo's int8 does, so no gradient is lost for good. fp16 keeps 11 bits and
     // carries nothing, as Hivemind's Float16Compression.
-    if (codec_ == swarm::Codec::kInt8) contribution = swarm::with_error_feedback(contribution, residual_, codec_);
+    if (codec_ == p2p::Codec::kInt8) contribution = p2p::with_error_feedback(contribution, residual_, codec_);
     if (peer_) contribution = peer_->average(options.step, contribution, samples_, wire_bytes_);
     if (comm_->size() > 1) comm_->broadcast(contribution, 0, "swarm: the averaged gradient")->wait();
     write_gradients(contribution);
@@ -104,25 +104,25 @@ class SwarmStrategy : public Strategy {
     auto result = inner_->step(lr, options);
     average_state(options.step);
     last_sync_ = {wire_bytes_, contribution.numel() * 4};
-    if (peer_) peer_->settled(options.step + 1, swarm::weights_digest(*model_));
+    if (peer_) peer_->settled(options.step + 1, parallel::swarm::weights_digest(*model_));
     return result;
   }
 
   // Note [A newcomer catches up]
   // The peer's first worker downloads a live peer's model (parameters and
-  // buffers) and optimizer state, verified against the donor's digest (swarm/StateTransfer.h), and hands
+  // buffers) and optimizer state, verified against the donor's digest (p2p/StateTransfer.h), and hands
   // it to the peer's other workers; every worker loads it and the loop goes on from the donor's step.
   std::optional<int64_t> catch_up(int64_t step) override {
     std::string bytes;
     int64_t to_step = -1;
     if (peer_)
       if (auto got = peer_->catch_up(step)) bytes = std::move(got->bytes), to_step = got->step;
-    swarm::share_with_local_workers(*comm_, bytes, to_step);
+    parallel::swarm::share_with_local_workers(*comm_, bytes, to_step);
     if (to_step < 0) return std::nullopt;
-    const auto state = swarm::unpack_peer_state(bytes);
-    swarm::load_model_state(*model_, state);
+    const auto state = parallel::swarm::unpack_peer_state(bytes);
+    parallel::swarm::load_model_state(*model_, state);
     inner_->load_state(state.optimizer, {});
-    if (peer_) peer_->settled(to_step, swarm::weights_digest(*model_));
+    if (peer_) peer_->settled(to_step, parallel::swarm::weights_digest(*model_));
     return to_step;
   }
 
@@ -134,7 +134,9 @@ class SwarmStrategy : public Strategy {
   }
 
   // The state a newcomer needs: every parameter and buffer and the optimizer's state.
-  std::string serialize_state() { return swarm::pack_peer_state(*model_, inner_->save_state().optimizer, {}); }
+  std::string serialize_state() {
+    return parallel::swarm::pack_peer_state(*model_, inner_->save_state().optimizer, {});
+  }
 
   void accumulate() {
     at::NoGradGuard no_grad;
@@ -151,7 +153,7 @@ class SwarmStrategy : public Strategy {
   }
 
   // swarm.average_state_every with swarm.group_size: the step's group averages its trainable weights
-  // (Note [Groups on a grid] in swarm/Averager.cpp); the peer's other workers take its first worker's.
+  // (Note [Groups on a grid] in p2p/Averager.cpp); the peer's other workers take its first worker's.
   void average_state(int64_t step) {
     if (!averages_state_ || (step + 1) % average_state_every_ != 0) return;
     at::NoGradGuard no_grad;
@@ -194,18 +196,18 @@ class SwarmStrategy : public Strategy {
     }
   }
 
-  CommunicatorPtr comm_;
+  comm::CommunicatorPtr comm_;
   std::shared_ptr<torch::nn::Module> model_;
   Trainable trainable_;
   int64_t target_;
   bool partition_;
   int64_t samples_per_batch_;
-  swarm::Codec codec_;
+  p2p::Codec codec_;
   bool averages_state_;
   int64_t average_state_every_;
   at::Tensor residual_;  // swarm.compress=int8: what the wire lost of the last contribution
   std::unique_ptr<Strategy> inner_;
-  std::unique_ptr<swarm::SwarmPeer> peer_;
+  std::unique_ptr<parallel::swarm::SwarmPeer> peer_;
   at::Tensor accumulated_;
   int64_t batches_ = 0, samples_ = 0, wire_bytes_ = 0;
   int64_t trained_samples_ = 0;  // since this process started
@@ -215,8 +217,8 @@ class SwarmStrategy : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_swarm_strategy(const TrainConfig& cfg, std::shared_ptr<torch::nn::Module> model,
-                                              CommunicatorPtr comm, std::unique_ptr<Strategy> inner) {
+                                              comm::CommunicatorPtr comm, std::unique_ptr<Strategy> inner) {
   return std::make_unique<SwarmStrategy>(cfg, std::move(model), std::move(comm), std::move(inner));
 }
 
-}  // namespace cohort
+}  // namespace cohort::parallel::swarm

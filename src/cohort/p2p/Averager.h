@@ -1,0 +1,128 @@
+// One averaging round of the swarm, as Hivemind's averager does it: matchmaking (the ready peers form a
+// group around a leader, within swarm.matchmaking_s) and a butterfly all-reduce in which each member
+// reduces one part of the vector, weighted by the samples behind each contribution, and sends it back.
+//
+//   p2p::Averager averager(transport, directory, {.matchmaking_s = 5, .averaging_timeout_s = 30});
+//   auto out = averager.average(step, flat_gradient, samples, my_record);
+//   // out.averaged: the group's weighted mean where it arrived, this peer's own values elsewhere
+//
+// Note [What a round does when a peer fails]
+// A member that dies, freezes or loses its link mid-round is never waited for past the deadline: the
+// member reducing a part averages the contributions that arrived by half of swarm.averaging_timeout and
+// sends that back; a part whose reducer does not answer by the timeout keeps this peer's own values (a
+// local update for that part). Either way the round ends within the timeout, every part is finite, and
+// the outcome says what happened so the log can.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "cohort/p2p/Codec.h"
+#include "cohort/p2p/Directory.h"
+#include "cohort/p2p/Transport.h"
+
+namespace cohort::p2p {
+
+struct Member {
+  PeerKey key{};
+  std::string address;
+};
+
+// The element range [begin, end) of part `j` of `numel` elements split among `n` members: contiguous,
+// in member order, starting on multiples of `align` (the codec's block), sizes differing by at most one
+// block. Pure, the same on every member.
+std::pair<int64_t, int64_t> part_bounds(int64_t numel, int64_t n, int64_t j, int64_t align = 1);
+// How many groups `ready` peers of one key form with swarm.group_size `group_size` > 0 (Note [Groups on a
+// grid]): ceil(ready / group_size), fewer where the smallest would hold one peer or fewer than
+// `min_group_size`.
+int64_t group_count(int64_t ready, int64_t group_size, int64_t min_group_size);
+
+// The weighted mean of `values` (each weighted by `weights`), summed in the order given so every member
+// that reduces the same contributions gets the same bits.
+at::Tensor weighted_mean(const std::vector<at::Tensor>& values, const std::vector<double>& weights);
+
+struct AveragingOptions {
+  double matchmaking_s = 5.0;         // how long a leader waits for more peers to become ready
+  double averaging_timeout_s = 30.0;  // how long a round may take once the group is formed
+  int64_t min_group_size = 2;         // fewer ready peers than this: no round, a local step
+  // At most this many members per group (0: every ready peer). Only peers announcing the same group key
+  // (PeerRecord::group_key) group together (Note [Groups on a grid]).
+  int64_t group_size = 0;
+  Codec codec = Codec::kNone;  // how contributions and results travel (p2p/Codec.h)
+  // True once this peer is leaving (Ctrl-C): it withdraws from a round it has not yet said it is ready
+  // for; a round it said it was ready for still ends (Note [Leaving a swarm] in train/Trainer.cpp).
+  std::function<bool()> leaving = nullptr;
+  // Called while matchmaking waits (a peer answers state requests then too: Note [A peer that fell out
+  // of a round resynchronizes] in parallel/swarm/SwarmPeer.cpp).
+  std::function<void()> while_waiting = nullptr;
+  // Fault injection (comm/FaultInjection.h lists every fault): in round `fault_round` this peer sends
+  // its contributions, then raises `fault_signal` on itself (SIGKILL: dies mid-round; SIGSTOP: freezes).
+  int64_t fault_round = -1;
+  int fault_signal = 0;
+};
+
+struct RoundOutcome {
+  at::Tensor averaged;        // float32, flat, this peer's result
+  std::vector<Member> group;  // the members, in their order (this peer alone: a local step)
+  int64_t contributions = 1;  // contributions in the average of this peer's own part
+  int64_t parts_local = 0;    // parts whose average did not come back (kept local)
+  // This peer's place among every peer of its group key in the round, in the leader's order: its place in
+  // its group plus the places of the groups before it (Note [Groups on a grid]).
+  int64_t place = 0;
+  double matchmaking_s = 0, averaging_s = 0;
+  std::string problem;  // what went wrong, empty when nothing did
+  // The members (peer names) that sent no contribution or no result within the averaging timeout.
+  std::vector<std::string> silent;
+  bool with_others() const { return group.size() > 1 && parts_local < static_cast<int64_t>(group.size()) - 1; }
+};
+
+class Averager {
+ public:
+  Averager(Transport& transport, Directory& directory, AveragingOptions options);
+
+  // Matchmaking and the all-reduce for the swarm's step `round`. `mine` is this peer's record, which is
+  // announced as ready for `round` while the group forms.
+  RoundOutcome average(uint64_t round, const at::Tensor& flat, double weight, PeerRecord mine);
+
+  // The two halves, for tests. match() returns the group (this peer alone when no group formed, with
+  // `problem` saying why); all_reduce() averages over a given group.
+  std::vector<Member> match(uint64_t round, PeerRecord mine, std::string& problem);
+  RoundOutcome all_reduce(uint64_t round, const std::vector<Member>& group, const at::Tensor& flat, double weight);
+
+ private:
+  struct Round;
+
+  std::vector<Member> withdraw(uint64_t round, PeerRecord mine, std::string& problem);
+  Member say_ready(uint64_t round, PeerRecord mine);
+  void hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, std::string>& said_ready);
+  // `first`: the place of the group's first member among all the ready peers of its key, in the leader's
+  // order (Note [Groups on a grid]).
+  void send_group(uint64_t round, const std::vector<Member>& group, uint64_t first);
+  // The leader's decision: the ready peers of its key as one group, or, past swarm.group_size, as several
+  // (each sent its own); returns this peer's group.
+  std::vector<Member> send_groups(uint64_t round, std::vector<Member> ready);
+  // Note [A peer in two groups declines the other]: a group for `round` other than `mine` that arrived
+  // is declined to its members.
+  void decline_other_groups(uint64_t round, const std::vector<Member>& mine);
+  void decline_late_groups();
+  std::optional<std::vector<Member>> group_from(const Message& m);
+  std::optional<Message> receive_in_round(const Round& r, Topic topic, Clock::time_point by, const PeerKey& from);
+  std::vector<std::string> reduce_own_part(const Round& r, double weight, Clock::time_point by, RoundOutcome& out);
+  std::vector<std::string> receive_results(const Round& r, Clock::time_point by, RoundOutcome& out);
+
+  Transport& transport_;
+  Directory& directory_;
+  AveragingOptions options_;
+  uint64_t first_place_ = 0;  // the last group's `first` (send_group)
+  // The last rounds this peer averaged in, with its group in each: a group of one of them that arrives
+  // late is declined (Note [A peer in two groups declines the other]).
+  static constexpr size_t kRecentRounds = 4;
+  std::deque<std::pair<uint64_t, std::vector<Member>>> recent_;
+};
+
+}  // namespace cohort::p2p

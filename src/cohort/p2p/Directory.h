@@ -1,0 +1,199 @@
+// Who is in the swarm: each peer's record (address, global step, samples accumulated toward the next
+// step, samples/s). Peers find each other in OpenDHT, the Kademlia DHT that Hivemind's peers use too, and
+// then send their records straight to the peers they know (Note [Records go to the peers directly]).
+// There is no master: a peer bootstraps from any live peer in swarm.initial_peers, and the records of the
+// run live in the DHT (under a key made from the run's public key), so the first peer may leave and the
+// rest go on.
+//
+//   p2p::Directory directory(identity, run_key, "10.0.0.2:7000", {"10.0.0.3:7000"}, options, log, &transport);
+//   directory.announce({.address = transport.address(), .step = 12, .samples = 384});
+//   for (const auto& peer : directory.peers()) ...   // live peers other than this one, newest record each
+//
+// Every record is sealed with its peer's token (p2p/Auth.h): a record from a peer without a valid,
+// unexpired token of this run is refused and named in the log. A record expires `record_ttl_s` after it
+// was written; a peer resends its own every `announce_s`, so a dead peer drops out within the TTL.
+//
+// Note [Records go to the peers directly]
+// Progress records change at every local step. Read back from the DHT, a record lagged its peer by up to a
+// second (a put, then the others' next read): a leader closed groups without peers it did not yet see as
+// ready, which then stepped alone and drifted (Note [A peer that fell out of a round resynchronizes]), and
+// a swarm's steps waited on the lag. So the DHT is for finding peers (a record put every `dht_put_s`, read
+// every `dht_read_s`), and each change of a record goes to the known peers as one frame over the swarm's
+// transport (at once when the step, readiness or leaving changes; other changes
+// at most every 50 ms). The heartbeat, every announce_s, goes to every known peer; to a few of them (the
+// peers met in the last beats, and two drawn at random) it also carries up to 8 live records of the other
+// peers this one knows, drawn anew each beat (each still sealed by its own peer), so that two peers who
+// found each other in the DHT learn everyone the other knows within a few beats, whatever their own view
+// of the DHT (Notes [The heartbeat is its own clock] and [The heartbeat passes on a few records] in
+// Directory.cpp). A peer that knows others reads the DHT only every
+// dht_read_known_s (the reads are most of what the DHT costs: with DiLoCo, more than the averaging); a
+// newcomer finds the live peers there, and by knocking on its initial peers (Note [A peer that knows
+// nobody knocks]), and tells them of itself directly.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/p2p/Auth.h"
+#include "cohort/p2p/Transport.h"
+
+namespace dht {
+class DhtRunner;
+}
+
+namespace cohort::p2p {
+
+struct PeerRecord {
+  PeerKey key{};
+  std::string address;       // swarm.listen: TCP for frames, UDP for the DHT, the same HOST:PORT
+  int64_t step = 0;          // the swarm's global step this peer is on
+  int64_t samples = 0;       // samples accumulated toward that step
+  double samples_per_s = 0;  // its recent training speed
+  bool ready = false;        // it wants to average for `step` now
+  bool leaving = false;      // it is leaving (Ctrl-C): leave it out of groups
+  double written_unix = 0;   // when the record was written (its expiry counts from here)
+  int64_t group_size = 0;    // the size of its last round's group (0: none yet)
+  // A digest of its weights after step `digest_step` (-1: none yet): Note [Peers that drifted apart
+  // resynchronize] in parallel/swarm/SwarmPeer.cpp. Set by announce_digest, kept by announce.
+  int64_t digest_step = -1;
+  uint64_t digest = 0;
+  // Which process wrote it: a random number per process, and when that process started (Unix seconds).
+  // One token in two live processes is told apart from a peer restarted with its own token (Note [One
+  // identity, one process] in Directory.cpp). Set by the directory.
+  uint64_t session = 0;
+  double started_unix = 0;
+  // The group it averages in on `step` with swarm.group_size (0: any; Note [Groups on a grid] in
+  // p2p/Averager.cpp).
+  uint64_t group_key = 0;
+};
+
+// A peer of another run that refused this one (Note [A peer of another run is told so]).
+struct Refusal {
+  PeerKey peer{};
+  std::string address;
+  PeerKey run_key{};  // the run key its token names: the run it belongs to
+};
+
+struct DirectoryOptions {
+  double announce_s = 1.0;        // a peer sends its record to the peers it knows at least this often
+  double dht_put_s = 2.0;         // and puts it into the DHT this often (and when it leaves)
+  double dht_read_s = 1.0;        // and reads the run's records from the DHT this often while it knows no peer
+  double dht_read_known_s = 5.0;  // and this often once it does (newcomers announce themselves directly)
+  double record_ttl_s = 4.0;      // a record older than this is a dead peer's
+};
+
+class Directory {
+ public:
+  // `transport` carries the records between known peers and must outlive the directory; without one
+  // (cohort swarm status, an observer) only the DHT is read and nothing is published.
+  Directory(PeerIdentity me, PeerKey run_public_key, const std::string& listen,
+            const std::vector<std::string>& initial_peers, DirectoryOptions options,
+            std::function<void(const std::string&)> log, Transport* transport = nullptr);
+  ~Directory();
+  Directory(const Directory&) = delete;
+  Directory& operator=(const Directory&) = delete;
+
+  // This peer's record: sent to the known peers now (a change of step, readiness or leaving) or within
+  // 50 ms (other changes), and again every announce_s (Note [Records go to the peers directly]).
+  void announce(PeerRecord mine);
+  // Adds to this peer's record the digest of its weights after `step` (sent with its next record).
+  void announce_digest(int64_t step, uint64_t digest);
+  // The live peers other than this one, as of the last read; newest record of each.
+  std::vector<PeerRecord> peers() const;
+  // Waits until a read of the DHT that starts after this call completes (or `timeout_s`); returns the
+  // live peers then.
+  std::vector<PeerRecord> fresh_peers(double timeout_s);
+  // Distinct peers ever seen alive (for the run's summary).
+  int64_t peers_seen() const;
+  // Empty, or what shows that another live process, started before this one, holds this peer's
+  // identity (the same swarm.token): this one must stop (Note [One identity, one process]).
+  std::string identity_taken() const;
+  // The peers of another run that refused this one so far.
+  std::vector<Refusal> refusals() const;
+
+ private:
+  void run();
+  bool has_contact() const;  // Note [No DHT request before the first contact]
+  // Sends `mine` (sealed) to every live peer, with the others' records when `with_others` (the heartbeat).
+  void send_direct(const std::vector<uint8_t>& mine, bool with_others);
+  // The live peers and those whose record expired less than kHeartbeatAfterDeathS ago (Note [A peer whose
+  // record expired still hears the heartbeat]).
+  std::vector<PeerRecord> heartbeat_peers() const;
+  // The other peers' records written since `oldest_unix`, of peers that did not say they were leaving.
+  std::vector<PeerRecord> written_since(double oldest_unix) const;
+  // Sends `mine` to swarm.initial_peers and the peers seen (Note [A peer that knows nobody knocks]).
+  void knock(const std::vector<uint8_t>& mine);
+  void put(const std::vector<uint8_t>& sealed);
+  void start_read();
+  // Takes in one sealed record, from the DHT (no carrier: all zero) or in a frame of `carrier`: kept when
+  // newer than the last of that peer. The carrier's own record is vouched for by its frame (open_carried).
+  void take_in(const uint8_t* data, size_t size, const PeerKey& carrier);
+  // A record or a refusal from a peer of another run (Note [A peer of another run is told so]).
+  void take_in_foreign(const Message& m, const PeerKey& run_key);
+
+  static constexpr double kMinDirectGapS = 0.05;       // non-urgent record changes go out at most this often
+  static constexpr size_t kGossipRecords = 8;          // others' records a heartbeat passes on, at most
+  static constexpr size_t kGossipFanout = 2;           // peers, drawn at random, a heartbeat passes them to
+  static constexpr double kWelcomeBeats = 3;           // and peers met within this many announce_s
+  static constexpr double kHeartbeatAfterDeathS = 60;  // heartbeats still go to a peer this long after its TTL
+
+  PeerIdentity me_;
+  PeerKey run_public_key_;
+  DirectoryOptions options_;
+  std::function<void(const std::string&)> log_;
+  Transport* transport_;
+  std::unique_ptr<dht::DhtRunner> dht_;
+  std::string key_;  // the DHT key of this run's records
+  std::vector<std::string> initial_peers_;
+  std::string mine_address_;                // swarm.listen
+  static constexpr size_t kMaxKnocks = 64;  // addresses knocked on at most, each announce_s
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  PeerRecord mine_;
+  bool mine_dirty_ = false;   // changed since it was last sent
+  bool mine_urgent_ = false;  // its step, readiness or leaving changed: send it now
+  bool read_in_flight_ = false;
+  // Addresses of peers met, to make DHT contacts of (Note [Every peer is a DHT contact]).
+  std::vector<std::string> to_contact_;
+  struct Entry {
+    uint64_t counter = 0;  // its seal's counter: a record replaces only an older one
+    PeerRecord record;
+    std::vector<uint8_t> sealed;  // as its peer sealed it, to pass on
+    double met_unix = 0;          // when its record last became live here (first seen, or back after its TTL)
+  };
+  std::map<PeerKey, Entry> records_;  // the newest record of each peer
+
+  // The parts of take_in for a record of this peer's own key, and for a record whose key another live
+  // process holds too (Note [One identity, one process]). Called under mutex_; what to send goes to
+  // `replies` (address, kRecord body), sent after it is released.
+  using Replies = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
+  void take_in_own_key(const PeerRecord& rec, Replies& replies);
+  void introduce_twins(const Entry& held, const PeerRecord& rec, const uint8_t* data, size_t size, Replies& replies);
+
+  const uint64_t session_;  // this process's (Note [One identity, one process])
+  const double started_unix_;
+  std::vector<uint8_t> mine_sealed_;  // this peer's record as last sent
+  std::string identity_taken_;
+  std::map<uint64_t, double> twins_answered_;                   // by session: when last answered
+  std::map<std::pair<uint64_t, uint64_t>, double> introduced_;  // twin sessions: when introduced
+  std::minstd_rand gossip_random_{std::random_device{}()};      // which records a heartbeat passes on
+  std::map<PeerKey, Refusal> refused_by_;                       // peers of another run that refused this one
+  std::map<PeerKey, double> refusal_sent_;                      // peers of another run told: when
+  std::set<PeerKey> seen_;
+  std::set<std::string> refused_logged_;    // each refusal logged once, not at every read
+  uint64_t reads_started_ = 0, reads_ = 0;  // DHT reads started and completed
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cohort::p2p
