@@ -28,7 +28,7 @@ cat > "$tmp/app/old_paths.cpp" << 'EOF'
 #include "cohort/train/Progress.h"
 int old_paths() {
   return cohort::train::kPhaseCount + static_cast<int>(cohort::train::Progress::clock(61).size()) +
-         static_cast<int>(cohort::swarm::Writer().u64(1).data().size());
+         static_cast<int>(cohort::swarm::Writer().u64(1).out().size());
 }
 EOF
 printf 'add_library(old_paths OBJECT old_paths.cpp)\ntarget_link_libraries(old_paths PRIVATE cohort::cohort)\n' \
@@ -38,7 +38,7 @@ printf 'add_executable(old_example old_example.cpp)\ntarget_link_libraries(old_e
 launcher=(); command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$tmp/app" -B "$tmp/app/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$tmp/prefix" \
   "${launcher[@]}" > "$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; exit 1; }
-cmake --build "$tmp/app/build" > "$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log"; exit 1; }
+cmake --build "$tmp/app/build" -j "$(nproc)" > "$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log"; exit 1; }
 
 pids=()
 for rank in 0 1; do
