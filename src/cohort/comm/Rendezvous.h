@@ -1,8 +1,7 @@
 // Rendezvous: turns a WorldInfo into a connected World (store + communicator).
 //
-//   cohort::comm::World world = cohort::comm::rendezvous(cohort::comm::world_from_env(cohort::comm::current_env()),
-//   "gloo",
-//                                            std::chrono::seconds(300));
+//   namespace comm = cohort::comm;
+//   comm::World world = comm::rendezvous(comm::world_from_env(comm::current_env()), "gloo", std::chrono::seconds(300));
 //   world.comm->barrier("start")->wait();
 //
 // Rank 0 hosts cohort's authenticated store (store::StoreServer) on master_addr:master_port, and only

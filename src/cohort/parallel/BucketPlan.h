@@ -2,8 +2,8 @@
 // so every rank computes the same plan without talking (c10d's compute_bucket_assignment_by_size does the
 // same job). The one bucketer: ddp's all-reduce buckets and ZeRO's flat units both come from it.
 //
-//   auto plan = cohort::parallel::plan_buckets({{"w", {1000}, at::kFloat}, {"b", {10}, at::kFloat}}, 25 << 20, 1 <<
-//   20);
+//   auto plan = cohort::parallel::plan_buckets({{"w", {1000}, at::kFloat}, {"b", {10}, at::kFloat}}, 25 << 20,
+//                                              1 << 20);
 //   // plan[0].params == {1, 0}: the last parameters come first.
 #pragma once
 

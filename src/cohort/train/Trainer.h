@@ -2,8 +2,8 @@
 // checkpoints, metrics and the summary. `cohort train` runs it in every worker; a test can run it too.
 //
 //   cohort::TrainConfig cfg = cohort::config::load(std::nullopt, {"train.max_steps=20"});
-//   cohort::train::TrainResult r = cohort::train::run_worker(cfg,
-//   cohort::comm::world_from_env(cohort::comm::current_env()));
+//   const auto info = cohort::comm::world_from_env(cohort::comm::current_env());
+//   cohort::train::TrainResult r = cohort::train::run_worker(cfg, info);
 //
 // run_worker in Trainer.cpp reads as the job, top to bottom: setup, resume, the epochs and their steps,
 // evaluation, saves and the summary, each a named call (RunLog, Checkpointer and write_run_summary own

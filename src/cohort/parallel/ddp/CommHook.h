@@ -3,8 +3,7 @@
 // hooks, not other reducers.
 //
 //   class MyHook : public cohort::parallel::ddp::CommHook {
-//     cohort::comm::HandlePtr run(cohort::comm::Communicator& comm, cohort::parallel::ddp::GradBucket& b) override {
-//     ... }
+//     cohort::comm::HandlePtr run(cohort::comm::Communicator& comm, cohort::parallel::ddp::GradBucket& b) override;
 //   };
 //   ddp.set_comm_hook(std::make_shared<MyHook>());
 #pragma once

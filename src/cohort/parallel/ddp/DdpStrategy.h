@@ -3,8 +3,10 @@
 // (Note [The optimizer inside backward] in DdpStrategy.cpp). The factory (train/StrategyFactory.h) builds
 // its options and hook from the config; the swarm and DiLoCo wrap one as their peer's inner job.
 //
-//   auto strategy = cohort::parallel::ddp::make_ddp_strategy(model, world.comm, cohort::parallel::ddp::DdpOptions{},
-//   std::make_shared<cohort::parallel::ddp::AllReduceHook>()); strategy->build_optimizer(cfg.optim);
+//   namespace ddp = cohort::parallel::ddp;
+//   auto hook = std::make_shared<ddp::AllReduceHook>();
+//   auto strategy = ddp::make_ddp_strategy(model, world.comm, ddp::DdpOptions{}, hook);
+//   strategy->build_optimizer(cfg.optim);
 #pragma once
 
 #include <memory>

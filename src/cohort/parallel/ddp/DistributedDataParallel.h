@@ -2,8 +2,8 @@
 // across ranks during backward, bucket by bucket, so the optimizer steps identically everywhere.
 //
 //   auto net = std::make_shared<MyNet>();
-//   cohort::parallel::ddp::DistributedDataParallel ddp(net, world.comm);    // checks replicas, broadcasts rank 0's
-//   weights for (auto& batch : my_shard) {
+//   cohort::parallel::ddp::DistributedDataParallel ddp(net, world.comm);  // checks replicas, takes rank 0's weights
+//   for (auto& batch : my_shard) {
 //     auto loss = torch::nn::functional::cross_entropy(net->forward(batch.data), batch.target);
 //     opt.zero_grad(); loss.backward(); opt.step();           // gradients already averaged
 //   }

@@ -14,9 +14,10 @@
 // With optim.in_backward each unit's slice is stepped as soon as its reduce-scatter ends (zero1's too,
 // reduced during backward then), and the step only gathers the updated parameters.
 //
-//   auto strategy = cohort::parallel::shard::make_sharded_strategy(model, comm, {.stage =
-//   cohort::parallel::shard::ShardStage::kFsdp}); strategy->build_optimizer(cfg.optim); loss.backward();
-//   strategy->step(lr, /*clip_norm=*/1.0);
+//   namespace shard = cohort::parallel::shard;
+//   auto strategy = shard::make_sharded_strategy(model, comm, {.stage = shard::ShardStage::kFsdp});
+//   strategy->build_optimizer(cfg.optim);
+//   loss.backward();  strategy->step(lr, /*clip_norm=*/1.0);
 #pragma once
 
 #include <memory>

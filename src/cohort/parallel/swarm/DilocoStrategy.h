@@ -4,9 +4,9 @@
 // per-block scales and error feedback (INTELLECT-1), and every peer applies the same outer Nesterov SGD
 // step (diloco.outer_lr, diloco.outer_momentum). Communication is one round per inner_steps steps.
 //
-//   auto strategy = cohort::parallel::swarm::make_diloco_strategy(cfg, model, comm, std::move(ddp));   //
-//   train::make_strategy does this strategy->step(lr, {.step = s});   // an inner step; every inner_steps-th call also
-//   does the outer step
+//   // train::make_strategy does this:
+//   auto strategy = cohort::parallel::swarm::make_diloco_strategy(cfg, model, comm, std::move(ddp));
+//   strategy->step(lr, {.step = s});   // an inner step; every inner_steps-th call also does the outer step
 //
 // The outer weights, the outer momentum and the error-feedback residual are checkpointed with the rest
 // (StrategyState::resume), so a resumed peer continues the same outer optimizer.

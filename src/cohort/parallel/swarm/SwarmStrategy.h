@@ -5,9 +5,10 @@
 // failures that is synchronous training at that global batch, so train.epochs and train.max_steps count
 // these global steps as they count ddp's.
 //
-//   auto strategy = cohort::parallel::swarm::make_swarm_strategy(cfg, model, comm, std::move(ddp));   //
-//   train::make_strategy does this { auto sync = strategy->gradient_sync(true); loss.backward(); } auto r =
-//   strategy->step(lr, {});   // r.applied: false while the swarm is still accumulating
+//   // train::make_strategy does this:
+//   auto strategy = cohort::parallel::swarm::make_swarm_strategy(cfg, model, comm, std::move(ddp));
+//   { auto sync = strategy->gradient_sync(true); loss.backward(); }
+//   auto r = strategy->step(lr, {});   // r.applied: false while the swarm is still accumulating
 //
 // Only the peer's first worker (local rank 0) talks to the swarm; it hands its decisions and the
 // averaged gradient to the peer's other workers by broadcast.
