@@ -1,4 +1,4 @@
-#include "DoctorCommand.h"
+#include "Doctor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +12,8 @@
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/store/AuthStore.h"
 #include "cohort/util/Error.h"
+
+namespace apps {
 
 namespace {
 
@@ -103,3 +105,5 @@ int run_doctor_command(const DoctorCommand& c) {
     std::cout << cohort::comm::render(diagnosis);
   return diagnosis["findings"].empty() ? 0 : 1;
 }
+
+}  // namespace apps

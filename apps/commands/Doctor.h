@@ -3,16 +3,18 @@
 // crawling): every rank is first asked for a fresh record through the job's store (Note [Asking every rank
 // for its record] in comm/PeerWatch.cpp). main.cpp adds it to the CLI and runs it when given.
 //
-//   DoctorCommand doctor;
-//   add_doctor_command(app, doctor);
+//   apps::DoctorCommand doctor;
+//   apps::add_doctor_command(app, doctor);
 //   app.parse(argc, argv);
-//   if (const int rc = run_doctor_command(doctor); rc >= 0) return rc;
+//   if (const int rc = apps::run_doctor_command(doctor); rc >= 0) return rc;
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+namespace apps {
 
 struct DoctorCommand {
   CLI::App* app = nullptr;
@@ -28,3 +30,5 @@ void add_doctor_command(CLI::App& app, DoctorCommand& c);
 // Throws cohort::Error for a run dir without flight records, or, with --ask, a job whose store does not
 // answer.
 int run_doctor_command(const DoctorCommand& c);
+
+}  // namespace apps

@@ -1,4 +1,4 @@
-#include "SwarmCommands.h"
+#include "Swarm.h"
 
 #include <ctime>
 #include <iomanip>
@@ -8,6 +8,8 @@
 #include "cohort/util/Error.h"
 #if COHORT_HAVE_SWARM
 #include "cohort/parallel/swarm/SwarmPeer.h"
+
+namespace apps {
 #endif
 
 namespace {
@@ -76,3 +78,5 @@ int run_swarm_commands(const SwarmCommands& c) {
   if (*c.status) return print_swarm_status(c);
   return -1;
 }
+
+}  // namespace apps
