@@ -34,8 +34,6 @@ void run_predict(const TrainArgs& args, const cohort::comm::WorldInfo& info) {
 
 }  // namespace
 
-// The resolved config: a resumed run's saved config (or the defaults), then the file, then key=value
-// overrides, then the --run-dir/--resume flags.
 cohort::TrainConfig resolve_config(const TrainArgs& a) {
   cohort::TrainConfig base;
   if (!a.resume.empty()) {
@@ -114,7 +112,6 @@ int run_job(const TrainArgs& args, Job job) {
   }
 }
 
-// `cohort predict`: its positional words are key=value overrides, unless a file or folder of that name exists.
 int run_predict_command(TrainArgs args) {
   std::vector<std::string> images;
   for (auto& w : args.images)
