@@ -18,7 +18,7 @@ is the LibTorch cohort links).
 Prints JSON; --out also writes it. Run: make bench (or python3 bench/default_job.py --cohort build/cohort)."""
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
-from benchlib import emit
+from benchlib import emit, machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PEER = os.path.join(HERE, "peers", "torch_ddp_fmnist_amp.py")
@@ -78,20 +78,6 @@ def main():
     if not a.skip_like_for_like:
         res["like_for_like"] = like_for_like(a)
     emit(res, a.out)
-
-
-def machine():
-    """The CPU kind: `auto` picks bf16 where oneDNN has AMX or AVX512-BF16, and the figures differ by kind."""
-    model, flags = "", set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and not model:
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    return {"cores": os.cpu_count(), "cpu": model,
-            "bf16_isa": [f for f in ("amx_bf16", "avx512_bf16") if f in flags]}
 
 
 def spread(values):

@@ -27,6 +27,7 @@ import argparse, json, os, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import slow_network as link  # noqa: E402  the namespaces, the veth pair and tc
+from benchlib import machine  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -94,7 +95,7 @@ def main():
     a.cohort = os.path.abspath(a.cohort)
     if os.geteuid() != 0:
         sys.exit("bench/in_backward.py needs root for ip netns and tc")
-    res = {"bench": "in_backward", "strategy": a.strategy, "link": "veth between two network namespaces, tc tbf each way",
+    res = {"bench": "in_backward", "machine": machine(), "strategy": a.strategy, "link": "veth between two network namespaces, tc tbf each way",
            "data": f"fashion-mnist resized to {a.image} px, fp32, 1 thread per worker",
            "batch_per_worker": a.batch, "steps": a.steps, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "command": " ".join(sys.argv), "runs": []}
