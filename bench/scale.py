@@ -11,7 +11,8 @@ count and swarm.group_size it records, over all peers:
   - the median and p95 round time (each step's swarm_round_seconds, log.every_steps=1);
   - averaging bytes sent per peer per round, and background (directory record) bytes per peer per second;
   - memory: the largest resident set of one process (VmRSS), and the largest proportional set size of one
-    peer's processes together (PSS: pages they share counted once), sampled every 0.5 s.
+    peer's processes together (PSS: pages they share counted once), sampled every 5 s;
+    and the CPU seconds the sampler itself used (observer_cpu_s), which shares the cores with the peers.
 With --hivemind-python, the same swarm in Hivemind (bench/peers/hivemind_fmnist.py --model mlp: the same
 MLP, batch, target batch, matchmaking and averaging timeouts, target_group_size = swarm.group_size, and no
 training before every peer is seen): peers finished, wall and training time, the median and p95 time of a
@@ -48,10 +49,26 @@ def rss_kib(pid):
     return 0
 
 
-def descendants(pid):
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    kids = [int(x) for x in out]
-    return kids + [d for k in kids for d in descendants(k)]
+def process_table():
+    """{pid: parent pid} of every process, from one pass over /proc. The sampler used to run pgrep twice
+    per peer every 0.5 s; at 64 peers that alone kept about one of the machine's two cores busy, so the
+    observer took from the swarm it measured (docs/scaling.md)."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    # The parent is the 2nd field after the command's closing parenthesis.
+                    table[int(name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return table
+
+
+def descendants(pid, table=None):
+    table = process_table() if table is None else table
+    kids = [c for c, parent in table.items() if parent == pid]
+    return kids + [d for k in kids for d in descendants(k, table)]
 
 
 def pss_kib(pids):
@@ -75,13 +92,16 @@ def kill_tree(p):
             pass
 
 
-def wait_sampling(procs, limit_s, marks, all_done=None):
-    """Waits for `procs` (SIGTERM past limit_s), sampling memory every 0.5 s and watching each peer's file
-    marks[i] = (path, text) for the line that says it started training. Returns (wall, per peer the seconds
-    from that line to its exit (None if never seen), the largest resident set of one process, the largest
-    PSS of one peer's process tree), in KiB. When all_done() says every peer has finished training, what is
-    still running 5 s later is killed (Hivemind's shutdown took minutes)."""
-    start, peak_rss, peak_pss, done_at = time.time(), 0, 0, None
+def wait_sampling(procs, limit_s, marks, all_done=None, pss_every_s=5.0):
+    """Waits for `procs` (SIGTERM past limit_s), sampling memory and watching each peer's file marks[i] =
+    (path, text) for the line that says it started training. Resident sets are read every 0.5 s; PSS, whose
+    read walks a process's page tables under its memory lock, every pss_every_s. Returns (wall, per peer
+    the seconds from that line to its exit (None if never seen), the largest resident set of one process,
+    the largest PSS of one peer's process tree, both in KiB, and the CPU seconds this sampler used). When
+    all_done() says every peer has finished training, what is still running 5 s later is killed
+    (Hivemind's shutdown took minutes)."""
+    start, peak_rss, peak_pss, done_at, pss_at = time.time(), 0, 0, None, 0.0
+    cpu0 = time.process_time()
     ended, started = [None] * len(procs), [None] * len(procs)
     while any(p.poll() is None for p in procs):
         if time.time() - start > limit_s:
@@ -94,6 +114,9 @@ def wait_sampling(procs, limit_s, marks, all_done=None):
             for p in procs:
                 if p.poll() is None:
                     kill_tree(p)
+        table = process_table()
+        read_pss = time.time() - pss_at >= pss_every_s
+        pss_at = time.time() if read_pss else pss_at
         for i, p in enumerate(procs):
             if started[i] is None:
                 try:
@@ -104,12 +127,14 @@ def wait_sampling(procs, limit_s, marks, all_done=None):
             if p.poll() is not None:
                 ended[i] = ended[i] or time.time()
                 continue
-            tree = [p.pid] + descendants(p.pid)
+            tree = [p.pid] + descendants(p.pid, table)
             peak_rss = max([peak_rss] + [rss_kib(pid) for pid in tree])
-            peak_pss = max(peak_pss, pss_kib(tree))
+            if read_pss:
+                peak_pss = max(peak_pss, pss_kib(tree))
         time.sleep(0.5)
     now = time.time()
-    return now - start, [(e or now) - b if b else None for b, e in zip(started, ended)], peak_rss, peak_pss
+    return (now - start, [(e or now) - b if b else None for b, e in zip(started, ended)], peak_rss, peak_pss,
+            time.process_time() - cpu0)
 
 
 def run_hivemind(python, peers, group_size, steps, port, work, matchmaking_s):
@@ -142,7 +167,7 @@ def run_hivemind(python, peers, group_size, steps, port, work, matchmaking_s):
                 return False
         return True
 
-    wall, trained, peak_rss, peak_pss = wait_sampling(procs, 300 + 10 * steps, marks, all_done)
+    wall, trained, peak_rss, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks, all_done)
     finished, train_s, step_s, sums = 0, [], [], []
     for i in range(peers):
         events = []
@@ -175,6 +200,7 @@ def run_hivemind(python, peers, group_size, steps, port, work, matchmaking_s):
         "step_s_p95": round(step_s[int(0.95 * (len(step_s) - 1))], 3) if step_s else None,
         "peak_rss_mib_per_peer": round(peak_rss / 1024, 1),
         "peak_pss_mib_per_peer": round(peak_pss / 1024, 1),
+        "observer_cpu_s": round(observer_cpu, 1),
         "exit_codes": sorted(set(p.returncode for p in procs)),
     }
 
@@ -250,7 +276,7 @@ def run_faults(cohort, peers, group_size, kill, steps, port, work):
                             partition=victims[j]) for j in range(kill)]
     everyone = procs + newcomers
     marks = [(os.path.join(work, f"out{i}.txt"), " peers in the swarm after ") for i in range(len(everyone))]
-    wall, _, _, _ = wait_sampling(everyone, 300 + 10 * steps, marks)
+    wall, _, _, _, _ = wait_sampling(everyone, 300 + 10 * steps, marks)
     survivors = [i for i in range(peers) if i not in victims]
     after = {"failed": [], "sizes": [], "times": []}
     for i in survivors:
@@ -317,7 +343,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     dirs = [os.path.join(work, f"p{i}") for i in range(peers)]
     procs = [swarm_peer(cohort, i, 10 + i, peers, group_size, steps, port, work, peers, extra) for i in range(peers)]
     marks = [(os.path.join(work, f"out{i}.txt"), " peers in the swarm after ") for i in range(peers)]
-    wall, trained, peak, peak_pss = wait_sampling(procs, 300 + 10 * steps, marks)
+    wall, trained, peak, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks)
     codes = [p.returncode for p in procs]
     rounds, failed, sizes, times, avg_bytes, record_rate, distances, state_rounds = 0, [], [], [], [], [], [], 0
     for d in dirs:
@@ -370,6 +396,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         "state_distance_max": round(max(distances), 5) if distances else None,
         "peak_rss_mib_per_peer": round(peak / 1024, 1),
         "peak_pss_mib_per_peer": round(peak_pss / 1024, 1),
+        "observer_cpu_s": round(observer_cpu, 1),
         "errors": errors,
     }
 

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <system_error>
@@ -36,7 +38,9 @@ constexpr char kTokenHint[] = "issue one with: cohort swarm token --key run.key 
 // Domain separation: a run key signs only this string followed by fixed-size fields, so no other message it
 // might ever sign can be mistaken for a token.
 constexpr char kTokenDomain[] = "cohort-swarm-token-v1";
-constexpr uint8_t kFrameMagic[4] = {'C', 'S', 'W', '1'};
+constexpr uint8_t kFrameMagic[4] = {'C', 'S', 'W', '1'};      // signed: Ed25519 over the frame
+constexpr uint8_t kPairFrameMagic[4] = {'C', 'S', 'W', '2'};  // for one peer: a MAC under the pair's key
+bool has_magic(const uint8_t* frame, const uint8_t (&magic)[4]) { return std::memcmp(frame, magic, 4) == 0; }
 constexpr size_t kTokenBytes = 32 + 32 + 8 + 64;
 
 // libsodium must be initialised once before any other call; a function-local static makes that thread-safe.
@@ -181,7 +185,8 @@ std::string claimed_sender(const uint8_t* frame, size_t size) {
 }
 
 std::optional<Claimed> claimed_header(const uint8_t* frame, size_t size) {
-  if (frame == nullptr || size < kFrameHeaderBytes || std::memcmp(frame, kFrameMagic, sizeof kFrameMagic) != 0)
+  if (frame == nullptr || size < kFrameHeaderBytes ||
+      !(has_magic(frame, kFrameMagic) || has_magic(frame, kPairFrameMagic)))
     return std::nullopt;
   const uint8_t* p = frame + sizeof kFrameMagic;
   return Claimed{get<32>(p + 32), get_u64(p + kTokenBytes + 32)};
@@ -360,13 +365,15 @@ std::string check_token(const Token& token, const PublicKey& our_run_public_key,
 
 // --- Frames -----------------------------------------------------------------------------------------------
 
-std::vector<uint8_t> seal(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
-                          const std::vector<uint8_t>& payload) {
-  ensure_sodium();
+namespace {
+
+// The frame up to its tag: magic, token, receiver, counter, length, payload.
+std::vector<uint8_t> frame_body(const uint8_t (&magic)[4], const PeerIdentity& me, const PublicKey& receiver_public_key,
+                                uint64_t counter, const std::vector<uint8_t>& payload) {
   const Token& t = me.token;
   std::vector<uint8_t> frame;
   frame.reserve(kFrameOverheadBytes + payload.size());
-  frame.insert(frame.end(), std::begin(kFrameMagic), std::end(kFrameMagic));
+  frame.insert(frame.end(), std::begin(magic), std::end(magic));
   put(frame, t.run_public_key);
   put(frame, t.peer_public_key);
   put_u64(frame, static_cast<uint64_t>(t.expires_unix));
@@ -375,24 +382,117 @@ std::vector<uint8_t> seal(const PeerIdentity& me, const PublicKey& receiver_publ
   put_u64(frame, counter);
   put_u64(frame, payload.size());
   frame.insert(frame.end(), payload.begin(), payload.end());
+  return frame;
+}
+
+// Note [A frame for one peer carries a MAC, not a signature]
+// Every frame was signed with the sender's Ed25519 key and verified on arrival. At 64 swarm peers on the
+// AVX2-only 2-core machine that verification (open) was 41% of a peer's CPU and signing 11% (perf, issue
+// 41): a record goes to every peer in its own frame, each signed for its receiver, and training itself was
+// under 2%. A frame addressed to one peer needs only that the receiver can tell it came from the sender,
+// which a MAC under a key the two share gives, as TLS and Noise do after their handshake: the pair's key
+// is the X25519 agreement of the two peers' keys (libsodium converts Ed25519 keys to X25519), hashed with
+// both public keys, computed once per pair and process and remembered (kMaxPairKeys, as VerifiedTokens).
+// The tag is keyed BLAKE2b-512 over the frame, so the frame's size and layout stay those of a signed one.
+// Frames for every peer (records, which are passed on and kept in the DHT) stay signed: only a signature
+// can be checked by a third peer. The token in the frame is still checked (run membership and expiry), and
+// the replay guard as before. What is given up: a peer whose secret key leaked could be sent forged frames
+// in anyone's name (key-compromise impersonation); with that key the peer is anyone's already. Peers of
+// the previous release do not read these frames, so a sender uses them only for peers whose record says
+// they do (PeerRecord::kPairFrames, p2p/Directory.h).
+class PairKeys {
+ public:
+  static PairKeys& instance() {
+    static PairKeys keys;
+    return keys;
+  }
+  // The key `me` shares with `peer`; nullopt for a key that is not a point of the curve.
+  std::optional<std::array<uint8_t, 32>> get(const PeerIdentity& me, const PublicKey& peer) {
+    // Keyed by the public half of the secret key used, not by the token's claim: an identity holding
+    // another peer's token with its own secret key must not be handed that peer's pair keys.
+    PublicKey mine{};
+    crypto_sign_ed25519_sk_to_pk(mine.data(), me.peer_secret_key.data());
+    const auto id = std::make_pair(mine, peer);
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = keys_.find(id); it != keys_.end()) return it->second;
+    }
+    auto key = derive(me, peer);
+    if (!key) return std::nullopt;
+    std::lock_guard lock(mutex_);
+    if (keys_.size() >= kMaxPairKeys) keys_.clear();
+    keys_.emplace(id, *key);
+    return key;
+  }
+
+ private:
+  static constexpr size_t kMaxPairKeys = 65536;
+  static std::optional<std::array<uint8_t, 32>> derive(const PeerIdentity& me, const PublicKey& peer) {
+    std::array<uint8_t, 32> my_x{}, their_x{}, shared{}, key{};
+    if (crypto_sign_ed25519_sk_to_curve25519(my_x.data(), me.peer_secret_key.data()) != 0 ||
+        crypto_sign_ed25519_pk_to_curve25519(their_x.data(), peer.data()) != 0 ||
+        crypto_scalarmult(shared.data(), my_x.data(), their_x.data()) != 0)
+      return std::nullopt;
+    // Both public keys in a fixed order, so both peers hash the same bytes.
+    const auto& lo = std::min(me.token.peer_public_key, peer);
+    const auto& hi = std::max(me.token.peer_public_key, peer);
+    static constexpr char kDomain[] = "cohort-swarm-pair-key-v1";
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, reinterpret_cast<const uint8_t*>(kDomain), sizeof kDomain - 1, key.size());
+    crypto_generichash_update(&st, shared.data(), shared.size());
+    crypto_generichash_update(&st, lo.data(), lo.size());
+    crypto_generichash_update(&st, hi.data(), hi.size());
+    crypto_generichash_final(&st, key.data(), key.size());
+    sodium_memzero(my_x.data(), my_x.size());
+    sodium_memzero(shared.data(), shared.size());
+    return key;
+  }
+  std::mutex mutex_;
+  std::map<std::pair<PublicKey, PublicKey>, std::array<uint8_t, 32>> keys_;
+};
+
+Signature pair_tag(const std::array<uint8_t, 32>& key, const uint8_t* data, size_t size) {
+  Signature tag;
+  crypto_generichash(tag.data(), tag.size(), data, size, key.data(), key.size());
+  return tag;
+}
+
+}  // namespace
+
+std::vector<uint8_t> seal(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
+                          const std::vector<uint8_t>& payload) {
+  ensure_sodium();
+  auto frame = frame_body(kFrameMagic, me, receiver_public_key, counter, payload);
   Signature sig;
   crypto_sign_detached(sig.data(), nullptr, frame.data(), frame.size(), me.peer_secret_key.data());
   put(frame, sig);
   return frame;
 }
 
+std::vector<uint8_t> seal_for(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
+                              const std::vector<uint8_t>& payload) {
+  ensure_sodium();
+  const auto key =
+      receiver_public_key == PublicKey{} ? std::nullopt : PairKeys::instance().get(me, receiver_public_key);
+  if (!key) return seal(me, receiver_public_key, counter, payload);
+  auto frame = frame_body(kPairFrameMagic, me, receiver_public_key, counter, payload);
+  put(frame, pair_tag(*key, frame.data(), frame.size()));
+  return frame;
+}
+
 std::variant<Opened, std::string> open(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
-                                       int64_t now_unix) {
-  return open_carried(data, size, our_run_public_key, now_unix, PublicKey{});
+                                       int64_t now_unix, const PeerIdentity* me) {
+  return open_carried(data, size, our_run_public_key, now_unix, PublicKey{}, me);
 }
 
 std::variant<Opened, std::string> open_carried(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
-                                               int64_t now_unix, const PublicKey& carrier) {
+                                               int64_t now_unix, const PublicKey& carrier, const PeerIdentity* me) {
   ensure_sodium();
   if (data == nullptr || size < kFrameOverheadBytes)
     return "truncated frame: " + std::to_string(size) + " bytes, a frame has at least " +
            std::to_string(kFrameOverheadBytes);
-  if (std::memcmp(data, kFrameMagic, sizeof kFrameMagic) != 0) return std::string("bad magic: not a swarm frame");
+  const bool pair = has_magic(data, kPairFrameMagic);
+  if (!pair && !has_magic(data, kFrameMagic)) return std::string("bad magic: not a swarm frame");
   // Every offset below is a constant under kFrameHeaderBytes, which the size check above guarantees.
   const uint8_t* p = data + sizeof kFrameMagic;
   Opened f;
@@ -412,17 +512,26 @@ std::variant<Opened, std::string> open_carried(const uint8_t* data, size_t size,
   if (std::string reason = check_token(f.token, our_run_public_key, now_unix); !reason.empty())
     return "token refused: " + reason;
   const size_t signed_bytes = size - crypto_sign_BYTES;
-  const bool vouched = carrier != PublicKey{} && carrier == f.token.peer_public_key;
-  if (!vouched &&
-      crypto_sign_verify_detached(data + signed_bytes, data, signed_bytes, f.token.peer_public_key.data()) != 0)
-    return std::string("bad frame signature");
+  if (pair) {  // Note [A frame for one peer carries a MAC, not a signature]
+    if (me == nullptr || f.receiver != me->token.peer_public_key)
+      return std::string("a frame for another peer (its MAC is theirs to check)");
+    const auto key = PairKeys::instance().get(*me, f.token.peer_public_key);
+    const auto tag = key ? pair_tag(*key, data, signed_bytes) : Signature{};
+    if (!key || sodium_memcmp(tag.data(), data + signed_bytes, tag.size()) != 0) return std::string("bad frame MAC");
+  } else {
+    const bool vouched = carrier != PublicKey{} && carrier == f.token.peer_public_key;
+    if (!vouched &&
+        crypto_sign_verify_detached(data + signed_bytes, data, signed_bytes, f.token.peer_public_key.data()) != 0)
+      return std::string("bad frame signature");
+  }
   f.payload.assign(data + kFrameHeaderBytes, data + signed_bytes);
   return f;
 }
 
-std::variant<Opened, std::string> open_as_its_run(const uint8_t* data, size_t size, int64_t now_unix) {
+std::variant<Opened, std::string> open_as_its_run(const uint8_t* data, size_t size, int64_t now_unix,
+                                                  const PeerIdentity* me) {
   if (data == nullptr || size < kFrameOverheadBytes) return open(data, size, PublicKey{}, now_unix);
-  return open(data, size, get<32>(data + sizeof kFrameMagic), now_unix);
+  return open(data, size, get<32>(data + sizeof kFrameMagic), now_unix, me);
 }
 
 // --- Replay ----------------------------------------------------------------------------------------------

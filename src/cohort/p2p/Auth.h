@@ -108,7 +108,9 @@ std::optional<Claimed> claimed_header(const uint8_t* frame, size_t size);
 
 // Frame layout, all integers little-endian:
 //   "CSW1" | token (32 + 32 + 8 + 64) | receiver (32) | counter (8) | payload length (8) | payload | signature (64)
-// The signature is the sender's peer key over every byte before it.
+// The signature is the sender's peer key over every byte before it. A frame for one peer (seal_for) is
+// "CSW2" and the same layout, with a 64-byte MAC under the key the two peers share in place of the signature
+// (Note [A frame for one peer carries a MAC, not a signature] in p2p/Auth.cpp).
 inline constexpr size_t kFrameHeaderBytes = 4 + 136 + 32 + 8 + 8;
 inline constexpr size_t kFrameOverheadBytes = kFrameHeaderBytes + 64;
 
@@ -117,6 +119,11 @@ inline constexpr size_t kFrameOverheadBytes = kFrameHeaderBytes + 64;
 // from their clock (see ReplayGuard).
 std::vector<uint8_t> seal(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
                           const std::vector<uint8_t>& payload);
+// The same for one peer, which alone can open it, with a MAC in place of the signature: a hash of the frame
+// rather than elliptic-curve work, once the pair's key is known. Signed (seal) when the receiver is all zero
+// or not a valid key.
+std::vector<uint8_t> seal_for(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
+                              const std::vector<uint8_t>& payload);
 
 struct Opened {
   Token token;  // the sender's; token.peer_public_key identifies the sender
@@ -125,21 +132,24 @@ struct Opened {
   std::vector<uint8_t> payload;
 };
 
-// Checks a frame's layout, its token (check_token) and its signature. Returns the reason on any failure; never
-// throws on bad input and never reads outside [data, data + size). Does not check replay or the receiver:
-// pass the result to a ReplayGuard.
+// Checks a frame's layout, its token (check_token) and its signature, or, for a frame sealed for one peer,
+// its MAC: that needs the receiver's identity `me`, and a MAC frame for another peer is refused. Returns the
+// reason on any failure; never throws on bad input and never reads outside [data, data + size). Does not
+// check replay or the receiver of a signed frame: pass the result to a ReplayGuard.
 std::variant<Opened, std::string> open(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
-                                       int64_t now_unix);
+                                       int64_t now_unix, const PeerIdentity* me = nullptr);
 // The same for a frame carried inside a frame of `carrier` that open() verified (a record in a kRecord
 // frame): when the inner frame is the carrier's own (its token names the carrier), the outer signature
 // already covers its bytes and its own signature is not checked again; the token still is. Anything else
 // is checked in full, as open() does.
 std::variant<Opened, std::string> open_carried(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
-                                               int64_t now_unix, const PublicKey& carrier);
+                                               int64_t now_unix, const PublicKey& carrier,
+                                               const PeerIdentity* me = nullptr);
 // The same, checked against the run key the frame's own token names: it proves only that a holder of a
 // token of *some* run sealed it. For telling a peer of another run why it is refused (Note [A peer of
 // another run is told so] in p2p/Directory.cpp), never for acting on what the frame says.
-std::variant<Opened, std::string> open_as_its_run(const uint8_t* data, size_t size, int64_t now_unix);
+std::variant<Opened, std::string> open_as_its_run(const uint8_t* data, size_t size, int64_t now_unix,
+                                                  const PeerIdentity* me = nullptr);
 
 // Refuses frames that a valid peer sent but that must not be acted on: addressed to another peer, already seen
 // (or older than one already seen from the same sender), or with a counter too far from our clock. Thread-safe.

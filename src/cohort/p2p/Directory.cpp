@@ -38,6 +38,7 @@ std::vector<uint8_t> encode(const PeerRecord& r) {
   w.i64(r.digest_step).u64(r.digest);
   w.u64(r.session).f64(r.started_unix);
   w.u64(r.group_key);
+  w.u64(r.features);
   return w.take();
 }
 
@@ -57,6 +58,7 @@ std::optional<PeerRecord> decode(const std::vector<uint8_t>& payload, const Peer
   if (r.left() >= 16) rec.digest_step = r.i64(), rec.digest = r.u64();
   if (r.left() >= 16) rec.session = r.u64(), rec.started_unix = r.f64();
   if (r.left() >= 8) rec.group_key = r.u64();
+  if (r.left() >= 8) rec.features = r.u64();
   // A record speaks for the peer that signed it only.
   if (!r.ok() || version < 1 || rec.key != signer) return std::nullopt;
   return rec;
@@ -169,6 +171,7 @@ void Directory::announce(PeerRecord mine) {
   mine.digest = mine_.digest;
   mine.session = session_;
   mine.started_unix = started_unix_;
+  mine.features = PeerRecord::kPairFrames;
   mine_ = std::move(mine);
   mine_dirty_ = true;
   changed_.notify_all();
@@ -442,6 +445,7 @@ void Directory::take_in(const uint8_t* data, size_t size, const PeerKey& carrier
       if (o.counter <= slot.counter) return;
       introduce_twins(slot, *rec, data, size, replies);
       if (!rec->leaving && seen_.insert(rec->key).second) to_contact_.push_back(rec->address);
+      if (transport_ && (rec->features & PeerRecord::kPairFrames)) transport_->reads_pair_frames(rec->key);
       const double now = unix_now();
       const bool met = slot.record.written_unix < now - options_.record_ttl_s;
       slot = {o.counter, std::move(*rec), std::vector<uint8_t>(data, data + size), met ? now : slot.met_unix};

@@ -74,6 +74,9 @@ struct PeerRecord {
   // The group it averages in on `step` with swarm.group_size (0: any; Note [Groups on a grid] in
   // p2p/Averager.cpp).
   uint64_t group_key = 0;
+  // What its transport reads, as bits (0 from a peer of an earlier release). Set by the directory.
+  uint64_t features = 0;
+  static constexpr uint64_t kPairFrames = 1;  // frames for it may carry a MAC (p2p/Auth.h's seal_for)
 };
 
 // A peer of another run that refused this one (Note [A peer of another run is told so]).

@@ -96,9 +96,14 @@ void StateServer::serve(Transport& transport, int64_t step, const std::function<
   }
 }
 
-std::optional<DownloadedState> download_state(Transport& transport, const std::vector<PeerRecord>& donors,
-                                              double chunk_timeout_s,
-                                              const std::function<void(const std::string&)>& log) {
+namespace {
+
+// download_state's chunks, donor after donor; the donors `gone` passed by are added to `left`.
+std::optional<DownloadedState> download_chunks(Transport& transport, const std::vector<PeerRecord>& donors,
+                                               double chunk_timeout_s,
+                                               const std::function<void(const std::string&)>& log,
+                                               const std::function<bool(const PeerKey&)>& gone,
+                                               std::vector<std::string>& left) {
   if (donors.empty()) return std::nullopt;
   const auto start = Clock::now();
   DownloadedState out;
@@ -117,16 +122,20 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
     }
     next = *live;
     const auto& donor = donors[next];
+    const bool has_left = gone && gone(donor.key);
+    if (has_left) left.push_back(peer_name(donor.key));
     // The first chunk takes the donor's current state; the rest, that same snapshot (its step).
-    const auto m = ask_chunk(transport, donor, chunk, digest ? out.step : -1, chunk_timeout_s);
+    const auto m =
+        has_left ? std::nullopt : ask_chunk(transport, donor, chunk, digest ? out.step : -1, chunk_timeout_s);
     const auto c = m ? parse_chunk(*m) : std::nullopt;
     const bool other_state = c && digest && (*digest != c->digest || c->total != total || c->step != out.step);
     const std::string why = !m            ? "no answer within " + std::to_string(chunk_timeout_s) + " s"
                             : !c          ? "a malformed chunk"
                             : other_state ? "a state with another digest"
                                           : "";
-    if (!why.empty()) {
-      log("swarm: state donor " + peer_name(donor.key) + " dropped for chunk " + std::to_string(chunk) + ": " + why);
+    if (has_left || !why.empty()) {
+      if (!has_left)
+        log("swarm: state donor " + peer_name(donor.key) + " dropped for chunk " + std::to_string(chunk) + ": " + why);
       dead[next] = true;
       // Another donor holds another snapshot (its own step, its own batch-norm statistics): the download
       // starts over from it rather than mixing two states.
@@ -164,6 +173,28 @@ std::optional<DownloadedState> download_state(Transport& transport, const std::v
   }
   out.seconds = seconds_since(start);
   return out;
+}
+
+}  // namespace
+
+// Note [A donor that left is not asked]
+// The donors are the peers ahead when the download begins, and some leave while it goes on: at the end of
+// a run the peers that finished exit while a late one downloads the last step. Each one asked would cost
+// chunk_timeout_s: at 64 peers on 2 cores one late peer asked 38 donors that had all finished, 5 s each,
+// and the run's last peer ended minutes after the others (bench/scale.py). So before a donor's turn the
+// caller's `gone` (SwarmPeer asks its directory: the donor said it was leaving, or its record expired) can
+// pass it by, as a donor that did not answer is; the names passed by are logged once, after the download.
+std::optional<DownloadedState> download_state(Transport& transport, const std::vector<PeerRecord>& donors,
+                                              double chunk_timeout_s,
+                                              const std::function<void(const std::string&)>& log,
+                                              const std::function<bool(const PeerKey&)>& gone) {
+  std::vector<std::string> left;
+  auto got = download_chunks(transport, donors, chunk_timeout_s, log, gone, left);
+  std::string names;
+  for (const auto& n : left) names += (names.empty() ? "" : ", ") + n;
+  if (!left.empty())
+    log("swarm: " + std::to_string(left.size()) + " state donor(s) not asked: they left the swarm (" + names + ")");
+  return got;
 }
 
 }  // namespace cohort::p2p

@@ -51,8 +51,11 @@ struct DownloadedState {
 
 // The state of the first donor that answers (its step in the result) from `donors` (live peers), every
 // chunk of the same snapshot; nullopt, with the reason logged, when no donor delivered a verified copy.
+// A donor for which `gone` says true when its turn comes is not asked (Note [A donor that left is not
+// asked]).
 std::optional<DownloadedState> download_state(Transport& transport, const std::vector<PeerRecord>& donors,
                                               double chunk_timeout_s,
-                                              const std::function<void(const std::string&)>& log);
+                                              const std::function<void(const std::string&)>& log,
+                                              const std::function<bool(const PeerKey&)>& gone = {});
 
 }  // namespace cohort::p2p

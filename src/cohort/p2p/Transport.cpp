@@ -93,10 +93,17 @@ void Transport::send(const PeerKey& to, const std::string& address, Topic topic,
   // a counter is taken and its frame queued under one lock: otherwise a frame sealed first could be
   // queued second and refused (seen: averaging parts refused as replays once records went direct).
   std::lock_guard order(send_mutex_);
-  auto frame = seal(me_, to, next_counter(), w.out());
+  const bool pair = pair_readers_.count(to) > 0;
+  auto frame = pair ? seal_for(me_, to, next_counter(), w.out()) : seal(me_, to, next_counter(), w.out());
   std::lock_guard lock(mutex_);
+  stats_.frames_with_mac += pair ? 1 : 0;
   outbox_.push_back({address, std::move(frame), topic.kind == MessageKind::kRecord});
   sockets_->wake_out.send(zmq::message_t(), zmq::send_flags::dontwait);
+}
+
+void Transport::reads_pair_frames(const PeerKey& peer) {
+  std::lock_guard order(send_mutex_);
+  pair_readers_.insert(peer);
 }
 
 std::optional<Message> Transport::receive(Topic topic, Clock::time_point deadline, const std::optional<PeerKey>& from) {
@@ -145,7 +152,7 @@ void Transport::on_foreign(std::function<void(const Message&, const PublicKey&)>
 }
 
 bool Transport::deliver_foreign(const uint8_t* data, size_t size) {
-  auto opened = open_as_its_run(data, size, now_unix());
+  auto opened = open_as_its_run(data, size, now_unix(), &me_);
   auto* o = std::get_if<Opened>(&opened);
   if (!o) return false;
   Message m;
@@ -247,7 +254,7 @@ void Transport::flush_outgoing() {
 }
 
 void Transport::deliver(const uint8_t* data, size_t size) {
-  auto opened = open(data, size, run_public_key_, now_unix());
+  auto opened = open(data, size, run_public_key_, now_unix(), &me_);
   std::string refused;
   Message m;
   if (auto* why = std::get_if<std::string>(&opened)) {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,6 +67,7 @@ struct Message {
 struct TransportStats {
   int64_t bytes_sent = 0, bytes_received = 0;
   int64_t record_bytes_sent = 0;  // of bytes_sent, the directory's records (kRecord), not averaging or state
+  int64_t frames_with_mac = 0;    // frames sealed for one peer with a MAC rather than signed (seal_for)
   int64_t frames_dropped = 0;     // not sent: the peer's queue was full (dead, frozen or unreachable)
   int64_t frames_refused = 0;     // received and refused: a bad token, signature, replay or address
 };
@@ -103,6 +105,9 @@ class Transport {
   // directory tells such a peer, and is told, why (Note [A peer of another run is told so] in
   // p2p/Directory.cpp). Same lifetime rules as on_arrival.
   void on_foreign(std::function<void(const Message&, const PublicKey& run_key)> handler);
+  // `peer` reads frames sealed for it alone (its record says so): they are sent with a MAC rather than a
+  // signature from now on (Note [A frame for one peer carries a MAC, not a signature] in p2p/Auth.cpp).
+  void reads_pair_frames(const PeerKey& peer);
   // Messages of averaging rounds before `round` are no longer wanted (late arrivals of finished rounds;
   // parameter averagings count by their number without kParametersRound).
   void forget_before(uint64_t round);
@@ -127,7 +132,8 @@ class Transport {
   struct Sockets;  // ZeroMQ's context and sockets, owned by the I/O thread (zmq.hpp stays in the .cpp)
   std::unique_ptr<Sockets> sockets_;
 
-  std::mutex send_mutex_;  // Note [Frames leave in the order of their counters]
+  std::mutex send_mutex_;  // Note [Frames leave in the order of their counters]; guards pair_readers_ too
+  std::set<PeerKey> pair_readers_;
   mutable std::mutex mutex_;
   std::condition_variable arrived_;
   std::multimap<Topic, Message> inbox_;

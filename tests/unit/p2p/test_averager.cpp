@@ -259,6 +259,8 @@ TEST(SwarmDirectory, ARecordChangeGoesToTheKnownPeersDirectly) {
   ASSERT_TRUE(sees(b, 6));
   EXPECT_TRUE(b.directory.peers()[0].ready);
   EXPECT_GT(a.transport.stats().record_bytes_sent, 0);
+  // Each record said its peer reads frames sealed for it alone: the direct ones went with a MAC.
+  EXPECT_GT(a.transport.stats().frames_with_mac, 0);
   // A peer that leaves is out of the others' view at once, not when its record expires.
   a.directory.announce({{}, a.transport.address(), 6, 0, 1.0, false, true, 0});
   while (p2p::Clock::now() < deadline && !b.directory.peers().empty()) std::this_thread::sleep_for(20ms);

@@ -120,13 +120,18 @@ std::vector<p2p::PeerRecord> SwarmPeer::donors_for(int64_t step, int64_t ahead,
 std::optional<p2p::DownloadedState> SwarmPeer::download_newest(const std::vector<p2p::PeerRecord>& donors) {
   const auto say = [this](const std::string& line) { log(line); };
   const double timeout_s = std::min(5.0, cfg_.averaging_timeout_s);
-  auto got = p2p::download_state(*transport_, donors, timeout_s, say);
+  // Note [A donor that left is not asked]: peers() leaves out those that said so and those expired.
+  const auto gone = [this](const p2p::PeerKey& key) {
+    const auto live = directory_->peers();
+    return std::none_of(live.begin(), live.end(), [&](const p2p::PeerRecord& p) { return p.key == key; });
+  };
+  auto got = p2p::download_state(*transport_, donors, timeout_s, say, gone);
   for (int again = 0; got && again < 3; ++again) {
     std::vector<p2p::PeerRecord> leaders;
     for (const auto& p : directory_->peers())
       if (p.step > got->step) leaders.push_back(p);
     if (leaders.empty()) break;
-    auto newer = p2p::download_state(*transport_, leaders, timeout_s, say);
+    auto newer = p2p::download_state(*transport_, leaders, timeout_s, say, gone);
     if (!newer || newer->step <= got->step) break;
     got = std::move(newer);
   }

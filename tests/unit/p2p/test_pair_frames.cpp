@@ -1,0 +1,118 @@
+// Frames for one peer (p2p/Auth.h's seal_for): a MAC under the key two peers share in place of the
+// sender's signature (Note [A frame for one peer carries a MAC, not a signature] in p2p/Auth.cpp), and a
+// transport that sends them only to peers whose record says they read them. About 1 s.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <ctime>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "cohort/p2p/Auth.h"
+#include "cohort/p2p/Transport.h"
+
+namespace cohort::p2p {
+namespace {
+
+constexpr int64_t kNow = 1'700'000'000;
+
+class PairFrames : public ::testing::Test {
+ protected:
+  RunKey run_ = generate_run_key();
+  PeerIdentity alice_ = issue_token(run_, std::chrono::hours(1), kNow);
+  PeerIdentity bob_ = issue_token(run_, std::chrono::hours(1), kNow);
+  PeerIdentity carol_ = issue_token(run_, std::chrono::hours(1), kNow);
+  std::vector<uint8_t> payload_{1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+  // The reason open() gave `who`, or "" when it opened.
+  std::string refusal(const std::vector<uint8_t>& frame, const PeerIdentity* who, int64_t now = kNow) const {
+    auto opened = open(frame.data(), frame.size(), run_.public_key, now, who);
+    const auto* reason = std::get_if<std::string>(&opened);
+    return reason ? *reason : std::string();
+  }
+};
+
+TEST_F(PairFrames, OnlyTheReceiverOpensOneAndItReadsAsASignedFrameWould) {
+  const auto frame = seal_for(alice_, bob_.token.peer_public_key, 42, payload_);
+  EXPECT_EQ(std::string(frame.begin(), frame.begin() + 4), "CSW2");
+  EXPECT_EQ(frame.size(), kFrameOverheadBytes + payload_.size());  // the layout of a signed frame
+  auto opened = open(frame.data(), frame.size(), run_.public_key, kNow, &bob_);
+  ASSERT_TRUE(std::holds_alternative<Opened>(opened)) << std::get<std::string>(opened);
+  const auto& f = std::get<Opened>(opened);
+  EXPECT_EQ(f.payload, payload_);
+  EXPECT_EQ(f.counter, 42u);
+  EXPECT_EQ(f.token.peer_public_key, alice_.token.peer_public_key);
+  EXPECT_EQ(f.receiver, bob_.token.peer_public_key);
+  // Anyone else, or a reader without its identity, cannot check the MAC and refuses the frame.
+  EXPECT_EQ(refusal(frame, &carol_), "a frame for another peer (its MAC is theirs to check)");
+  EXPECT_EQ(refusal(frame, nullptr), "a frame for another peer (its MAC is theirs to check)");
+  // Both directions use the one key the pair shares.
+  EXPECT_EQ(refusal(seal_for(bob_, alice_.token.peer_public_key, 43, payload_), &alice_), "");
+}
+
+TEST_F(PairFrames, AnyFlippedByteOrAnotherSendersTokenIsRefused) {
+  const auto frame = seal_for(alice_, bob_.token.peer_public_key, 7, payload_);
+  for (size_t i = 4; i < frame.size(); ++i) {  // past the magic, whose flip reads as another format
+    auto bad = frame;
+    bad[i] ^= 0x80;
+    EXPECT_NE(refusal(bad, &bob_), "") << "byte " << i << " flipped and still opened";
+  }
+  auto payload_flipped = frame;
+  payload_flipped[kFrameHeaderBytes + 1] ^= 0x01;
+  EXPECT_EQ(refusal(payload_flipped, &bob_), "bad frame MAC");
+  // Carol's valid token with Alice's frame, or a stolen token without its secret key: not the pair's key,
+  // even in the process that already holds the pair's key for the real Alice.
+  auto carols = seal_for(carol_, bob_.token.peer_public_key, 7, payload_);
+  auto swapped = frame;
+  std::copy(carols.begin() + 4, carols.begin() + 4 + 136, swapped.begin() + 4);
+  EXPECT_EQ(refusal(swapped, &bob_), "bad frame MAC");
+  const PeerIdentity thief{alice_.token, carol_.peer_secret_key};
+  EXPECT_EQ(refusal(seal_for(thief, bob_.token.peer_public_key, 8, payload_), &bob_), "bad frame MAC");
+}
+
+TEST_F(PairFrames, TheTokenIsStillCheckedAndABroadcastIsStillSigned) {
+  const auto stranger = issue_token(generate_run_key(), std::chrono::hours(1), kNow);
+  EXPECT_EQ(refusal(seal_for(stranger, bob_.token.peer_public_key, 1, payload_), &bob_),
+            "token refused: signed by another run key");
+  EXPECT_EQ(refusal(seal_for(alice_, bob_.token.peer_public_key, 1, payload_), &bob_, kNow + 3600),
+            "token refused: expired at 2023-11-14T23:13:20Z");
+  // For every peer (a record, passed on and kept in the DHT) only a signature will do.
+  const auto broadcast = seal_for(alice_, PublicKey{}, 2, payload_);
+  EXPECT_EQ(std::string(broadcast.begin(), broadcast.begin() + 4), "CSW1");
+  EXPECT_EQ(refusal(broadcast, nullptr), "");
+  // claimed_header reads both kinds, for dropping a stale record before any check.
+  const auto frame = seal_for(alice_, bob_.token.peer_public_key, 9, payload_);
+  const auto claimed = claimed_header(frame.data(), frame.size());
+  ASSERT_TRUE(claimed.has_value());
+  EXPECT_EQ(claimed->peer, alice_.token.peer_public_key);
+  EXPECT_EQ(claimed->counter, 9u);
+}
+
+// The transport sends a peer MAC frames once told it reads them (its record says so: the directory tells
+// it, SwarmDirectory.ARecordChangeGoesToTheKnownPeersDirectly), and signed frames before, so a peer of the
+// previous release, whose record has no features, keeps getting frames it can open.
+TEST_F(PairFrames, ATransportSendsThemOnlyToPeersThatReadThem) {
+  const auto now = static_cast<int64_t>(std::time(nullptr));
+  Transport a(issue_token(run_, std::chrono::hours(1), now), run_.public_key, "127.0.0.1:0", [](const std::string&) {});
+  Transport b(issue_token(run_, std::chrono::hours(1), now), run_.public_key, "127.0.0.1:0", [](const std::string&) {});
+  const auto deadline = [] { return Clock::now() + std::chrono::seconds(5); };
+  a.send(b.key(), b.address(), {MessageKind::kPart, 1, 0}, payload_);
+  const auto first = b.receive({MessageKind::kPart, 1, 0}, deadline());
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->body, payload_);
+  EXPECT_EQ(a.stats().frames_with_mac, 0);
+  const auto signed_bytes = a.stats().bytes_sent;
+  a.reads_pair_frames(b.key());
+  a.send(b.key(), b.address(), {MessageKind::kPart, 2, 0}, payload_);
+  const auto second = b.receive({MessageKind::kPart, 2, 0}, deadline());
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->body, payload_);
+  EXPECT_EQ(second->sender, a.key());
+  EXPECT_EQ(a.stats().frames_with_mac, 1);
+  EXPECT_EQ(a.stats().bytes_sent, 2 * signed_bytes);  // the same size either way
+  EXPECT_EQ(b.stats().frames_refused, 0);
+}
+
+}  // namespace
+}  // namespace cohort::p2p
