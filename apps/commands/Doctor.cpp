@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <iomanip>
 #include <iostream>
 #include <thread>
@@ -10,6 +12,9 @@
 #include "cohort/comm/Doctor.h"
 #include "cohort/comm/PeerWatch.h"
 #include "cohort/comm/Rendezvous.h"
+#include "cohort/p2p/Auth.h"
+#include "cohort/p2p/Transport.h"
+#include "cohort/parallel/swarm/SwarmPeer.h"
 #include "cohort/store/AuthStore.h"
 #include "cohort/util/Error.h"
 
@@ -74,6 +79,49 @@ void ask_every_rank(const std::vector<fs::path>& dirs, double wait_s) {
   std::cerr << std::endl;
 }
 
+// The seconds since `start`, as "1.0".
+std::string seconds_since(std::chrono::steady_clock::time_point start) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return text;
+}
+
+// Note [Asking swarm peers for their records]: each peer whose run dir is given, over the swarm's transport;
+// waits up to `wait_s` for each run dir's record and says who answered.
+void ask_swarm_peers(const std::vector<fs::path>& dirs, const std::vector<cohort::parallel::swarm::PeerFile>& peers,
+                     const std::string& swarm_token, double wait_s) {
+  namespace p2p = cohort::p2p;
+  const bool insecure = std::all_of(peers.begin(), peers.end(), [](const auto& p) { return p.insecure; });
+  if (!insecure && swarm_token.empty())
+    throw cohort::Error("asking swarm peers needs a token of their run for the doctor",
+                        "issue one: cohort swarm token --key run.key --ttl 1h --out doctor.token, then pass "
+                        "--swarm-token doctor.token (not a peer's own token: its frames would race that peer's)");
+  const auto identity = insecure ? p2p::issue_token(p2p::insecure_run_key(), std::chrono::hours(1), std::time(nullptr))
+                                 : p2p::load_identity(swarm_token);
+  std::vector<fs::file_time_type> before;
+  for (const auto& d : dirs) before.push_back(written({d}, 0));
+  const auto start = std::chrono::steady_clock::now();
+  const auto transport = cohort::parallel::swarm::ask_for_records(peers, identity);
+  std::vector<size_t> waiting;
+  for (size_t i = 0; i < dirs.size(); ++i) waiting.push_back(i);
+  const auto deadline = start + std::chrono::duration<double>(wait_s);
+  while (!waiting.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    waiting.erase(
+        std::remove_if(waiting.begin(), waiting.end(), [&](size_t i) { return written({dirs[i]}, 0) > before[i]; }),
+        waiting.end());
+  }
+  std::cerr << "cohort doctor: asked " << peers.size() << " swarm peer(s) for their records over the swarm; "
+            << dirs.size() - waiting.size() << " wrote one within " << seconds_since(start) << " s";
+  if (!waiting.empty()) {
+    std::cerr << "; none in";
+    for (size_t i : waiting) std::cerr << " " << dirs[i].string();
+    std::cerr << ": that peer is stopped, frozen or gone (a live peer answers within a second)";
+  }
+  std::cerr << std::endl;
+}
+
 }  // namespace
 
 void add_doctor_command(CLI::App& app, DoctorCommand& c) {
@@ -87,6 +135,8 @@ void add_doctor_command(CLI::App& app, DoctorCommand& c) {
                   "store (its address is in the first RUN_DIR/flight/store.json)");
   c.app->add_option("--wait", c.wait_s, "with --ask: seconds to wait for the ranks' records")->capture_default_str();
   c.app->add_option("--token-file", c.token_file, "with --ask: the job's shared secret, as for train");
+  c.app->add_option("--swarm-token", c.swarm_token,
+                    "with --ask on an authenticated swarm's run dirs: a token of its run issued for the doctor");
 }
 
 int run_doctor_command(const DoctorCommand& c) {
@@ -97,7 +147,16 @@ int run_doctor_command(const DoctorCommand& c) {
     setenv("COHORT_TOKEN_FILE", fs::absolute(c.token_file).c_str(), 1);
   else if (c.ask && cohort::store::secret_from_env().empty() && fs::exists(cohort::comm::store_token_path(dirs[0])))
     setenv("COHORT_TOKEN_FILE", fs::absolute(cohort::comm::store_token_path(dirs[0])).c_str(), 1);
-  if (c.ask) ask_every_rank(dirs, c.wait_s);
+  if (c.ask) {
+    // Swarm peers' run dirs say where each peer listens; a job's, where its store is.
+    std::vector<cohort::parallel::swarm::PeerFile> peers;
+    for (const auto& d : dirs)
+      if (auto p = cohort::parallel::swarm::read_peer_file(d)) peers.push_back(*p);
+    if (!peers.empty())
+      ask_swarm_peers(dirs, peers, c.swarm_token, c.wait_s);
+    else
+      ask_every_rank(dirs, c.wait_s);
+  }
   const auto diagnosis = cohort::comm::diagnose(cohort::comm::read_flight_dumps(dirs));
   if (c.json)
     std::cout << diagnosis.dump(2) << std::endl;

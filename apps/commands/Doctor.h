@@ -1,7 +1,9 @@
 // `cohort doctor RUN_DIR... [--json] [--ask [--wait S]]`: what went wrong in a job that failed or hung,
 // from the flight records its ranks wrote (comm/Doctor.h). With --ask, the job is running (hung, or
 // crawling): every rank is first asked for a fresh record through the job's store (Note [Asking every rank
-// for its record] in comm/PeerWatch.cpp). main.cpp adds it to the CLI and runs it when given.
+// for its record] in comm/PeerWatch.cpp), or, for swarm peers' run dirs, each peer over the swarm's
+// transport (Note [Asking swarm peers for their records] in parallel/swarm/SwarmPeer.cpp). main.cpp adds
+// it to the CLI and runs it when given.
 //
 //   apps::DoctorCommand doctor;
 //   apps::add_doctor_command(app, doctor);
@@ -23,6 +25,7 @@ struct DoctorCommand {
   bool ask = false;
   double wait_s = 10;
   std::string token_file;
+  std::string swarm_token;  // with --ask, for an authenticated swarm: a token of its run for the doctor
 };
 
 void add_doctor_command(CLI::App& app, DoctorCommand& c);

@@ -1,6 +1,6 @@
 // `cohort doctor` on real jobs with one rank at fault (COHORT_FAULT_*, comm/FaultInjection.h): a rank
 // stuck in its data loader, a rank in a checkpoint barrier the others never enter, and a rank late at
-// every step, and a rank that aborts. The stopped rank is in test_failures.cpp
+// every step, a rank that aborts, and swarm peers asked while they run. The stopped rank is in test_failures.cpp
 // (Failures.AStoppedWorkerIsNamedWithinTheTimeout).
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "process/Harness.h"
+#include "process/SwarmPeers.h"
 
 namespace fs = std::filesystem;
 using namespace cohort::testing;
@@ -178,4 +179,35 @@ TEST(Doctor, NamesARankThatIsLateAtEveryStepAStraggler) {
   EXPECT_EQ(d.output.find("rank 0 kept"), std::string::npos) << d.output;
   kill(launcher.pid(), SIGINT);
   launcher.wait(60);
+}
+
+// Note [Asking swarm peers for their records]: two running swarm peers share no store; `cohort doctor
+// --ask` on their run dirs reaches each over the swarm's transport, and each writes a fresh record. About
+// 20 s.
+TEST(Doctor, AskedOverTheSwarmEveryRunningPeerWritesItsRecord) {
+  SKIP_WITHOUT_SWARM();
+  std::vector<fs::path> dirs;
+  auto peers = start_peers(
+      "doctor-ask-swarm", 2, 60,
+      [](int) {
+        return std::vector<std::string>{"swarm.min_peers_to_start=2", "train.max_steps=2000", "log.progress=plain"};
+      },
+      dirs, [](int) { return slow_steps(); });
+  for (const auto& d : dirs)
+    ASSERT_TRUE(wait_for([&] { return read_file(d / "metrics.jsonl").find("\"step\":2,") != std::string::npos; }, 120))
+        << peers[0]->output_so_far() << peers[1]->output_so_far();
+  for (const auto& d : dirs) EXPECT_TRUE(fs::exists(d / "flight" / "swarm.json")) << d;
+  const auto d = run({COHORT_BINARY, "doctor", "--ask", "--wait", "30", dirs[0].string(), dirs[1].string()}, 90.0);
+  EXPECT_EQ(d.exit_code, 0) << d.output;  // a healthy swarm: nothing stands out
+  EXPECT_NE(d.output.find("asked 2 swarm peer(s) for their records over the swarm; 2 wrote one within"),
+            std::string::npos)
+      << d.output;
+  for (const auto& dir : dirs)
+    EXPECT_EQ(read_json(dir / "flight" / "rank0.json")["reason"], "asked by cohort doctor --ask") << dir;
+  for (auto& p : peers) kill(p->pid(), SIGTERM);
+  for (auto& p : peers) EXPECT_FALSE(p->wait(90).timed_out);
+  // A peer that has gone cannot answer: --ask says which run dir got no record, and what that means.
+  const auto gone = run({COHORT_BINARY, "doctor", "--ask", "--wait", "2", dirs[0].string()}, 60.0);
+  EXPECT_NE(gone.output.find("0 wrote one within"), std::string::npos) << gone.output;
+  EXPECT_NE(gone.output.find("that peer is stopped, frozen or gone"), std::string::npos) << gone.output;
 }

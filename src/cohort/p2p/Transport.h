@@ -43,7 +43,8 @@ enum class MessageKind : uint8_t {
   kStateAsk = 5,    // a newcomer asks a live peer for a chunk of its state (p2p/StateTransfer.h)
   kStateChunk = 6,  // the answer; `round` is the step of the state
   kRecord = 7,      // a peer's sealed directory record, sent straight to the peers it knows (p2p/Directory.h)
-  kRefused = 8      // a peer of another run refuses this one (Note [A peer of another run is told so])
+  kRefused = 8,     // a peer of another run refuses this one (Note [A peer of another run is told so])
+  kRecordAsk = 9    // cohort doctor --ask: write your flight record (parallel/swarm/SwarmPeer.h, ask_for_records)
 };
 
 // A round number with this bit set is a parameter averaging (swarm.average_state_every), numbered by the

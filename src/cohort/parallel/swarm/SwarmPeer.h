@@ -8,8 +8,10 @@
 #pragma once
 
 #include <array>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +44,19 @@ p2p::PeerIdentity identity_from_config(const SwarmConfig& cfg);
 // through `peers` (comma-separated HOST:PORT) lists them after `wait_s` seconds. Joins as an observer:
 // it announces nothing.
 std::vector<p2p::PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers, double wait_s);
+
+// Where a peer listens, as it writes at start to RUN_DIR/flight/swarm.json, for `cohort doctor --ask`
+// (Note [Asking swarm peers for their records] in SwarmPeer.cpp). read_peer_file: nullopt when the run
+// dir has none (not a swarm peer's, or one from before this file); throws Error naming a malformed one.
+struct PeerFile {
+  std::string address;
+  p2p::PeerKey peer{};
+  bool insecure = false;
+};
+std::optional<PeerFile> read_peer_file(const std::filesystem::path& run_dir);
+// Asks each of `peers` to write its flight record (to its own run dir, on its own machine), as `identity`:
+// a token of their run. The frames leave from the returned transport's thread: keep it while waiting.
+std::unique_ptr<p2p::Transport> ask_for_records(const std::vector<PeerFile>& peers, const p2p::PeerIdentity& identity);
 
 // Note [Peers that drifted apart resynchronize] (SwarmPeer.cpp): given this peer's weight digests by step
 // (`digests`), its key and the others' records, the records of the peers holding the weights most peers
