@@ -54,6 +54,8 @@ struct PeerFile {
   bool insecure = false;
 };
 std::optional<PeerFile> read_peer_file(const std::filesystem::path& run_dir);
+// What a peer writes there (nothing for an empty run dir; a warning when it cannot).
+void write_peer_file(const std::string& run_dir, const p2p::Transport& transport, bool insecure);
 // Asks each of `peers` to write its flight record (to its own run dir, on its own machine), as `identity`:
 // a token of their run. The frames leave from the returned transport's thread: keep it while waiting.
 std::unique_ptr<p2p::Transport> ask_for_records(const std::vector<PeerFile>& peers, const p2p::PeerIdentity& identity);
