@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <iomanip>
 #include <iostream>
 #include <thread>
 
@@ -37,6 +36,27 @@ fs::file_time_type written(const std::vector<fs::path>& dirs, int rank) {
   return newest;
 }
 
+// The seconds since `start`, as "1.0".
+std::string seconds_since(std::chrono::steady_clock::time_point start) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return text;
+}
+
+// Polls every 100 ms until each of `waiting` wrote its record (`wrote`) or `wait_s` passed since `start`;
+// returns those that did not.
+template <typename T, typename Wrote>
+std::vector<T> still_waiting(std::vector<T> waiting, std::chrono::steady_clock::time_point start, double wait_s,
+                             Wrote wrote) {
+  const auto deadline = start + std::chrono::duration<double>(wait_s);
+  while (!waiting.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    waiting.erase(std::remove_if(waiting.begin(), waiting.end(), wrote), waiting.end());
+  }
+  return waiting;
+}
+
 // Asks every rank of the job running in dirs[0] for its record through the job's store, and waits up to
 // `wait_s` for them; says on stderr who answered (stdout stays the diagnosis, JSON under --json).
 void ask_every_rank(const std::vector<fs::path>& dirs, double wait_s) {
@@ -57,19 +77,13 @@ void ask_every_rank(const std::vector<fs::path>& dirs, double wait_s) {
                         "to each machine's launcher (docs/doctor.md). Across machines, set COHORT_TOKEN or "
                         "--token-file as for the job");
   }
-  std::vector<int> waiting;
-  for (int r = 0; r < info.world_size; ++r) waiting.push_back(r);
+  std::vector<int> ranks;
+  for (int r = 0; r < info.world_size; ++r) ranks.push_back(r);
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::duration<double>(wait_s);
-  while (!waiting.empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    waiting.erase(std::remove_if(waiting.begin(), waiting.end(), [&](int r) { return written(dirs, r) > before[r]; }),
-                  waiting.end());
-  }
+  const auto waiting = still_waiting(ranks, start, wait_s, [&](int r) { return written(dirs, r) > before[r]; });
   std::cerr << "cohort doctor: asked the job's " << info.world_size << " ranks for their records through its store at "
             << where << " (request " << request << "); " << info.world_size - static_cast<int>(waiting.size())
-            << " wrote one within " << std::fixed << std::setprecision(1)
-            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s";
+            << " wrote one within " << seconds_since(start) << " s";
   if (!waiting.empty()) {
     std::cerr << "; none came from rank(s)";
     for (int r : waiting) std::cerr << " " << r;
@@ -77,14 +91,6 @@ void ask_every_rank(const std::vector<fs::path>& dirs, double wait_s) {
                  "another machine (copy that RUN_DIR/flight here, or give its run dir too)";
   }
   std::cerr << std::endl;
-}
-
-// The seconds since `start`, as "1.0".
-std::string seconds_since(std::chrono::steady_clock::time_point start) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f",
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return text;
 }
 
 // Note [Asking swarm peers for their records]: each peer whose run dir is given, over the swarm's transport;
@@ -103,15 +109,9 @@ void ask_swarm_peers(const std::vector<fs::path>& dirs, const std::vector<cohort
   for (const auto& d : dirs) before.push_back(written({d}, 0));
   const auto start = std::chrono::steady_clock::now();
   const auto transport = cohort::parallel::swarm::ask_for_records(peers, identity);
-  std::vector<size_t> waiting;
-  for (size_t i = 0; i < dirs.size(); ++i) waiting.push_back(i);
-  const auto deadline = start + std::chrono::duration<double>(wait_s);
-  while (!waiting.empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    waiting.erase(
-        std::remove_if(waiting.begin(), waiting.end(), [&](size_t i) { return written({dirs[i]}, 0) > before[i]; }),
-        waiting.end());
-  }
+  std::vector<size_t> all(dirs.size());
+  for (size_t i = 0; i < dirs.size(); ++i) all[i] = i;
+  const auto waiting = still_waiting(all, start, wait_s, [&](size_t i) { return written({dirs[i]}, 0) > before[i]; });
   std::cerr << "cohort doctor: asked " << peers.size() << " swarm peer(s) for their records over the swarm; "
             << dirs.size() - waiting.size() << " wrote one within " << seconds_since(start) << " s";
   if (!waiting.empty()) {
