@@ -1,16 +1,22 @@
 // Frames for one peer (p2p/Auth.h's seal_for): a MAC under the key two peers share in place of the
 // sender's signature (Note [A frame for one peer carries a MAC, not a signature] in p2p/Auth.cpp), and a
-// transport that sends them only to peers whose record says they read them. About 1 s.
+// transport that sends them only to peers whose record says they read them; and the file where a peer says
+// it listens. About 1 s.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "cohort/p2p/Auth.h"
 #include "cohort/p2p/Transport.h"
+#include "cohort/parallel/swarm/SwarmPeer.h"
+#include "cohort/util/Error.h"
 
 namespace cohort::p2p {
 namespace {
@@ -116,3 +122,36 @@ TEST_F(PairFrames, ATransportSendsThemOnlyToPeersThatReadThem) {
 
 }  // namespace
 }  // namespace cohort::p2p
+
+// cohort doctor --ask reads where each swarm peer listens (Note [Asking swarm peers for their records]):
+// a run dir without the file is not a swarm peer's; a malformed one is an error naming the file and field.
+TEST(SwarmPeerFile, AMissingFileIsNoPeerAndAMalformedOneIsNamed) {
+  namespace fs = std::filesystem;
+  const auto dir = fs::temp_directory_path() / ("cohort_peer_file_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "flight");
+  EXPECT_FALSE(cohort::parallel::swarm::read_peer_file(dir).has_value());
+  const auto write = [&](const std::string& text) { std::ofstream(dir / "flight" / "swarm.json") << text; };
+  const auto error_of = [&] {
+    try {
+      cohort::parallel::swarm::read_peer_file(dir);
+    } catch (const cohort::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  write("{\"format\": \"cohort-flight-record\", \"version\": 1}");
+  EXPECT_NE(error_of().find("swarm.json is not a swarm peer's address file of version 1"), std::string::npos)
+      << error_of();
+  write(R"({"format": "cohort-swarm-peer", "version": 1, "address": "127.0.0.1:1", "peer_public_key": "zz"})");
+  EXPECT_NE(error_of().find("swarm.json has a malformed \"peer_public_key\""), std::string::npos) << error_of();
+  write(R"({"format": "cohort-swarm-peer", "version": 1, "address": "127.0.0.1:7000", "insecure": true,)"
+        R"( "peer_public_key": ")" +
+        std::string(64, 'a') + "\"}");
+  const auto peer = cohort::parallel::swarm::read_peer_file(dir);
+  ASSERT_TRUE(peer.has_value());
+  EXPECT_EQ(peer->address, "127.0.0.1:7000");
+  EXPECT_TRUE(peer->insecure);
+  EXPECT_EQ(peer->peer[0], 0xaa);
+  fs::remove_all(dir);
+}
