@@ -1,7 +1,12 @@
 #include "cohort/comm/GlooCommunicator.h"
 
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "cohort/comm/FlightRecorder.h"
 #include "cohort/comm/PeerWatch.h"
@@ -39,6 +44,21 @@ std::string other_ranks(int rank, int size) {
   return os.str();
 }
 
+// Reduces the rows of `rows` (one per rank) in rank order into `out`, in fp32 for 16-bit floats: the same
+// bits on every rank and every run.
+void reduce_rows_into(const at::Tensor& rows, ReduceOp op, const at::Tensor& out) {
+  const bool widen = rows.scalar_type() == at::kBFloat16 || rows.scalar_type() == at::kHalf;
+  at::Tensor r = widen ? rows[0].to(at::kFloat) : rows[0].clone();
+  for (int64_t k = 1; k < rows.size(0); ++k) {
+    auto c = widen ? rows[k].to(at::kFloat) : rows[k];
+    if (op == ReduceOp::kSum)
+      r.add_(c);
+    else
+      r = op == ReduceOp::kMax ? at::maximum(r, c) : at::minimum(r, c);
+  }
+  out.view(-1).copy_(r);
+}
+
 // Identifies one collective in error messages: kind, purpose, sequence number, rank and peers.
 struct Context {
   std::string kind;
@@ -59,10 +79,101 @@ struct Context {
   }
 };
 
+// Note [Reduce-scatter and all-gather in pieces on LibTorch 1.13]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// LibTorch 1.13's Gloo process group has no reduce-scatter, and Gloo's TCP transport moves one large
+// message each way on a pair at about half the link's rate, where two or more in flight reach it (32 MiB each
+// way over 1 Gbit/s: 548 ms as one send/recv, 285 ms as two pieces; an all-to-all took 566 ms; docs/scaling.md).
+// So on 1.13 a reduce-scatter is a direct exchange: rank r sends chunk j of its input to rank j in pieces of
+// at most 1 MiB, all issued at once through send/recv, and sums what arrives in rank order, so its bits do
+// not change. It moves what a ring moves. An all-gather (and the bf16 all-reduce, which is one) takes the same
+// exchange on two ranks, where Gloo's ring sends both ways on the one pair; from three ranks on each pair of
+// the ring carries one direction, and the ring was as fast or faster, so it stays Gloo's. A send/recv work
+// learns that it finished only inside wait(), so a thread per communicator waits on the pieces and marks
+// the exchange done: a caller polling is_completed() (ddp's buckets, optim.in_backward) sees it end.
+struct Exchange {
+  std::vector<util::compat::WorkPtr> works;
+  std::chrono::milliseconds timeout{};
+  std::mutex m;
+  std::condition_variable cv;
+  bool finished = false;
+  std::exception_ptr error;
+
+  bool done() {
+    std::lock_guard<std::mutex> lock(m);
+    return finished;
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return finished; });
+    if (error) std::rethrow_exception(error);
+  }
+};
+
+// Waits on each exchange's works in the order they were issued, within the collective's timeout. The
+// thread is detached at shutdown: a wait blocked on a dead peer ends with Gloo's own timeout, and the
+// queue it reads is shared with it, not owned by the communicator.
+class ExchangeWaiter {
+ public:
+  ExchangeWaiter() : q_(std::make_shared<Queue>()) {
+    std::thread([q = q_] { run(*q); }).detach();
+  }
+  ~ExchangeWaiter() {
+    std::lock_guard<std::mutex> lock(q_->m);
+    q_->stop = true;
+    q_->cv.notify_all();
+  }
+  void add(std::shared_ptr<Exchange> e) {
+    std::lock_guard<std::mutex> lock(q_->m);
+    q_->pending.push_back(std::move(e));
+    q_->cv.notify_all();
+  }
+
+ private:
+  struct Queue {
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<Exchange>> pending;
+    bool stop = false;
+  };
+
+  static void run(Queue& q) {
+    for (;;) {
+      std::shared_ptr<Exchange> e;
+      {
+        std::unique_lock<std::mutex> lock(q.m);
+        q.cv.wait(lock, [&] { return q.stop || !q.pending.empty(); });
+        if (q.pending.empty()) return;
+        e = std::move(q.pending.front());
+        q.pending.pop_front();
+      }
+      std::exception_ptr error;
+      const auto deadline = std::chrono::steady_clock::now() + e->timeout;
+      try {
+        for (auto& w : e->works) {
+          const auto left =
+              std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+          w->wait(std::max(left, std::chrono::milliseconds(1)));
+        }
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(e->m);
+      e->error = error;
+      e->finished = true;
+      e->cv.notify_all();
+    }
+  }
+
+  std::shared_ptr<Queue> q_;
+};
+
 class GlooHandle : public Handle {
  public:
   GlooHandle(util::compat::WorkPtr work, Context ctx, std::function<void()> on_done = {})
       : work_(std::move(work)), ctx_(std::move(ctx)), on_done_(std::move(on_done)) {}
+  GlooHandle(std::shared_ptr<Exchange> exchange, Context ctx, std::function<void()> on_done = {})
+      : exchange_(std::move(exchange)), ctx_(std::move(ctx)), on_done_(std::move(on_done)) {}
 
   void wait() override {
     if (done_) return;
@@ -70,7 +181,10 @@ class GlooHandle : public Handle {
     try {
       // Gloo enforces the same timeout inside the collective, so a dead peer cannot block this wait
       // (or Gloo's worker thread) forever.
-      work_->wait(ctx_.timeout);
+      if (work_)
+        work_->wait(ctx_.timeout);
+      else
+        exchange_->wait();
     } catch (const std::exception& e) {
       const std::string msg = e.what();
       const bool timed_out = msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
@@ -92,7 +206,7 @@ class GlooHandle : public Handle {
     done_ = true;
   }
 
-  bool is_completed() override { return done_ || work_->isCompleted(); }
+  bool is_completed() override { return done_ || (work_ ? work_->isCompleted() : exchange_->done()); }
 
  private:
   static std::string first_line(const std::string& s) {
@@ -101,6 +215,7 @@ class GlooHandle : public Handle {
   }
 
   util::compat::WorkPtr work_;
+  std::shared_ptr<Exchange> exchange_;  // instead of work_ for the pieces of an exchange (the Note above)
   Context ctx_;
   std::function<void()> on_done_;
   bool done_ = false;
@@ -156,8 +271,16 @@ class GlooCommunicatorImpl : public Communicator {
                                             context("all_gather", what, output));
       }
     }
+    const int64_t n = input.numel();
+    // LibTorch 1.13, two ranks: Note [Reduce-scatter and all-gather in pieces on LibTorch 1.13].
+    if (size_ == 2 && output.is_contiguous()) {
+      auto flat_out = output.view(-1);
+      flat_out.narrow(0, rank_ * n, n).copy_(input.reshape(-1));
+      auto exchange = exchange_chunks(flat_out, flat_out, n, /*send_own_only=*/true);
+      return std::make_shared<GlooHandle>(exchange, context("all_gather", what, output));
+    }
     std::vector<std::vector<at::Tensor>> outs(1);
-    for (int r = 0; r < size_; ++r) outs[0].push_back(output.view(-1).narrow(0, r * input.numel(), input.numel()));
+    for (int r = 0; r < size_; ++r) outs[0].push_back(output.view(-1).narrow(0, r * n, n));
     std::vector<at::Tensor> ins{input.reshape(-1)};
     c10d::AllgatherOptions opts;
     opts.timeout = timeout_;
@@ -188,37 +311,17 @@ class GlooCommunicatorImpl : public Communicator {
             [whole = whole[0], out = output, n, offset]() mutable { out.view(-1).copy_(whole.narrow(0, offset, n)); });
       }
     }
-    // c10d's Gloo process group in LibTorch 1.13 has no reduce_scatter (FACTS.md). An all-to-all moves
-    // exactly what a ring reduce-scatter moves, (W-1)/W of the buffer per rank: rank r receives chunk r
-    // of every rank, and sums them here in rank order, so the result is the same bits on every run.
-    // Gloo's all-to-all only copies bytes, so 16-bit floats travel under one 16-bit type.
+    // LibTorch 1.13: see Note [Reduce-scatter and all-gather in pieces on LibTorch 1.13]. Rank r receives
+    // chunk r of every rank into row k of `recv` (its own chunk stays in row r) and sums the rows here in
+    // rank order, so the result is the same bits on every run. 16-bit floats are widened for the sum.
     const int64_t n = output.numel();
-    const bool bits16 = input.scalar_type() == at::kBFloat16;
     auto send = input.reshape(-1).contiguous();
-    if (bits16) send = send.view(at::kHalf);
     auto recv = at::empty_like(send);
-    std::vector<int64_t> equal_split;
-    c10d::AllToAllOptions opts;
-    opts.timeout = timeout_;
-    auto work = pg_->alltoall_base(recv, send, equal_split, equal_split, opts);
-    auto out = output;
-    const int world = size_;
-    const auto dtype = input.scalar_type();
-    return std::make_shared<GlooHandle>(work, context("reduce_scatter", what, input),
-                                        [recv, send, out, n, world, op, bits16, dtype]() mutable {
-                                          auto chunks = (bits16 ? recv.view(dtype) : recv).view({world, n});
-                                          const bool widen = dtype == at::kBFloat16 || dtype == at::kHalf;
-                                          at::Tensor r = widen ? chunks[0].to(at::kFloat) : chunks[0].clone();
-                                          for (int k = 1; k < world; ++k) {
-                                            auto c = widen ? chunks[k].to(at::kFloat) : chunks[k];
-                                            if (op == ReduceOp::kSum)
-                                              r.add_(c);
-                                            else if (op == ReduceOp::kMax)
-                                              r = at::maximum(r, c);
-                                            else
-                                              r = at::minimum(r, c);
-                                          }
-                                          out.view(-1).copy_(r);
+    recv.narrow(0, rank_ * n, n).copy_(send.narrow(0, rank_ * n, n));
+    auto exchange = exchange_chunks(send, recv, n);
+    return std::make_shared<GlooHandle>(exchange, context("reduce_scatter", what, input),
+                                        [recv, out = output, n, world = size_, op] {
+                                          reduce_rows_into(recv.view({world, n}), op, out);
                                         });
   }
 
@@ -232,26 +335,20 @@ class GlooCommunicatorImpl : public Communicator {
     const int64_t n = tensor.numel();
     auto bits = tensor.view(-1).view(at::kHalf);
     auto gathered = at::empty({size_ * n}, bits.options());
+    auto done = [gathered, out = tensor, n, op, world = size_] {
+      reduce_rows_into(gathered.view(at::kBFloat16).view({world, n}), op, out);
+    };
+    if (size_ == 2) {  // Note [Reduce-scatter and all-gather in pieces on LibTorch 1.13]
+      gathered.narrow(0, rank_ * n, n).copy_(bits);
+      return std::make_shared<GlooHandle>(exchange_chunks(gathered, gathered, n, true),
+                                          context("all_reduce", what, tensor), done);
+    }
     std::vector<std::vector<at::Tensor>> outs(1);
     for (int r = 0; r < size_; ++r) outs[0].push_back(gathered.narrow(0, r * n, n));
     std::vector<at::Tensor> ins{bits};
     c10d::AllgatherOptions opts;
     opts.timeout = timeout_;
-    auto out = tensor;
-    return std::make_shared<GlooHandle>(pg_->allgather(outs, ins, opts), context("all_reduce", what, tensor),
-                                        [gathered, out, n, op, this]() mutable {
-                                          auto all = gathered.view(at::kBFloat16).view({size_, n}).to(at::kFloat);
-                                          at::Tensor r = all[0].clone();
-                                          for (int k = 1; k < size_; ++k) {
-                                            if (op == ReduceOp::kSum)
-                                              r.add_(all[k]);
-                                            else if (op == ReduceOp::kMax)
-                                              r = at::maximum(r, all[k]);
-                                            else
-                                              r = at::minimum(r, all[k]);
-                                          }
-                                          out.view(-1).copy_(r);
-                                        });
+    return std::make_shared<GlooHandle>(pg_->allgather(outs, ins, opts), context("all_reduce", what, tensor), done);
   }
 
   HandlePtr barrier(const std::string& what) override {
@@ -279,6 +376,35 @@ class GlooCommunicatorImpl : public Communicator {
     comm::check_same_collective(all, rank_, watch_->issued() + 1, what);
   }
 
+  // Sends `send`'s chunk j (chunk rank_ for every j when `send_own_only`) to rank j and receives rank j's
+  // into `recv`'s chunk j, chunks of n elements, in pieces issued at once (the Note above). Every rank
+  // numbers its exchanges alike, since collectives are issued in the same order, and tags each piece with
+  // that number, so the pieces of two exchanges in flight together never meet.
+  std::shared_ptr<Exchange> exchange_chunks(const at::Tensor& send, const at::Tensor& recv, int64_t n,
+                                            bool send_own_only = false) {
+    const int64_t item = send.element_size();
+    const int64_t piece_bytes = std::clamp<int64_t>(n * item / 4, int64_t{64} << 10, int64_t{1} << 20);
+    const int64_t piece = std::max<int64_t>(1, std::max(piece_bytes / item, (n + kMaxPieces - 1) / kMaxPieces));
+    const int base = (1 << 30) | static_cast<int>((exchanges_++ & 0xffff) << 13);
+    auto e = std::make_shared<Exchange>();
+    e->timeout = timeout_;
+    for (int i = 1; i < size_; ++i) {
+      const int to = (rank_ + i) % size_, from = (rank_ - i + size_) % size_;
+      const int64_t out_chunk = send_own_only ? rank_ : to;
+      for (int64_t at = 0, k = 0; at < n; at += piece, ++k) {
+        const int64_t len = std::min(piece, n - at);
+        std::vector<at::Tensor> out{send.narrow(0, out_chunk * n + at, len)};
+        std::vector<at::Tensor> in{recv.narrow(0, from * n + at, len)};
+        e->works.push_back(pg_->send(out, to, base + static_cast<int>(k)));
+        e->works.push_back(pg_->recv(in, from, base + static_cast<int>(k)));
+      }
+    }
+    if (!waiter_) waiter_ = std::make_unique<ExchangeWaiter>();
+    waiter_->add(e);
+    return e;
+  }
+  static constexpr int64_t kMaxPieces = 1 << 13;  // a piece's index fits the tag's low 13 bits
+
   // See Note [Naming the ranks that did not arrive] in comm/PeerWatch.cpp.
   // Every collective is numbered here and recorded in the flight recorder (comm/FlightRecorder.h).
   Context context(const char* kind, const std::string& what, const at::Tensor& t = {}) {
@@ -294,6 +420,8 @@ class GlooCommunicatorImpl : public Communicator {
   bool debug_ = false;
   std::shared_ptr<comm::PeerWatch> watch_;  // shared with pending handles' diagnosis
   std::shared_ptr<comm::FlightRecorder> flight_ = std::make_shared<comm::FlightRecorder>();
+  std::unique_ptr<ExchangeWaiter> waiter_;  // made by the first exchange
+  uint32_t exchanges_ = 0;
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <thread>
 
 #include "cohort/util/Error.h"
 #include "unit/ThreadRanks.h"
@@ -46,32 +48,77 @@ TEST(GlooCommunicator, CollectivesGiveClosedFormResults) {
   }
 }
 
-TEST(GlooCommunicator, TimeoutNamesCollectiveAndRanks) {
+// On LibTorch 1.13 a reduce-scatter and an all-gather are exchanges of pieces (Note [Reduce-scatter and
+// all-gather in pieces on LibTorch 1.13]): chunks of several pieces, the last one short, arrive whole and in
+// place; two exchanges in flight at once keep their pieces apart; and one is seen to end by polling.
+TEST(GlooCommunicator, ChunksOfManyPiecesArriveWholeAndTwoInFlightStayApart) {
   SKIP_WITHOUT_GLOO();
-  const auto start = std::chrono::steady_clock::now();
+  const int64_t n = 300001;  // 1.2 MB a chunk: pieces of 300 KB, and a last piece of one element
+  for (int world : {2, 3})
+    run_ranks(world, [&](int rank, CommunicatorPtr comm) {
+      auto pattern = at::arange(n, at::kFloat).remainder(997);
+      auto rs_in = at::empty({world * n});
+      for (int c = 0; c < world; ++c) rs_in.narrow(0, c * n, n).copy_(pattern * (rank + 1) + 10 * rank + c);
+      auto rs_out = at::zeros({n});
+      auto ag_in = pattern + 1000 * rank;
+      auto ag_out = at::zeros({world * n});
+      auto rs = comm->reduce_scatter(rs_out, rs_in, ReduceOp::kSum, "rs");
+      auto ag = comm->all_gather(ag_out, ag_in, "ag");
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!rs->is_completed() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      EXPECT_TRUE(rs->is_completed()) << "a reduce-scatter never showed as completed without wait()";
+      ag->wait();
+      rs->wait();
+      // Rank c receives the sum over r of (pattern (r+1) + 10 r + c).
+      const int ranks_sum = world * (world - 1) / 2;
+      EXPECT_TRUE(rs_out.equal(pattern * (ranks_sum + world) + 10 * ranks_sum + world * rank))
+          << "reduce-scatter on rank " << rank << " of " << world;
+      for (int r = 0; r < world; ++r)
+        EXPECT_TRUE(ag_out.narrow(0, r * n, n).equal(pattern + 1000 * r))
+            << "all-gather chunk " << r << " on rank " << rank << " of " << world;
+      comm->barrier("end")->wait();
+    });
+}
+
+// What rank 0's collective says when rank 1 never joins it: rank 1 waits long enough for rank 0 to give up.
+std::string error_with_rank_1_absent(const std::function<void(CommunicatorPtr)>& collective) {
   std::string message;
   run_ranks(
       2,
       [&](int rank, CommunicatorPtr comm) {
         if (rank == 1) {
-          // Rank 1 never joins this collective; it waits long enough for rank 0 to give up.
           std::this_thread::sleep_for(std::chrono::milliseconds(2500));
           return;
         }
-        auto t = at::ones({4});
         try {
-          comm->all_reduce(t, ReduceOp::kSum, "gradient bucket 7")->wait();
-          ADD_FAILURE() << "all_reduce with an absent peer returned";
+          collective(comm);
+          ADD_FAILURE() << "a collective with an absent peer returned";
         } catch (const cohort::CommError& e) {
           message = e.what();
         }
       },
       std::chrono::milliseconds(1000));
+  return message;
+}
+
+TEST(GlooCommunicator, TimeoutNamesCollectiveAndRanks) {
+  SKIP_WITHOUT_GLOO();
+  const auto start = std::chrono::steady_clock::now();
+  std::string message = error_with_rank_1_absent(
+      [](CommunicatorPtr comm) { comm->all_reduce(at::ones({4}), ReduceOp::kSum, "gradient bucket 7")->wait(); });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(message.find("all_reduce 'gradient bucket 7'"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 0 of 2"), std::string::npos) << message;
   EXPECT_NE(message.find("ranks {1}"), std::string::npos) << message;
   EXPECT_LT(s, 10.0);
+
+  // A reduce-scatter in pieces (Note [Reduce-scatter and all-gather in pieces on LibTorch 1.13]) likewise.
+  message = error_with_rank_1_absent([](CommunicatorPtr comm) {
+    comm->reduce_scatter(at::zeros({200000}), at::ones({400000}), ReduceOp::kSum, "fsdp unit 3")->wait();
+  });
+  EXPECT_NE(message.find("reduce_scatter 'fsdp unit 3'"), std::string::npos) << message;
+  EXPECT_NE(message.find("ranks {1}"), std::string::npos) << message;
 }
 
 // dist.debug=detail: a rank that calls another collective, or the same one with another size, is named
