@@ -159,7 +159,7 @@ class ExchangeWaiter {
         error = std::current_exception();
       }
       std::lock_guard<std::mutex> lock(e->m);
-      e->error = error;
+      e->error = std::move(error);  // nothing of the exception stays with this thread past the lock
       e->finished = true;
       e->cv.notify_all();
     }
