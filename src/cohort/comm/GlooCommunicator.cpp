@@ -391,10 +391,10 @@ class GlooCommunicatorImpl : public Communicator {
     for (int i = 1; i < size_; ++i) {
       const int to = (rank_ + i) % size_, from = (rank_ - i + size_) % size_;
       const int64_t out_chunk = send_own_only ? rank_ : to;
-      for (int64_t at = 0, k = 0; at < n; at += piece, ++k) {
-        const int64_t len = std::min(piece, n - at);
-        std::vector<at::Tensor> out{send.narrow(0, out_chunk * n + at, len)};
-        std::vector<at::Tensor> in{recv.narrow(0, from * n + at, len)};
+      for (int64_t offset = 0, k = 0; offset < n; offset += piece, ++k) {
+        const int64_t len = std::min(piece, n - offset);
+        std::vector<at::Tensor> out{send.narrow(0, out_chunk * n + offset, len)};
+        std::vector<at::Tensor> in{recv.narrow(0, from * n + offset, len)};
         e->works.push_back(pg_->send(out, to, base + static_cast<int>(k)));
         e->works.push_back(pg_->recv(in, from, base + static_cast<int>(k)));
       }
