@@ -15,5 +15,6 @@
 #include "cohort/comm/GlooCommunicator.h"
 #include "cohort/comm/NcclCommunicator.h"
 #include "cohort/comm/PeerWatch.h"
+#include "cohort/comm/PieceExchange.h"
 #include "cohort/comm/Rendezvous.h"
 #include "cohort/comm/WorldInfo.h"

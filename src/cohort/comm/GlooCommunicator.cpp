@@ -1,15 +1,12 @@
 #include "cohort/comm/GlooCommunicator.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <sstream>
-#include <thread>
 
 #include "cohort/comm/FlightRecorder.h"
 #include "cohort/comm/PeerWatch.h"
+#include "cohort/comm/PieceExchange.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/TorchCompat.h"
 
@@ -91,88 +88,11 @@ struct Context {
 // the ring carries one direction, and the ring was as fast or faster, so it stays Gloo's. A send/recv work
 // learns that it finished only inside wait(), so a thread per communicator waits on the pieces and marks
 // the exchange done: a caller polling is_completed() (ddp's buckets, optim.in_backward) sees it end.
-struct Exchange {
-  std::vector<util::compat::WorkPtr> works;
-  std::chrono::milliseconds timeout{};
-  std::mutex m;
-  std::condition_variable cv;
-  bool finished = false;
-  std::exception_ptr error;
-
-  bool done() {
-    std::lock_guard<std::mutex> lock(m);
-    return finished;
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return finished; });
-    if (error) std::rethrow_exception(error);
-  }
-};
-
-// Waits on each exchange's works in the order they were issued, within the collective's timeout. The
-// thread is detached at shutdown: a wait blocked on a dead peer ends with Gloo's own timeout, and the
-// queue it reads is shared with it, not owned by the communicator.
-class ExchangeWaiter {
- public:
-  ExchangeWaiter() : q_(std::make_shared<Queue>()) {
-    std::thread([q = q_] { run(*q); }).detach();
-  }
-  ~ExchangeWaiter() {
-    std::lock_guard<std::mutex> lock(q_->m);
-    q_->stop = true;
-    q_->cv.notify_all();
-  }
-  void add(std::shared_ptr<Exchange> e) {
-    std::lock_guard<std::mutex> lock(q_->m);
-    q_->pending.push_back(std::move(e));
-    q_->cv.notify_all();
-  }
-
- private:
-  struct Queue {
-    std::mutex m;
-    std::condition_variable cv;
-    std::deque<std::shared_ptr<Exchange>> pending;
-    bool stop = false;
-  };
-
-  static void run(Queue& q) {
-    for (;;) {
-      std::shared_ptr<Exchange> e;
-      {
-        std::unique_lock<std::mutex> lock(q.m);
-        q.cv.wait(lock, [&] { return q.stop || !q.pending.empty(); });
-        if (q.pending.empty()) return;
-        e = std::move(q.pending.front());
-        q.pending.pop_front();
-      }
-      std::exception_ptr error;
-      const auto deadline = std::chrono::steady_clock::now() + e->timeout;
-      try {
-        for (auto& w : e->works) {
-          const auto left =
-              std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-          w->wait(std::max(left, std::chrono::milliseconds(1)));
-        }
-      } catch (...) {
-        error = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lock(e->m);
-      e->error = std::move(error);  // nothing of the exception stays with this thread past the lock
-      e->finished = true;
-      e->cv.notify_all();
-    }
-  }
-
-  std::shared_ptr<Queue> q_;
-};
-
 class GlooHandle : public Handle {
  public:
   GlooHandle(util::compat::WorkPtr work, Context ctx, std::function<void()> on_done = {})
       : work_(std::move(work)), ctx_(std::move(ctx)), on_done_(std::move(on_done)) {}
-  GlooHandle(std::shared_ptr<Exchange> exchange, Context ctx, std::function<void()> on_done = {})
+  GlooHandle(std::shared_ptr<PieceExchange> exchange, Context ctx, std::function<void()> on_done = {})
       : exchange_(std::move(exchange)), ctx_(std::move(ctx)), on_done_(std::move(on_done)) {}
 
   void wait() override {
@@ -215,7 +135,7 @@ class GlooHandle : public Handle {
   }
 
   util::compat::WorkPtr work_;
-  std::shared_ptr<Exchange> exchange_;  // instead of work_ for the pieces of an exchange (the Note above)
+  std::shared_ptr<PieceExchange> exchange_;  // instead of work_ for the pieces of an exchange (the Note above)
   Context ctx_;
   std::function<void()> on_done_;
   bool done_ = false;
@@ -380,13 +300,13 @@ class GlooCommunicatorImpl : public Communicator {
   // into `recv`'s chunk j, chunks of n elements, in pieces issued at once (the Note above). Every rank
   // numbers its exchanges alike, since collectives are issued in the same order, and tags each piece with
   // that number, so the pieces of two exchanges in flight together never meet.
-  std::shared_ptr<Exchange> exchange_chunks(const at::Tensor& send, const at::Tensor& recv, int64_t n,
-                                            bool send_own_only = false) {
+  std::shared_ptr<PieceExchange> exchange_chunks(const at::Tensor& send, const at::Tensor& recv, int64_t n,
+                                                 bool send_own_only = false) {
     const int64_t item = send.element_size();
     const int64_t piece_bytes = std::clamp<int64_t>(n * item / 4, int64_t{64} << 10, int64_t{1} << 20);
     const int64_t piece = std::max<int64_t>(1, std::max(piece_bytes / item, (n + kMaxPieces - 1) / kMaxPieces));
     const int base = (1 << 30) | static_cast<int>((exchanges_++ & 0xffff) << 13);
-    auto e = std::make_shared<Exchange>();
+    auto e = std::make_shared<PieceExchange>();
     e->timeout = timeout_;
     for (int i = 1; i < size_; ++i) {
       const int to = (rank_ + i) % size_, from = (rank_ - i + size_) % size_;
