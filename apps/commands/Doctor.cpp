@@ -118,6 +118,11 @@ void ask_swarm_peers(const std::vector<fs::path>& dirs, const std::vector<cohort
     std::cerr << "; none in";
     for (size_t i : waiting) std::cerr << " " << dirs[i].string();
     std::cerr << ": that peer is stopped, frozen or gone (a live peer answers within a second)";
+    // A peer refuses a frame whose token is not of its run (in its own log) and sends nothing back, so
+    // from here a wrong token looks like silence: say so.
+    if (!insecure)
+      std::cerr << ", or it refused the --swarm-token given (a token of another run's key, or expired: issue "
+                   "one with the run's key, cohort swarm token --key run.key --ttl 1h --out doctor.token)";
   }
   std::cerr << std::endl;
 }

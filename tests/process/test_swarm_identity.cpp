@@ -155,5 +155,49 @@ TEST(SwarmLong, APeerWhoseInitialPeersNeverAnswerWarnsAndTrainsOn) {
       << alone.output_so_far();
 }
 
+// `cohort doctor --ask` on an authenticated swarm (Note [Asking swarm peers for their records]): without a
+// token it stops and says how to issue one; with a doctor's token of the run both peers write a fresh
+// record; with a token of another run the peers refuse the request, and doctor names the run dirs that got
+// none. Label swarm: about 30 s.
+TEST(SwarmLong, DoctorAsksAnAuthenticatedSwarmWithATokenOfItsRun) {
+  SKIP_WITHOUT_SWARM();
+  const auto dir = fresh_dir("swarm-doctor-token");
+  const auto key = make_key(dir, "run.key");
+  const auto a_token = make_token(key, "a.token"), b_token = make_token(key, "b.token");
+  const auto doctor_token = make_token(key, "doctor.token");
+  const auto strangers = make_token(make_key(dir, "other-run.key"), "stranger.token");
+  Proc a(cohort_argv(token_peer(dir / "a", 68, 0, a_token)), slow_steps());
+  ASSERT_TRUE(wait_for(a, " step 1/", 120s)) << a.output_so_far();
+  Proc b(cohort_argv(token_peer(dir / "b", 69, 68, b_token)), slow_steps());
+  ASSERT_TRUE(wait_for_steps(b, 3, 120s)) << b.output_so_far();
+  const std::vector<std::string> dirs = {(dir / "a").string(), (dir / "b").string()};
+  auto ask = [&](std::vector<std::string> extra, double wait_s) {
+    std::vector<std::string> argv = {COHORT_BINARY, "doctor", "--ask", "--wait", std::to_string(wait_s)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), dirs.begin(), dirs.end());
+    return run(argv, 90.0);
+  };
+
+  const auto untokened = ask({}, 5);
+  EXPECT_NE(untokened.exit_code, 0) << untokened.output;
+  EXPECT_NE(untokened.output.find("asking swarm peers needs a token of their run for the doctor"), std::string::npos)
+      << untokened.output;
+  EXPECT_NE(untokened.output.find("--swarm-token doctor.token"), std::string::npos) << untokened.output;
+
+  const auto asked = ask({"--swarm-token", doctor_token.string()}, 30);
+  EXPECT_NE(asked.output.find("asked 2 swarm peer(s) for their records over the swarm; 2 wrote one within"),
+            std::string::npos)
+      << asked.output;
+  for (const auto& d : dirs)
+    EXPECT_EQ(read_json(fs::path(d) / "flight" / "rank0.json")["reason"], "asked by cohort doctor --ask") << d;
+
+  const auto refused = ask({"--swarm-token", strangers.string()}, 5);
+  EXPECT_NE(refused.output.find("0 wrote one within"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find(dirs[0]), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("or it refused the --swarm-token given (a token of another run's key"),
+            std::string::npos)
+      << refused.output;
+}
+
 }  // namespace
 }  // namespace cohort::testing
