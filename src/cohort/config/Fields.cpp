@@ -59,8 +59,10 @@ const std::vector<Field>& fields() {
             non_negative<int64_t>()),
       field("data.test_limit", &T::data, &DataConfig::test_limit, "use only the first N test images (0: all)", {},
             non_negative<int64_t>()),
-      field("train.epochs", &T::train, &TrainLoopConfig::epochs, "passes over the training set", {},
-            positive<int64_t>()),
+      field("train.epochs", &T::train, &TrainLoopConfig::epochs,
+            "passes over the training set; a fraction ends the last pass early (2.5: two passes and half of a "
+            "third, as Hugging Face Trainer's num_train_epochs), and the schedule spans the steps it makes",
+            {}, positive<double>()),
       field("train.max_steps", &T::train, &TrainLoopConfig::max_steps,
             "stop after this many optimizer steps (0: no limit); the schedule still spans train.epochs", {},
             non_negative<int64_t>()),

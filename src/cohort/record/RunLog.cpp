@@ -61,7 +61,7 @@ RunLog::Tags tracker_tags(const RunIdentity& run) {
 
 RunLog::RunLog(const TrainConfig& cfg, const std::filesystem::path& run_dir, int world_size, bool lead,
                bool plain_lines)
-    : world_size_(world_size), lead_(lead), plain_lines_(plain_lines), epochs_(cfg.train.epochs), run_dir_(run_dir) {
+    : world_size_(world_size), lead_(lead), plain_lines_(plain_lines), run_dir_(run_dir) {
   if (!lead_) return;
   metrics_ = JsonLines(run_dir / "metrics.jsonl");
   if (cfg.log.tensorboard) tensorboard_ = std::make_unique<log::EventWriter>(run_dir);

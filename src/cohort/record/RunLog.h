@@ -88,7 +88,6 @@ class RunLog {
 
   int world_size_;
   bool lead_, plain_lines_;
-  int64_t epochs_;
   JsonLines metrics_;
   std::unique_ptr<log::EventWriter> tensorboard_;
   log::MlflowOptions mlflow_options_;  // uri empty: no MLflow

@@ -1,6 +1,8 @@
 #include "cohort/train/Setup.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <chrono>
 #include <iostream>
 #include <thread>
@@ -147,7 +149,9 @@ std::pair<int64_t, int64_t> step_shape(const TrainConfig& cfg, const data::Distr
 
 Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const comm::WorldInfo& info) {
   const auto [steps_per_epoch, global_batch] = step_shape(cfg, sampler, info);
-  const int64_t total_steps = cfg.train.epochs * steps_per_epoch;
+  // train.epochs=2.6 ends the third pass at 60% of its steps: the schedule spans the steps the run makes.
+  const int64_t total_steps =
+      std::max<int64_t>(1, static_cast<int64_t>(std::llround(cfg.train.epochs * static_cast<double>(steps_per_epoch))));
   const double peak_lr = cfg.optim.lr * (cfg.optim.scale_lr ? double(global_batch) / cfg.optim.base_batch : 1.0);
   const int64_t stop_step = cfg.train.max_steps > 0 ? std::min(total_steps, cfg.train.max_steps) : total_steps;
   return {cfg.data.batch_size,

@@ -74,6 +74,8 @@ Job set_up_job(TrainConfig& cfg, const comm::WorldInfo& info, comm::World& world
 struct Plan {
   int64_t batch, accum, steps_per_epoch, total_steps, stop_step, global_batch;
   optim::Schedule schedule;
+  // The passes the run's steps start: train.epochs rounded up (a fractional last pass is one).
+  int64_t epochs() const { return (total_steps + steps_per_epoch - 1) / steps_per_epoch; }
 };
 
 Plan make_plan(const TrainConfig& cfg, const data::DistributedSampler& sampler, const comm::WorldInfo& info);

@@ -258,7 +258,7 @@ void TrainingRun::after_step(int64_t epoch, int64_t step_in_epoch, double step_l
   images_seen_ += plan_.global_batch;
   window_images_ += plan_.global_batch;
   const double ips = window_images_ / std::max(seconds_since(window_start_), 1e-9);
-  progress_.update({epoch, cfg_.train.epochs, step_in_epoch + 1, plan_.steps_per_epoch, step_, plan_.total_steps,
+  progress_.update({epoch, plan_.epochs(), step_in_epoch + 1, plan_.steps_per_epoch, step_, plan_.total_steps,
                     step_loss, ips, seconds_since(session_start_), step_ - first_step_});
   if (step_ % cfg_.log.every_steps == 0 || step_ == plan_.stop_step) {
     const auto& precision = *job_.precision;
@@ -266,7 +266,7 @@ void TrainingRun::after_step(int64_t epoch, int64_t step_in_epoch, double step_l
     const bool scaling = precision.scaling();
     const record::TrainWindow w{step_,
                                 epoch,
-                                cfg_.train.epochs,
+                                plan_.epochs(),
                                 plan_.total_steps,
                                 plan_.schedule.lr(step_ - 1),
                                 ips,

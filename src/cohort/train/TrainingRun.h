@@ -45,7 +45,7 @@ class TrainingRun {
   TrainingRun(const TrainConfig& cfg, const comm::WorldInfo& info, comm::World& world, Job& job,
               const std::filesystem::path& run_dir, const Resume& resume);
 
-  bool more(int64_t epoch) const { return epoch < cfg_.train.epochs && step_ < plan_.stop_step && !stopped(); }
+  bool more(int64_t epoch) const { return epoch < plan_.epochs() && step_ < plan_.stop_step && !stopped(); }
   // Ctrl-C or SIGTERM ended the run early (Note [Leaving a swarm]).
   bool stopped() const { return stop_signal_ != 0; }
   int64_t first_epoch() const { return step_ / plan_.steps_per_epoch; }
