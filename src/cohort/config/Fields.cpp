@@ -62,7 +62,10 @@ const std::vector<Field>& fields() {
       field("train.epochs", &T::train, &TrainLoopConfig::epochs,
             "passes over the training set; a fraction ends the last pass early (2.5: two passes and half of a "
             "third, as Hugging Face Trainer's num_train_epochs), and the schedule spans the steps it makes",
-            {}, positive<double>()),
+            {}, Check<double>([](const double& v) {
+              // A bound, so that epochs x steps per epoch always fits the step counter.
+              return v > 0 && v <= 1e6 ? std::string() : std::string("must be > 0 and at most 1000000");
+            })),
       field("train.max_steps", &T::train, &TrainLoopConfig::max_steps,
             "stop after this many optimizer steps (0: no limit); the schedule still spans train.epochs", {},
             non_negative<int64_t>()),

@@ -27,6 +27,8 @@ TEST(Config, DefaultsAreTheDefaultJob) {
   EXPECT_EQ(c.data.name, "fashion-mnist");
   EXPECT_DOUBLE_EQ(c.dist.bucket_mb, 25.0);
   EXPECT_EQ(c.ckpt.every_steps, 0);
+  EXPECT_DOUBLE_EQ(c.train.epochs, 2.7);  // docs/default-job.md
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1.2);
 }
 
 TEST(Config, OverridesApplyInOrder) {
@@ -34,6 +36,7 @@ TEST(Config, OverridesApplyInOrder) {
                                           "optim.nesterov=false", "sched.name=cosine", "optim.lr=0.05"});
   EXPECT_EQ(c.data.batch_size, 32);
   EXPECT_EQ(c.train.epochs, 2);
+  EXPECT_DOUBLE_EQ(cfg::load(std::nullopt, {"train.epochs=2.5"}).train.epochs, 2.5);
   EXPECT_FALSE(c.optim.nesterov);
   EXPECT_EQ(c.sched.name, "cosine");
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.05);
@@ -56,8 +59,9 @@ TEST(Config, UnknownKeyIsNamedWithSuggestion) {
 }
 
 TEST(Config, BadValuesAreNamed) {
-  for (const std::string o : {"data.batch_size=abc", "data.batch_size=-3", "optim.lr=0", "optim.nesterov=maybe",
-                              "model.name=vgg", "optim.momentum=1.5", "train.seed=-1"}) {
+  for (const std::string o :
+       {"data.batch_size=abc", "data.batch_size=-3", "optim.lr=0", "optim.nesterov=maybe", "model.name=vgg",
+        "optim.momentum=1.5", "train.seed=-1", "train.epochs=0", "train.epochs=2e6", "train.epochs=inf"}) {
     const auto key = o.substr(0, o.find('='));
     const auto m = error_of([&] { cfg::load(std::nullopt, {o}); });
     EXPECT_NE(m.find("'" + key + "'"), std::string::npos) << o << ": " << m;
