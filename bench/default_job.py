@@ -5,7 +5,7 @@ its defaults (3 epochs, fp32, contiguous: ../shared/peers/torch_ddp_fmnist.py's 
 PyTorch with the same precision and layout, all in one run on the same LibTorch (Debian's python3-torch
 is the LibTorch cohort links).
 
-  time_to_accuracy   full 3-epoch runs over --seeds seeds (the peer's --seed, cohort's train.seed), the
+  time_to_accuracy   full runs (each side's own epochs) over --seeds seeds (the peer's --seed, cohort's train.seed), the
                      sides alternating: training time and test top-1 of each, their means and spread,
                      the ratio of mean training times (cohort / PyTorch) and the accuracy difference
                      against its noise (the standard error of the difference of the means).

@@ -325,7 +325,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--max-steps", type=int, default=0, help="a smoke run: stop after this many global steps")
     ap.add_argument("--lr", type=float, default=0.2, help="cohort's optim.lr: the recipe Hivemind's peer uses at batch 256 (cohort's default "
-                    "is 0.8 since 2026-11-28: docs/default-job.md)")
+                    "is 1.2 since 2026-12-01, 0.8 before: docs/default-job.md)")
     ap.add_argument("--precision", default="fp32", help="fp32 on both sides: Hivemind's peer trains in fp32")
     ap.add_argument("--inner-steps", type=int, default=50, help="DiLoCo's H")
     ap.add_argument("--inner-lr", type=float, default=0, help="DiLoCo's inner optim.lr (0: --lr)")
