@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 
+#include "cohort/log/Peak.h"
+#include "cohort/train/AutoSettings.h"
 #include "process/Harness.h"
 
 namespace fs = std::filesystem;
@@ -89,6 +93,36 @@ TEST(AmpProcess, Bf16TrainsAndModesThatNeedAGpuSaySo) {
   auto cuda = cohort_train(quick_args(fresh_dir("amp-cuda"), {"--nproc-per-node", "1", "train.device=cuda"}));
   EXPECT_NE(cuda.exit_code, 0);
   EXPECT_NE(cuda.output.find("train.device=cuda, but this LibTorch sees no GPU"), std::string::npos) << cuda.output;
+}
+
+// Where the CPU has native bf16, auto weighs the measured bf16 and fp32 peaks (Note [What auto picks]): a
+// peaks.json written beforehand (COHORT_CACHE) stands for a machine whose bf16 is slow, then for one
+// whose bf16 is fast, and the run says which it picked and why. Elsewhere nothing is measured: skipped.
+// About 10 s.
+TEST(AmpProcess, AutoWeighsTheMeasuredBf16AndFp32Peaks) {
+  if (!cohort::train::probe_cpu().cpu_bf16 || std::getenv("COHORT_CPU_BF16"))
+    GTEST_SKIP() << "this CPU has no native bf16 (or COHORT_CPU_BF16 is set): auto measures nothing here";
+  const auto cache = fresh_dir("amp-auto-peaks");
+  auto run_with_peaks = [&](double bf16, double fp32) {
+    const std::string id = cohort::log::cpu_identity();
+    nlohmann::json peaks = {{id + " | bfloat16 | 1 thread(s)", {{"flops", bf16}, {"source", "this test"}}},
+                            {id + " | float32 | 1 thread(s)", {{"flops", fp32}, {"source", "this test"}}}};
+    std::ofstream(cache / "peaks.json") << peaks.dump();
+    const auto dir = fresh_dir("amp-auto-peaks-run");
+    auto r = cohort_train(
+        quick_args(dir, {"--nproc-per-node", "2", "amp.precision=auto", "train.threads=1", "train.max_steps=2"}), 240,
+        {{"COHORT_CACHE", cache.string()}});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return std::make_pair(r.output, read_json(dir / "summary.json").value("precision", ""));
+  };
+  const auto [slow, slow_precision] = run_with_peaks(40e9, 100e9);
+  EXPECT_EQ(slow_precision, "fp32");
+  EXPECT_NE(slow.find("but here bf16 measured 40 GFLOP/s and fp32 100 GFLOP/s (peaks.json): bf16 needs 1.25x"),
+            std::string::npos)
+      << slow;
+  const auto [fast, fast_precision] = run_with_peaks(400e9, 100e9);
+  EXPECT_EQ(fast_precision, "bf16");
+  EXPECT_NE(fast.find("measured 4.00x fp32's speed here"), std::string::npos) << fast;
 }
 
 // The defaults (amp.precision=auto, train.channels_last=auto) as `cohort train` runs them, with the CPU's

@@ -26,6 +26,15 @@ std::string capability(const Hardware& hw) {
 
 AutoChoice kept(const std::string& value) { return {value, "set explicitly", false}; }
 
+// "1.25x", "0.68x".
+std::string ratio_text(double r) {
+  std::ostringstream s;
+  s << std::fixed;
+  s.precision(2);
+  s << r << "x";
+  return s.str();
+}
+
 }  // namespace
 
 Hardware probe_cpu(const std::string& cpuinfo_path) {
@@ -52,8 +61,21 @@ Hardware probe_cpu(const std::string& cpuinfo_path) {
   return hw;
 }
 
+namespace {
+
+// Both peaks at this process's threads (the run's: Setup.cpp sets them first), measured once per machine
+// and then read from peaks.json, about a second each the first time.
+void measure_cpu_peaks(Hardware& hw) {
+  const auto cache = log::peak_cache_file();
+  hw.cpu_bf16_flops = log::cpu_peak("bfloat16", at::get_num_threads(), cache).flops;
+  hw.cpu_fp32_flops = log::cpu_peak("float32", at::get_num_threads(), cache).flops;
+}
+
+}  // namespace
+
 Hardware probe_hardware(const c10::Device& device) {
   Hardware hw = probe_cpu();
+  if (!device.is_cuda() && hw.cpu_bf16 && std::getenv("COHORT_CPU_BF16") == nullptr) measure_cpu_peaks(hw);
   if (device.is_cuda()) {
     hw.cuda = true;
 #ifdef COHORT_HAVE_CUDA
@@ -76,6 +98,16 @@ AutoChoice choose_precision(const Hardware& hw, const std::string& why_not_fp16_
     if (!why_not_fp16_master.empty())
       return {"fp16", gpu + " has no bf16; fp16 autocast because " + why_not_fp16_master, true};
     return {"fp16-master", gpu + " has no bf16", true};
+  }
+  if (hw.cpu_bf16 && hw.cpu_bf16_flops > 0 && hw.cpu_fp32_flops > 0) {  // Note [What auto picks]
+    const double speedup = hw.cpu_bf16_flops / hw.cpu_fp32_flops;
+    if (speedup >= kCpuBf16MinSpeedup)
+      return {"bf16", hw.cpu_bf16_source + ", measured " + ratio_text(speedup) + " fp32's speed here", true};
+    const auto gflops = [](double f) { return std::to_string(static_cast<int64_t>(f / 1e9)) + " GFLOP/s"; };
+    return {"fp32",
+            hw.cpu_bf16_source + ", but here bf16 measured " + gflops(hw.cpu_bf16_flops) + " and fp32 " +
+                gflops(hw.cpu_fp32_flops) + " (peaks.json): bf16 needs " + ratio_text(kCpuBf16MinSpeedup) + " fp32's",
+            true};
   }
   if (hw.cpu_bf16) return {"bf16", hw.cpu_bf16_source, true};
   return {"fp32", hw.cpu_bf16_source + "; emulated bf16 is slower than fp32", true};

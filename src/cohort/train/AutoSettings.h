@@ -12,7 +12,14 @@
 // - Precision on CPU: bf16 autocast where the processor multiplies bf16 natively (AVX512-BF16, which
 //   every AMX-BF16 processor also has, or Arm's BF16), else fp32: without those units oneDNN emulates
 //   bf16 and it is slower than fp32. The kernel's CPU flags say which units there are;
-//   COHORT_CPU_BF16=0 masks them (=1 claims them), for tests and for comparing.
+//   COHORT_CPU_BF16=0 masks them (=1 claims them, and skips the measurement below), for tests and for
+//   comparing.
+// - Native units are not enough: bf16 is chosen only where its measured peak (log/Peak.h: a large matmul
+//   and convolution at the worker's threads, cached per machine in peaks.json) is at least
+//   kCpuBf16MinSpeedup times fp32's. On an Intel Xeon with AVX512-BF16 and no AMX enabled (2026-12-02),
+//   oneDNN 2.6's bf16 reached 82 GFLOP/s a core and its fp32 132, and the default job ran at 485 to 518
+//   images/s in bf16 against 585 in fp32 (docs/default-job.md); on the AMD EPYC with AVX512-BF16, bf16
+//   reached 428 to 494 GFLOP/s and the job ran 2.2x its fp32 speed.
 // - Precision on CUDA: bf16 from compute capability 8.0 (Ampere) on; before that fp16-master (fp16
 //   weights, fp32 batch norm and master weights, dynamic loss scaling), or fp16 autocast where the run
 //   averages its own weights (train.lookahead) or compresses its gradients (dist.compress), which
@@ -47,6 +54,9 @@ struct Hardware {
   std::string cuda_name;
   bool cpu_bf16 = false;        // the CPU has native bf16 dot products
   std::string cpu_bf16_source;  // what said so, for the log
+  // The worker's measured bf16 and fp32 peaks in FLOP/s (log::cpu_peak); 0 where not measured (a GPU, no
+  // native bf16, COHORT_CPU_BF16 set, or a test), and then the flags alone decide.
+  double cpu_bf16_flops = 0, cpu_fp32_flops = 0;
   // The CPU has oneDNN's wide convolution kernels: AVX-512 on x86 (avx512f), or it is not x86 (Arm).
   bool cpu_wide_vectors = true;
 };
@@ -55,6 +65,10 @@ struct Hardware {
 Hardware probe_hardware(const c10::Device& device);
 // Only the CPU part, from a file in /proc/cpuinfo's format.
 Hardware probe_cpu(const std::string& cpuinfo_path = "/proc/cpuinfo");
+
+// bf16 on a CPU must measure at least this much faster than fp32 (Note [What auto picks]): its
+// autocast adds casts, and the memory-bound layers gain less than the peak does.
+constexpr double kCpuBf16MinSpeedup = 1.25;
 
 struct AutoChoice {
   std::string value;  // "bf16", "fp32", ...; "true"/"false" for the layout

@@ -76,6 +76,32 @@ TEST(AutoPrecision, CpuWithAndWithoutNativeBf16) {
   EXPECT_NE(none.why.find("slower than fp32"), std::string::npos) << none.why;
 }
 
+// Native bf16 units whose measured peak is not kCpuBf16MinSpeedup times fp32's: fp32, saying both figures
+// (2026-12-02: an Intel Xeon with AVX512-BF16 and no AMX enabled); at or past it, bf16 with the ratio.
+TEST(AutoPrecision, CpuBf16MustMeasureFasterThanFp32) {
+  auto slow = cpu(true);
+  slow.cpu_bf16_flops = 82e9, slow.cpu_fp32_flops = 110e9;
+  const auto fp32 = train::choose_precision(slow, "");
+  EXPECT_EQ(fp32.value, "fp32");
+  EXPECT_NE(fp32.why.find("AVX512-BF16, but here bf16 measured 82 GFLOP/s and fp32 110 GFLOP/s"), std::string::npos)
+      << fp32.why;
+  EXPECT_NE(fp32.why.find("bf16 needs 1.25x fp32's"), std::string::npos) << fp32.why;
+  auto fast = cpu(true);
+  fast.cpu_bf16_flops = 428e9, fast.cpu_fp32_flops = 100e9;
+  const auto bf16 = train::choose_precision(fast, "");
+  EXPECT_EQ(bf16.value, "bf16");
+  EXPECT_NE(bf16.why.find("measured 4.28x fp32's speed here"), std::string::npos) << bf16.why;
+  auto edge = cpu(true);
+  edge.cpu_bf16_flops = train::kCpuBf16MinSpeedup * 100e9, edge.cpu_fp32_flops = 100e9;
+  EXPECT_EQ(train::choose_precision(edge, "").value, "bf16");
+  auto unmeasured = cpu(true);  // a peak of 0: the flags alone decide, as with COHORT_CPU_BF16 set
+  unmeasured.cpu_fp32_flops = 100e9;
+  EXPECT_EQ(train::choose_precision(unmeasured, "").value, "bf16");
+  auto none = cpu(false);  // no native units: fp32, whatever a peak says
+  none.cpu_bf16_flops = 500e9, none.cpu_fp32_flops = 100e9;
+  EXPECT_EQ(train::choose_precision(none, "").value, "fp32");
+}
+
 TEST(AutoLayout, ChannelsLastForConvNetsWhereItIsFaster) {
   for (const std::string m : {"resnet8", "resnet20", "resnet18", "resnet50", "airbench"}) {
     EXPECT_EQ(train::choose_channels_last(cpu(false), m, "fp32").value, "true") << m;
