@@ -16,10 +16,17 @@ fitted, per link rate, on the --fit-on counts only (default: 2 machines); every 
 prediction, and the JSON holds each one's error. Latency added by real distance is not modelled here:
 tbf adds none, so the latency-bound predictions for a real network are marked unchecked.
 
+--swarm-machines 2,4,8 also runs that many swarm peers (`cohort train`, dist.strategy=swarm), one a
+machine and all in one group, on the same links, and checks each averaging round (the butterfly) against
+the all-reduce's model with the all-reduce's alpha and B: the prediction the swarm and DiLoCo rows below
+rest on, never fitted on a swarm.
+
 Needs root (ip netns, tc). Prints JSON; --out writes it.
 Run: sudo python3 bench/cost_model.py --collectives build/bench/collectives --out bench/results/cost_model.json
+The swarm's check alone (fitted on 2 machines' collectives):
+     sudo python3 bench/cost_model.py --machines 2 --swarm-machines 2,4,8 --out bench/results/cost_model_swarm.json
 Only the predictions (no root, no measuring): python3 bench/cost_model.py --predict-only"""
-import argparse, json, math, os, platform, secrets, subprocess, sys, time
+import argparse, json, math, os, platform, secrets, shutil, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -90,6 +97,111 @@ def run_collectives(a, machines, rate, port):
         sys.exit(f"collectives on {machines} machines at {rate} failed:\n" +
                  "\n".join(err[-2000:] for _, err in outs))
     return json.loads(outs[0][0].strip().splitlines()[-1])["results"]
+
+
+# The swarm's butterfly over the same links: torchvision's ResNet-18 (a 1-channel stem, 10 classes) has
+# 11,175,370 parameters, so a round averages 44.7 MB of fp32 gradients, bandwidth-bound at both rates.
+SWARM_MODEL = {"name": "resnet18", "params": 11_175_370}
+
+
+def run_swarm(a, peers, rate, port):
+    """One swarm of `peers` peers, one a machine, all in one group (swarm.group_size=0), averaging
+    SWARM_MODEL's fp32 gradients (swarm.compress=none) over the shaped links: each averaging round's
+    seconds (swarm_averaging_seconds: the peer's part sent to every other member, the others' parts
+    reduced, the results back) and the averaging bytes a peer sent per round. The first two rounds meet
+    peers still starting, so they are left out."""
+    work = tempfile.mkdtemp(prefix="cohort-ccm-swarm-")
+    procs = []
+    for i in range(peers):
+        args = [a.cohort, "train", "--run-dir", os.path.join(work, f"p{i}"), "--nproc-per-node", "1",
+                f"model.name={SWARM_MODEL['name']}", "data.image_size=32", "data.batch_size=16",
+                "data.augment=false", "amp.precision=fp32", "train.channels_last=false", "dist.strategy=swarm",
+                "swarm.insecure=true", f"swarm.listen={addr(i)}:{port}", "swarm.sampler=partition",
+                f"swarm.partitions={peers}", f"swarm.partition={i}", f"swarm.min_peers_to_start={peers}",
+                "swarm.group_size=0", "swarm.compress=none", f"swarm.matchmaking_s={a.swarm_matchmaking_s}",
+                "swarm.averaging_timeout_s=120", f"train.max_steps={a.swarm_steps}", "train.epochs=1000",
+                "train.threads=1", "eval.enabled=false", "ckpt.save_best=false", "log.every_steps=1",
+                "log.progress=plain", "dist.timeout_s=600"]
+        if i:
+            args.append(f"swarm.initial_peers={addr(0)}:{port}")
+        procs.append(subprocess.Popen(["ip", "netns", "exec", ns(i)] + args, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, env=dict(os.environ, OMP_NUM_THREADS="1")))
+    outs = [p.communicate(timeout=1800)[0] for p in procs]
+    if any(p.returncode != 0 for p in procs):
+        sys.exit(f"the swarm of {peers} at {rate} failed:\n" + "\n".join(o[-2000:] for o in outs))
+    seconds, sent, sizes = [], [], {}
+    for i in range(peers):
+        d = os.path.join(work, f"p{i}")
+        s = json.load(open(os.path.join(d, "summary.json")))
+        whole = True  # every round of this peer's was the whole swarm: its bytes a round are comparable
+        with open(os.path.join(d, "metrics.jsonl")) as f:
+            for r in map(json.loads, f):
+                if "swarm_group_size" not in r:
+                    continue
+                g = int(r["swarm_group_size"])
+                whole = whole and g == peers
+                if r.get("step", 0) <= 2:
+                    continue
+                sizes[g] = sizes.get(g, 0) + 1
+                if g == peers:
+                    seconds.append(r["swarm_averaging_seconds"])
+        if s["swarm_rounds"] and whole:
+            sent.append((s["swarm_bytes_sent"] - s.get("swarm_record_bytes_sent", 0)) / s["swarm_rounds"])
+    shutil.rmtree(work, ignore_errors=True)
+    seconds.sort()
+    out = {"peer_rounds_by_group_size": {str(k): v for k, v in sorted(sizes.items())}, "rounds": len(seconds)}
+    if seconds:
+        out.update({"averaging_s_median": statistics.median(seconds),
+                    "averaging_s_p90": seconds[int(0.9 * (len(seconds) - 1))],
+                    "averaging_bytes_sent_per_peer_per_round": statistics.mean(sent) if sent else None})
+    else:
+        print(f"the swarm of {peers} at {rate}: no round of the whole group after step 2 ({sizes})", file=sys.stderr)
+    return out
+
+
+def swarm_checks(check_result, swarm_measured, cores):
+    """The butterfly moves what a ring all-reduce moves: a member sends (g-1)/g of the vector to the
+    others' parts and (g-1)/g back as results, so its wire time is the all-reduce's model with the
+    all-reduce's alpha and B (fitted on 2 machines of Gloo, never on a swarm). Unlike Gloo's ring, a
+    swarm frame is also sealed and opened (a MAC over all of it) and copied on the way in and out, on the
+    training thread and the transport's, so the round adds gamma seconds for each byte a member sends
+    (and as many received), one after the other with the wire at 2 machines (one frame each way a
+    phase). gamma is fitted once, on the 2-machine swarm at the fastest rate (where it shows most);
+    every other swarm row is a check. With more peers than this machine's cores the peers' software
+    shares them: the software term is multiplied by peers / cores there (a machine with a core a peer
+    has 1). Bytes are checked too: 2 (g-1)/g of the vector, against what the peers counted."""
+    rows, n = [], 4 * SWARM_MODEL["params"]
+    fits = {rate: (check_result or {}).get(rate, {}).get("ops", {}).get("all_reduce") for rate in swarm_measured or {}}
+    rates = [r for r in fits if fits[r] and "2" in swarm_measured[r]]
+    rates = [r for r in rates if "averaging_s_median" in swarm_measured[r]["2"]]
+    if not rates:
+        return None
+    fast = max(rates, key=lambda r: fits[r]["bandwidth_bytes_per_s"])
+    two = swarm_measured[fast]["2"]["averaging_s_median"]
+    wire_two = predict("all_reduce", 2, n, fits[fast]["alpha_s"], fits[fast]["bandwidth_bytes_per_s"])
+    gamma = max(two - wire_two, 0.0) / n  # 2 (g-1)/g n = n bytes sent at g = 2
+    for rate, by_count in swarm_measured.items():
+        if not fits.get(rate):
+            continue
+        for g, m in sorted(by_count.items(), key=lambda x: int(x[0])):
+            g = int(g)
+            if "averaging_s_median" not in m:
+                continue
+            wire = predict("all_reduce", g, n, fits[rate]["alpha_s"], fits[rate]["bandwidth_bytes_per_s"])
+            software = gamma * 2 * (g - 1) / g * n * max(1.0, g / cores)
+            pred, sent = wire + software, m["averaging_bytes_sent_per_peer_per_round"]
+            rows.append({"machines": g, "link": rate, "vector_bytes": n, "rounds": m["rounds"],
+                         "measured_s": m["averaging_s_median"], "measured_s_p90": m["averaging_s_p90"],
+                         "predicted_wire_s": wire, "predicted_software_s": software, "predicted_s": pred,
+                         "error": pred / m["averaging_s_median"] - 1, "error_wire_only": wire / m["averaging_s_median"] - 1,
+                         "fitted": rate == fast and g == 2, "bytes_sent_per_round": sent,
+                         "predicted_bytes": 2 * (g - 1) / g * n,
+                         "bytes_error": 2 * (g - 1) / g * n / sent - 1 if sent else None})
+    held = [r for r in rows if not r["fitted"]]
+    return {"model": SWARM_MODEL, "gamma_s_per_byte": gamma, "gamma_fitted_on": f"2 machines at {fast}",
+            "cores": cores, "rows": rows, "checks": len(held),
+            "within_20pct": sum(abs(r["error"]) <= 0.2 for r in held),
+            "max_abs_error": max((abs(r["error"]) for r in held), default=None)}
 
 
 # --- the model ------------------------------------------------------------------------------------------
@@ -216,10 +328,12 @@ def ddp_step(model, batch, gpus, link_gbit, c, fsdp=False):
             "scaling_efficiency": compute / step}
 
 
-def swarm_round(n_bytes, group, link_bytes_per_s, efficiency, matchmaking_s, rtt_s):
+def swarm_round(n_bytes, group, link_bytes_per_s, efficiency, matchmaking_s, rtt_s, gamma_s_per_byte):
     """One swarm round: matchmaking, then the butterfly inside a group of `group` (each member sends and
-    receives 2 (g-1)/g of the vector, in two message steps of a round trip each)."""
-    return matchmaking_s + 2 * (group - 1) / group * n_bytes / (efficiency * link_bytes_per_s) + 2 * rtt_s
+    receives 2 (g-1)/g of the vector, in two message steps of a round trip each), plus the software's
+    gamma for each byte sent (swarm_checks: sealing, opening and copying frames; a core a peer)."""
+    sent = 2 * (group - 1) / group * n_bytes
+    return matchmaking_s + sent / (efficiency * link_bytes_per_s) + sent * gamma_s_per_byte + 2 * rtt_s
 
 
 def swarm_predictions(c):
@@ -236,7 +350,7 @@ def swarm_predictions(c):
             # swarm: gradients in fp16 once per global step. A peer computes while the others fill the
             # target batch, so a round pays for target_batch_size / peers samples of each peer's compute;
             # the target batch at which half a peer's time is compute is where the swarm stops working.
-            grad = swarm_round(2 * m["params"], group, rate, eff, 5.0, rtt)
+            grad = swarm_round(2 * m["params"], group, rate, eff, 5.0, rtt, c["swarm_gamma_s_per_byte"])
             per_sample = m["step_s_at_256"] / 256
             rows.append({"system": "swarm (compress fp16)", "peers": peers, "group_size": group,
                          "rounds_to_mix": mix, "round_s": grad,
@@ -244,7 +358,7 @@ def swarm_predictions(c):
                          "utilization_at_target_batch_65536": (65536 / peers * per_sample) /
                                                               (65536 / peers * per_sample + grad)})
             # DiLoCo: the parameters' change in int8 once every 500 inner steps of 256 samples
-            outer = swarm_round(m["params"], group, rate, eff, 5.0, rtt)
+            outer = swarm_round(m["params"], group, rate, eff, 5.0, rtt, c["swarm_gamma_s_per_byte"])
             compute = 500 * m["step_s_at_256"]
             rows.append({"system": "diloco (inner_steps 500, compress int8)", "peers": peers, "group_size": group,
                          "rounds_to_mix": mix, "round_s": outer, "compute_s_per_round": compute,
@@ -310,9 +424,22 @@ def link_efficiency(measured):
     return min(eff) if eff else 0.9
 
 
-def predictions(measured):
+def swarm_gamma(swarm_check):
+    """The swarm's software cost per byte sent: this run's fit, else the last swarm check's JSON, else 0
+    (and the predictions say which)."""
+    if swarm_check:
+        return swarm_check["gamma_s_per_byte"], "this run's swarm check"
+    path = os.path.join(HERE, "results", "cost_model_swarm.json")
+    try:
+        return json.load(open(path))["swarm_check"]["gamma_s_per_byte"], os.path.relpath(path, os.path.dirname(HERE))
+    except (OSError, KeyError, TypeError, ValueError):
+        return 0.0, "none measured: the software term is left out"
+
+
+def predictions(measured, swarm_check=None):
     c = dict(CLUSTER)
     c["link_efficiency"] = link_efficiency(measured)
+    c["swarm_gamma_s_per_byte"], c["swarm_gamma_source"] = swarm_gamma(swarm_check)
     rows = []
     for model in [m for m in MODELS if MODELS[m]["step_s_at_256"]]:
         for link in (100, 400):
@@ -343,10 +470,17 @@ def main():
     ap.add_argument("--max-bytes-slow", type=int, default=16 << 20, help="largest buffer below 1 Gbit/s")
     ap.add_argument("--seconds-per-size", type=float, default=2.0)
     ap.add_argument("--port", type=int, default=29640)
+    ap.add_argument("--cohort", default="build/cohort", help="for --swarm-machines")
+    ap.add_argument("--swarm-machines", default="",
+                    help="swarm sizes whose butterfly round is measured on the same links, e.g. 2,4,8 (none: skip)")
+    ap.add_argument("--swarm-steps", type=int, default=8)
+    ap.add_argument("--swarm-matchmaking-s", type=float, default=10.0,
+                    help="swarm.matchmaking_s: long enough for a record to cross a link a round saturates")
     ap.add_argument("--from-json", help="refit and predict from an earlier --out instead of measuring")
     ap.add_argument("--predict-only", action="store_true")
     ap.add_argument("--out")
     a = ap.parse_args()
+    a.cohort = os.path.abspath(a.cohort)
     fit_on = {int(x) for x in a.fit_on.split(",")}
     res = {"bench": "cost_model", "machine": {"cpu": cpu_name(), "cores": os.cpu_count()},
            "command": " ".join(["python3"] + sys.argv),
@@ -354,8 +488,8 @@ def main():
            "link": "N network namespaces on a bridge, tc tbf at the rate each way on every veth"}
     if a.from_json:  # the measurement keeps the machine and commit it was taken on
         earlier = json.load(open(a.from_json))
-        res.update({k: earlier[k] for k in ("machine", "commit", "measured") if k in earlier})
-        res["measured_by"] = earlier.get("command", "python3 bench/cost_model.py")
+        res.update({k: earlier[k] for k in ("machine", "commit", "measured", "swarm_measured") if k in earlier})
+        res["measured_by"] = earlier.get("measured_by", earlier.get("command", "python3 bench/cost_model.py"))
     elif not a.predict_only:
         if os.geteuid() != 0:
             sys.exit("bench/cost_model.py needs root for ip netns and tc (or --predict-only)")
@@ -370,12 +504,20 @@ def main():
                     res["measured"][rate][str(p)] = run_collectives(a, p, rate, port)
                     print(f"{rate} x {p}: {time.time() - t0:.0f} s", file=sys.stderr)
                     port += 1
+                for p in [int(x) for x in a.swarm_machines.split(",") if x]:
+                    setup(p, rate)
+                    t0 = time.time()
+                    res.setdefault("swarm_measured", {}).setdefault(rate, {})[str(p)] = run_swarm(a, p, rate, port)
+                    print(f"{rate} x {p} swarm peers: {time.time() - t0:.0f} s", file=sys.stderr)
+                    port += 1
         finally:
             teardown()
     if "measured" in res:
         res["check"] = check(res["measured"], fit_on)
         res["step_check"] = step_checks(res["check"])
-    res["predictions"] = predictions(res.get("measured"))
+        if "swarm_measured" in res:
+            res["swarm_check"] = swarm_checks(res["check"], res["swarm_measured"], res["machine"]["cores"])
+    res["predictions"] = predictions(res.get("measured"), res.get("swarm_check"))
     emit(res, a.out)
 
 
