@@ -18,8 +18,8 @@ tbf adds none, so the latency-bound predictions for a real network are marked un
 
 --swarm-machines 2,4,8 also runs that many swarm peers (`cohort train`, dist.strategy=swarm), one a
 machine and all in one group, on the same links, and checks each averaging round (the butterfly) against
-the all-reduce's model with the all-reduce's alpha and B: the prediction the swarm and DiLoCo rows below
-rest on, never fitted on a swarm.
+the all-reduce's model with the all-reduce's alpha and B plus a software term (gamma) fitted on the
+2-machine swarm at the fastest rate: the prediction the swarm and DiLoCo rows below rest on.
 
 Needs root (ip netns, tc). Prints JSON; --out writes it.
 Run: sudo python3 bench/cost_model.py --collectives build/bench/collectives --out bench/results/cost_model.json
@@ -124,11 +124,20 @@ def run_swarm(a, peers, rate, port):
                 "log.progress=plain", "dist.timeout_s=600"]
         if i:
             args.append(f"swarm.initial_peers={addr(0)}:{port}")
-        procs.append(subprocess.Popen(["ip", "netns", "exec", ns(i)] + args, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, env=dict(os.environ, OMP_NUM_THREADS="1")))
-    outs = [p.communicate(timeout=1800)[0] for p in procs]
+        # Into a file each: a pipe read only after the others' would stall a peer that writes more than it holds.
+        procs.append(subprocess.Popen(["ip", "netns", "exec", ns(i)] + args, stdout=open(os.path.join(work, f"out{i}.txt"), "w"),
+                                      stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1")))
+    try:
+        for p in procs:
+            p.wait(timeout=1800)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     if any(p.returncode != 0 for p in procs):
-        sys.exit(f"the swarm of {peers} at {rate} failed:\n" + "\n".join(o[-2000:] for o in outs))
+        tails = [open(os.path.join(work, f"out{i}.txt"), errors="replace").read()[-2000:] for i in range(peers)]
+        shutil.rmtree(work, ignore_errors=True)
+        sys.exit(f"the swarm of {peers} at {rate} failed:\n" + "\n".join(tails))
     seconds, sent, sizes = [], [], {}
     for i in range(peers):
         d = os.path.join(work, f"p{i}")
@@ -486,6 +495,8 @@ def main():
            "command": " ".join(["python3"] + sys.argv),
            "commit": sh("git", "-C", HERE, "rev-parse", "--short", "HEAD", check=False).stdout.strip(),
            "link": "N network namespaces on a bridge, tc tbf at the rate each way on every veth"}
+    if max([int(x) for x in (a.machines + "," + a.swarm_machines).split(",") if x], default=0) > MAX_MACHINES:
+        sys.exit(f"at most {MAX_MACHINES} machines (namespaces) here: --machines and --swarm-machines")
     if a.from_json:  # the measurement keeps the machine and commit it was taken on
         earlier = json.load(open(a.from_json))
         res.update({k: earlier[k] for k in ("machine", "commit", "measured", "swarm_measured") if k in earlier})

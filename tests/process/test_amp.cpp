@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 
 #include "cohort/log/Peak.h"
@@ -98,9 +97,9 @@ TEST(AmpProcess, Bf16TrainsAndModesThatNeedAGpuSaySo) {
 // Where the CPU has native bf16, auto weighs the measured bf16 and fp32 peaks (Note [What auto picks]): a
 // peaks.json written beforehand (COHORT_CACHE) stands for a machine whose bf16 is slow, then for one
 // whose bf16 is fast, and the run says which it picked and why. Elsewhere nothing is measured: skipped.
-// About 10 s.
+// About 5 s.
 TEST(AmpProcess, AutoWeighsTheMeasuredBf16AndFp32Peaks) {
-  if (!cohort::train::probe_cpu().cpu_bf16 || std::getenv("COHORT_CPU_BF16"))
+  if (!cohort::train::probe_cpu().cpu_bf16 || cohort::train::cpu_bf16_override())
     GTEST_SKIP() << "this CPU has no native bf16 (or COHORT_CPU_BF16 is set): auto measures nothing here";
   const auto cache = fresh_dir("amp-auto-peaks");
   auto run_with_peaks = [&](double bf16, double fp32) {

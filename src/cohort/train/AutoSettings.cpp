@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -37,6 +38,19 @@ std::string ratio_text(double r) {
 
 }  // namespace
 
+std::optional<std::string> cpu_bf16_override() {
+  const char* mask = std::getenv("COHORT_CPU_BF16");
+  if (mask && (std::string(mask) == "0" || std::string(mask) == "1")) return std::string(mask);
+  return std::nullopt;
+}
+
+void measure_cpu_bf16_against_fp32(Hardware& hw) {
+  if (hw.cuda || !hw.cpu_bf16 || cpu_bf16_override()) return;
+  const auto cache = log::peak_cache_file();
+  hw.cpu_bf16_flops = log::cpu_peak("bfloat16", at::get_num_threads(), cache).flops;
+  hw.cpu_fp32_flops = log::cpu_peak("float32", at::get_num_threads(), cache).flops;
+}
+
 Hardware probe_cpu(const std::string& cpuinfo_path) {
   Hardware hw;
   const auto flags = log::kernel_cpu_flags(cpuinfo_path);
@@ -53,29 +67,15 @@ Hardware probe_cpu(const std::string& cpuinfo_path) {
   } else {
     hw.cpu_bf16_source = "the CPU has no native bf16 (no AMX-BF16, AVX512-BF16 or Arm BF16)";
   }
-  if (const char* mask = std::getenv("COHORT_CPU_BF16");
-      mask && (std::string(mask) == "0" || std::string(mask) == "1")) {
-    hw.cpu_bf16 = std::string(mask) == "1";
-    hw.cpu_bf16_source += std::string(", but COHORT_CPU_BF16=") + mask + (hw.cpu_bf16 ? " claims it" : " masks it");
+  if (const auto mask = cpu_bf16_override()) {
+    hw.cpu_bf16 = *mask == "1";
+    hw.cpu_bf16_source += std::string(", but COHORT_CPU_BF16=") + *mask + (hw.cpu_bf16 ? " claims it" : " masks it");
   }
   return hw;
 }
 
-namespace {
-
-// Both peaks at this process's threads (the run's: Setup.cpp sets them first), measured once per machine
-// and then read from peaks.json, about a second each the first time.
-void measure_cpu_peaks(Hardware& hw) {
-  const auto cache = log::peak_cache_file();
-  hw.cpu_bf16_flops = log::cpu_peak("bfloat16", at::get_num_threads(), cache).flops;
-  hw.cpu_fp32_flops = log::cpu_peak("float32", at::get_num_threads(), cache).flops;
-}
-
-}  // namespace
-
 Hardware probe_hardware(const c10::Device& device) {
   Hardware hw = probe_cpu();
-  if (!device.is_cuda() && hw.cpu_bf16 && std::getenv("COHORT_CPU_BF16") == nullptr) measure_cpu_peaks(hw);
   if (device.is_cuda()) {
     hw.cuda = true;
 #ifdef COHORT_HAVE_CUDA
@@ -188,7 +188,10 @@ AutoSettings agree_auto_settings(TrainConfig& cfg, const c10::Device& device, co
     TrainConfig mine = cfg;
     AutoSettings from_save;
     keep_saved_choices(mine, saved_config_json, from_save);
-    AutoSettings s = resolve_auto(mine, probe_hardware(device));
+    Hardware hw = probe_hardware(device);
+    // Only a precision still to be chosen pays for the measurement (an explicit or resumed one does not).
+    if (mine.amp.precision == "auto") measure_cpu_bf16_against_fp32(hw);
+    AutoSettings s = resolve_auto(mine, hw);
     if (!from_save.precision.value.empty()) s.precision = from_save.precision;
     if (!from_save.channels_last.value.empty()) s.channels_last = from_save.channels_last;
     return to_json(s).dump();

@@ -3,7 +3,8 @@
 // for bf16-mixed and channels_last; cohort asks the hardware, says what it picked, and keeps the choice
 // in config.json and every checkpoint, so a resumed run trains in the precision it started with.
 //
-//   const auto hw = cohort::train::probe_hardware(device);        // CPU flags, the GPU's capability
+//   auto hw = cohort::train::probe_hardware(device);              // CPU flags, the GPU's capability
+//   cohort::train::measure_cpu_bf16_against_fp32(hw);              // native bf16: is it faster here?
 //   const auto chosen = cohort::train::resolve_auto(cfg, hw);      // explicit values are kept
 //   std::cout << cohort::train::describe(chosen);                  // "precision bf16 (auto: ...)"
 //   if (cohort::train::channels_last(cfg)) to_channels_last(*model);
@@ -17,8 +18,8 @@
 // - Native units are not enough: bf16 is chosen only where its measured peak (log/Peak.h: a large matmul
 //   and convolution at the worker's threads, cached per machine in peaks.json) is at least
 //   kCpuBf16MinSpeedup times fp32's. On an Intel Xeon with AVX512-BF16 and no AMX enabled (2026-12-02),
-//   oneDNN 2.6's bf16 reached 82 GFLOP/s a core and its fp32 132, and the default job ran at 485 to 518
-//   images/s in bf16 against 585 in fp32 (docs/default-job.md); on the AMD EPYC with AVX512-BF16, bf16
+//   oneDNN 2.6's bf16 reached 82 GFLOP/s a core and its fp32 132, and the default job ran at 502 to 520
+//   images/s in bf16 against 599 to 642 in fp32 (docs/default-job.md); on the AMD EPYC with AVX512-BF16, bf16
 //   reached 428 to 494 GFLOP/s and the job ran 2.2x its fp32 speed.
 // - Precision on CUDA: bf16 from compute capability 8.0 (Ampere) on; before that fp16-master (fp16
 //   weights, fp32 batch norm and master weights, dynamic loss scaling), or fp16 autocast where the run
@@ -37,6 +38,7 @@
 //   `cohort eval` (fp32) resolves only the layout, on each rank: a layout changes no numbers beyond rounding.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -65,6 +67,12 @@ struct Hardware {
 Hardware probe_hardware(const c10::Device& device);
 // Only the CPU part, from a file in /proc/cpuinfo's format.
 Hardware probe_cpu(const std::string& cpuinfo_path = "/proc/cpuinfo");
+// COHORT_CPU_BF16 when it is "0" (mask the units) or "1" (claim them); any other value is ignored.
+std::optional<std::string> cpu_bf16_override();
+// Fills hw's bf16 and fp32 peaks where a CPU's flags show native bf16 and COHORT_CPU_BF16 does not
+// override them: log::cpu_peak at this process's threads, about a second each the first time on a
+// machine, then read from peaks.json. agree_auto_settings calls it only while amp.precision is auto.
+void measure_cpu_bf16_against_fp32(Hardware& hw);
 
 // bf16 on a CPU must measure at least this much faster than fp32 (Note [What auto picks]): its
 // autocast adds casts, and the memory-bound layers gain less than the peak does.
