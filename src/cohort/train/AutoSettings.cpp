@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
 #include "cohort/log/Peak.h"
