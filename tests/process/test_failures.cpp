@@ -6,12 +6,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
 #include <thread>
+#include <vector>
 
 #include "process/Harness.h"
 
@@ -89,6 +91,16 @@ TEST(Failures, AStoppedWorkerIsNamedWithinTheTimeout) {
   EXPECT_TRUE(std::filesystem::exists(dir / "flight" / "rank0.json"));
   EXPECT_TRUE(std::filesystem::exists(dir / "flight" / "rank1.json"));
   EXPECT_FALSE(std::filesystem::exists(dir / "flight" / "rank2.json"));
+  // Each was written within dist.timeout_s + 5 s of the last collective a survivor began (issue 44).
+  double last_issued = 0;
+  std::vector<double> written;
+  for (const char* file : {"rank0.json", "rank1.json"}) {
+    if (!std::filesystem::exists(dir / "flight" / file)) continue;
+    const auto record = read_json(dir / "flight" / file);
+    written.push_back(record["written_unix"].get<double>());
+    for (const auto& e : record["entries"]) last_issued = std::max(last_issued, e["issued_unix"].get<double>());
+  }
+  for (const double w : written) EXPECT_LE(w - last_issued, timeout_s + 5.0);
   Proc doctor({COHORT_BINARY, "doctor", dir.string()});
   const auto d = doctor.wait(60.0);
   EXPECT_EQ(d.exit_code, 1) << d.output;

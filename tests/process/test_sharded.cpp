@@ -103,6 +103,13 @@ TEST(ShardedTrain, SummaryReportsPerRankModelStateBytesThatShrinkWithSharding) {
                 b["params"].get<int64_t>() + b["grads"].get<int64_t>() + b["optimizer"].get<int64_t>());
     }
     total[strategy] = s["resources"][0]["model_state_bytes"]["total"].get<int64_t>();
+    // MFU in every strategy's summary (issue 44): the same FLOPs per image over the same peak as ddp's.
+    EXPECT_GT(s["mfu"].get<double>(), 0) << strategy;
+    EXPECT_NEAR(s["mfu"].get<double>(),
+                s["flops_per_image"].get<double>() * s["images_per_second"].get<double>() /
+                    (s["peak_tflops_per_worker"].get<double>() * 1e12 * 2),
+                1e-9)
+        << strategy;
     bool logged = false;
     for (const auto& l : read_jsonl(dir / "metrics.jsonl")) logged |= l["kind"] == "model_state";
     EXPECT_TRUE(logged);

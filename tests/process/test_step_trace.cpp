@@ -18,16 +18,18 @@
 namespace fs = std::filesystem;
 using namespace cohort::testing;
 
-TEST(StepTrace, TwoRanksTraceStepsThreeToFiveAndReportMergesThem) {
+// Steps 23 to 25 hold the first epoch's end (24 steps of 2 x 32 of the 1,536 images): its evaluation and
+// its checkpoint are in the window, between steps 24 and 25.
+TEST(StepTrace, TwoRanksTraceStepsAcrossAnEpochsEndAndReportMergesThem) {
   const auto dir = fresh_dir("step-trace");
   const auto r =
-      cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=8", "log.trace_steps=3:5"}), 300);
+      cohort_train(quick_args(dir, {"--nproc-per-node", "2", "train.max_steps=27", "log.trace_steps=23:25"}), 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(fs::exists(dir / "trace" / "rank0.json"));
   ASSERT_TRUE(fs::exists(dir / "trace" / "rank1.json"));
   const auto report = run({COHORT_BINARY, "report", dir.string()}, 120.0);
   ASSERT_EQ(report.exit_code, 0) << report.output;
-  EXPECT_NE(report.output.find("trace of steps 3 to 5 (2 rank(s)) written"), std::string::npos) << report.output;
+  EXPECT_NE(report.output.find("trace of steps 23 to 25 (2 rank(s)) written"), std::string::npos) << report.output;
   const auto trace = read_json(dir / "trace.json");
   ASSERT_TRUE(trace["traceEvents"].is_array());
   EXPECT_EQ(trace["displayTimeUnit"], "ms");
@@ -78,8 +80,8 @@ TEST(StepTrace, TwoRanksTraceStepsThreeToFiveAndReportMergesThem) {
   }
   ASSERT_EQ(seen.size(), 2u);
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_EQ(seen[rank]["step"], (std::set<std::string>{"step 3", "step 4", "step 5"})) << "rank " << rank;
-    for (const char* phase : {"data", "forward", "backward", "optimizer"})
+    EXPECT_EQ(seen[rank]["step"], (std::set<std::string>{"step 23", "step 24", "step 25"})) << "rank " << rank;
+    for (const char* phase : {"data", "forward", "backward", "optimizer", "eval", "checkpoint"})
       EXPECT_TRUE(seen[rank]["phase"].count(phase)) << "rank " << rank << " has no '" << phase << "' phase";
     EXPECT_TRUE(seen[rank]["collective"].count("all_reduce 'gradient bucket 0'")) << "rank " << rank;
   }

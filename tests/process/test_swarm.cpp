@@ -34,6 +34,12 @@ TEST(Swarm, OnePeerIsBitwisePlainTraining) {
   EXPECT_EQ(summary["swarm_rounds"], 8);
   EXPECT_EQ(summary["swarm_mean_group_size"], 1);
   EXPECT_TRUE(summary.contains("test_accuracy") && summary.contains("sync_bytes_per_step"));
+  // MFU in a swarm peer's summary too (issue 44): its FLOPs per image over its one worker's peak.
+  EXPECT_GT(summary["mfu"].get<double>(), 0);
+  EXPECT_NEAR(summary["mfu"].get<double>(),
+              summary["flops_per_image"].get<double>() * summary["images_per_second"].get<double>() /
+                  (summary["peak_tflops_per_worker"].get<double>() * 1e12),
+              1e-9);
 }
 
 // Four peers, each the shard DistributedSampler gives one of four ranks, one batch per step: the same

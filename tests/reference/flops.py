@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """The FLOPs cohort counts (models/Flops.h, through cohort_reference_tool) against PyTorch's own
-torch.utils.flop_counter on the namesake models, forward and backward on the same batch shape: torchvision's
-resnet18 and resnet50 and timm's vit_base_patch32_224 at 224 pixels. Within 2% each, as MFU figures compare
-only when their FLOPs do. (On CPU flop_counter misses timm's attention products, 1.06% of ViT-B/32's
-FLOPs; they are added to its figure, see unseen_attention.)
+torch.utils.flop_counter, forward and backward on the same batch shape, for every model cohort builds
+(models/Models.cpp): torchvision's resnet18, resnet34 and resnet50 and timm's vit_base_patch32_224 at 224
+pixels; and, written here from cohort's definitions (the same layers, shapes and frozen parameters:
+frozen weights have no gradient to count), the CIFAR-style resnet8, resnet14, resnet20 and resnet32 and
+the mlp on Fashion-MNIST's 28x28 grey images, and airbench at CIFAR-10's 32x32. Within 2% each, as MFU
+figures compare only when their FLOPs do. (On CPU flop_counter misses timm's attention products, 1.06% of
+ViT-B/32's FLOPs; they are added to its figure, see unseen_attention.)
 
   flops.py TOOL
 """
@@ -12,17 +15,74 @@ import subprocess
 import sys
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 BOUND = 0.02
 BATCH = 2
+SMALL_RESNETS = {"resnet8": 1, "resnet14": 2, "resnet20": 3, "resnet32": 5}  # basic blocks per stage
+# name: (image size, channels, classes, cohort's extra settings)
+MODELS = {"resnet18": (224, 3, 1000, []), "resnet34": (224, 3, 1000, []), "resnet50": (224, 3, 1000, []),
+          "vit_b32": (224, 3, 1000, []), "airbench": (32, 3, 10, []), "mlp": (28, 1, 10, ["model.width=256"]),
+          **{name: (28, 1, 10, ["model.width=32"]) for name in SMALL_RESNETS}}
+
+
+def small_resnet(blocks, width, channels, classes):
+    """cohort's SmallResNet: a 3x3 stem, three stages of torchvision's BasicBlock at widths w, 2w, 4w."""
+    from torchvision.models.resnet import BasicBlock
+    layers, cin = [nn.Conv2d(channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU()], width
+    for stage, w in enumerate((width, 2 * width, 4 * width)):
+        for b in range(blocks):
+            stride = 2 if b == 0 and stage > 0 else 1
+            down = None if stride == 1 and cin == w else nn.Sequential(nn.Conv2d(cin, w, 1, stride, bias=False),
+                                                                       nn.BatchNorm2d(w))
+            layers.append(BasicBlock(cin, w, stride, down))
+            cin = w
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes))
+
+
+class Airbench(nn.Module):
+    """cohort's AirbenchNet (models/Airbench.cpp): a frozen 2x2 whitening convolution with a bias, three
+    groups of conv-pool-norm-gelu-conv-norm-gelu (widths 64, 256, 256; norm scales frozen), a max over the
+    positions and a linear head without bias."""
+
+    def __init__(self, channels, classes):
+        super().__init__()
+        self.whiten = nn.Conv2d(channels, 2 * channels * 4, 2, bias=True)
+        self.whiten.weight.requires_grad_(False)
+        self.groups = nn.ModuleList()
+        cin = self.whiten.out_channels
+        for w in (64, 256, 256):
+            g = nn.ModuleDict({"conv1": nn.Conv2d(cin, w, 3, padding=1, bias=False), "norm1": nn.BatchNorm2d(w),
+                               "conv2": nn.Conv2d(w, w, 3, padding=1, bias=False), "norm2": nn.BatchNorm2d(w)})
+            g["norm1"].weight.requires_grad_(False)
+            g["norm2"].weight.requires_grad_(False)
+            self.groups.append(g)
+            cin = w
+        self.head = nn.Linear(cin, classes, bias=False)
+
+    def forward(self, x):
+        x = F.gelu(self.whiten(x))
+        for g in self.groups:
+            x = F.gelu(g["norm1"](F.max_pool2d(g["conv1"](x), 2)))
+            x = F.gelu(g["norm2"](g["conv2"](x)))
+        return self.head(x.flatten(2).max(2)[0]) / 9
 
 
 def reference(name):
     torch.manual_seed(0)
+    size, channels, classes, _ = MODELS[name]
     if name == "vit_b32":
         import timm
         return timm.create_model("vit_base_patch32_224", pretrained=False)
+    if name in SMALL_RESNETS:
+        return small_resnet(SMALL_RESNETS[name], 32, channels, classes)
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(channels * size * size, 256), nn.ReLU(), nn.Linear(256, 256),
+                             nn.ReLU(), nn.Linear(256, classes))
+    if name == "airbench":
+        return Airbench(channels, classes)
     import torchvision
     return getattr(torchvision.models, name)(weights=None)
 
@@ -42,7 +102,8 @@ def unseen_attention(model, counted):
 
 def torch_flops(name):
     model = reference(name).train()
-    x = torch.randn(BATCH, 3, 224, 224)
+    size, channels, _, _ = MODELS[name]
+    x = torch.randn(BATCH, channels, size, size)
     with FlopCounterMode(display=False) as forward:
         loss = model(x).sum()
     with FlopCounterMode(display=False) as backward:
@@ -54,9 +115,9 @@ def torch_flops(name):
 def main():
     tool = sys.argv[1]
     failed = []
-    for name in ("resnet18", "resnet50", "vit_b32"):
-        p = subprocess.run([tool, "flops", str(BATCH), "224", "3", f"model.name={name}", "model.num_classes=1000"],
-                           capture_output=True, text=True, timeout=900)
+    for name, (size, channels, classes, extra) in MODELS.items():
+        p = subprocess.run([tool, "flops", str(BATCH), str(size), str(channels), f"model.name={name}",
+                            f"model.num_classes={classes}"] + extra, capture_output=True, text=True, timeout=900)
         if p.returncode != 0:
             sys.exit(f"FAILED: cohort_reference_tool flops {name}: {p.stderr[-2000:]}")
         ours = json.loads(p.stdout)

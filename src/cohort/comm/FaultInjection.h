@@ -12,6 +12,9 @@
 //   COHORT_FAULT_STEP_DELAY_MS=N   every rank sleeps N ms after each step: a slower machine (the swarm tests
 //                                  whose peers must still be training when a newcomer arrives)
 //   COHORT_FAULT_RANK_DELAY_MS=N   rank COHORT_FAULT_RANK alone sleeps N ms after each step: a straggler
+//   COHORT_FAULT_RANK_SLOWDOWN=F   rank COHORT_FAULT_RANK alone sleeps F times its own step's time (from
+//                                  its first batch to its update) after each step: a machine F slower
+//                                  (0.3: 30%), whatever the step costs here
 //   COHORT_FAULT_DATA_STALL_STEP=N rank COHORT_FAULT_RANK never gets the batch of step N: it sleeps in the
 //                                  data phase until it is stopped, as a loader stuck on a dead file system
 //                                  (the flight recorder's tests, docs/doctor.md)
@@ -34,6 +37,7 @@
 //   faults.after_step(rank, step + 1, info.restart_count);
 #pragma once
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <set>
@@ -51,6 +55,7 @@ struct FaultPlan {
   int rank = 1;
   int64_t step_delay_ms = 0;
   int64_t rank_delay_ms = 0;    // 0: none
+  double rank_slowdown = 0;     // 0: none
   int64_t data_stall_step = 0;  // 0: none
   int64_t barrier_step = 0;     // 0: none
   std::set<int64_t> nonfinite_steps;
@@ -59,6 +64,12 @@ struct FaultPlan {
   void before_batch(int this_rank, int64_t step, Communicator& comm) const;
   void after_backward(torch::nn::Module& model, int this_rank, int64_t step) const;
   void after_step(int this_rank, int64_t step, int restart_count) const;
+
+ private:
+  // COHORT_FAULT_RANK_SLOWDOWN's clock: when the step's first batch began (set by before_batch, which
+  // runs for each micro-batch; the hooks are const so that a plan can be passed around by value).
+  mutable int64_t timed_step_ = -1;
+  mutable std::chrono::steady_clock::time_point step_began_{};
 };
 
 // The comma-separated step numbers in environment variable `name` (empty when unset).

@@ -242,17 +242,103 @@ TEST(Doctor, NamesTheFirstCollectiveThatDiffersBetweenRanks) {
   EXPECT_NE(text.find("rank 1 called #3 broadcast 'bucket' (Float x 4)"), std::string::npos) << text;
 }
 
+// Note [Which rank is out of step]: steps of two buckets; `skip` leaves bucket 0 of step 3 out, `barrier`
+// enters a checkpoint barrier before step 3. Each rank's record holds its calls, numbered as it made them.
+std::unique_ptr<FlightRecorder> buckets(bool skip, bool barrier) {
+  auto r = std::make_unique<FlightRecorder>(32);
+  uint64_t seq = 0;
+  const auto call = [&](const char* op, const std::string& what, int64_t n) {
+    r->issued(++seq, op, what, n > 0 ? at::zeros({n}) : at::Tensor());  // a barrier moves no tensor
+    r->ended(seq, true);
+  };
+  for (int step = 1; step <= 4; ++step) {
+    if (barrier && step == 3) call("barrier", "checkpoint step-3: begin", 0);
+    if (!(skip && step == 3)) call("all_reduce", "gradient bucket 0", 64);
+    call("all_reduce", "gradient bucket 1", 32);
+  }
+  return r;
+}
+
+TEST(Doctor, OfThreeRanksTheOneThatSkippedABucketIsNamed) {
+  const json d = cohort::comm::diagnose({buckets(false, false)->to_json(0, 3, "error"),
+                                         buckets(true, false)->to_json(1, 3, "error"),
+                                         buckets(false, false)->to_json(2, 3, "error")});
+  ASSERT_FALSE(d["findings"].empty()) << d.dump(1);
+  EXPECT_EQ(d["findings"][0]["kind"], "differs");
+  EXPECT_EQ(d["findings"][0]["seq"], 5);
+  EXPECT_EQ(d["findings"][0]["ranks"], json({1}));
+  const auto text = d["findings"][0]["text"].get<std::string>();
+  EXPECT_NE(text.find("rank 1 is out of step: it skipped #5 all_reduce 'gradient bucket 0' (Float x 64), which the "
+                      "others called (rank 1's #5 is their #6)"),
+            std::string::npos)
+      << text;
+}
+
+TEST(Doctor, OfThreeRanksTheOneInAnExtraBarrierIsNamed) {
+  const json d = cohort::comm::diagnose({buckets(false, false)->to_json(0, 3, "error"),
+                                         buckets(false, false)->to_json(1, 3, "error"),
+                                         buckets(false, true)->to_json(2, 3, "error")});
+  ASSERT_FALSE(d["findings"].empty()) << d.dump(1);
+  EXPECT_EQ(d["findings"][0]["ranks"], json({2}));
+  const auto text = d["findings"][0]["text"].get<std::string>();
+  EXPECT_NE(text.find("rank 2 is out of step: it called #5 barrier 'checkpoint step-3: begin', which the others did "
+                      "not (rank 2's #6 is their #5)"),
+            std::string::npos)
+      << text;
+}
+
+// Of two ranks neither is the reference: the shift is stated both ways, and both ranks are named.
+TEST(Doctor, OfTwoRanksTheShiftIsStatedBothWays) {
+  const json d = cohort::comm::diagnose(
+      {buckets(false, false)->to_json(0, 2, "error"), buckets(true, false)->to_json(1, 2, "error")});
+  ASSERT_FALSE(d["findings"].empty()) << d.dump(1);
+  EXPECT_EQ(d["findings"][0]["ranks"], json({0, 1}));
+  const auto text = d["findings"][0]["text"].get<std::string>();
+  EXPECT_NE(text.find("rank 1's #5 is rank 0's #6: rank 1 skipped #5 all_reduce 'gradient bucket 0' (Float x 64), "
+                      "or rank 0 called it in addition (with two ranks the records cannot tell which)"),
+            std::string::npos)
+      << text;
+}
+
+// `n` collectives of rank `rank`, `per_step` a step, steps 50 ms apart, entered `late_s` into the step and
+// ended `open_s` after that.
+json stepped(int rank, uint64_t n, uint64_t per_step, double late_s, double open_s) {
+  json d = healthy(n)->to_json(rank, 2, "SIGUSR2");
+  const double t0 = d["entries"][0]["issued_unix"].get<double>();
+  for (size_t i = 0; i < d["entries"].size(); ++i) {
+    const double entered = t0 + 0.050 * static_cast<double>(i / per_step) + late_s;
+    d["entries"][i]["issued_unix"] = entered;
+    d["entries"][i]["ended_unix"] = entered + open_s;
+  }
+  return d;
+}
+
+// Three collectives a step in flight together (a step's buffer broadcasts and its bucket), each entered by
+// the slow rank 30 ms late: the fast rank waited 30 ms a step, not 90. 33 steps of 50 ms: 0.99 s of 1.63 s.
+TEST(Doctor, AStragglersWaitOverCollectivesInFlightTogetherCountsOnce) {
+  const json d = cohort::comm::diagnose({stepped(0, 99, 3, 0, 0.031), stepped(1, 99, 3, 0.030, 0.001)});
+  ASSERT_EQ(kinds(d), (std::vector<std::string>{"straggler"})) << d.dump(1);
+  const auto text = d["findings"][0]["text"].get<std::string>();
+  EXPECT_NE(text.find("rank 1 kept the others waiting 1.0 s of the last 1.6 s (61%): it entered 99 of 99"),
+            std::string::npos)
+      << text;
+}
+
 TEST(Doctor, NamesARankThatIsAlwaysTheLastToEnterAndNothingInAHealthyJob) {
-  const json fast = healthy(40)->to_json(0, 2, "SIGUSR2");
-  json slow = healthy(40)->to_json(1, 2, "SIGUSR2");
-  for (auto& e : slow["entries"]) e["issued_unix"] = e["issued_unix"].get<double>() + 0.030;  // 30 ms late, each
+  // One collective every 50 ms (a step's), each entered by the slow rank 30 ms after the fast one.
+  // An all-reduce ends once the last rank has entered it: the fast rank's 1 ms after the slow one's entry.
+  const json fast = stepped(0, 40, 1, 0, 0.031), slow = stepped(1, 40, 1, 0.030, 0.001);
+  const json base = stepped(0, 40, 1, 0, 0.001);  // the same, ended before the slow rank entered
   const json d = cohort::comm::diagnose({fast, slow});
   ASSERT_EQ(kinds(d), (std::vector<std::string>{"straggler"})) << d.dump(1);
   EXPECT_EQ(d["findings"][0]["ranks"], json({1}));
   EXPECT_NE(d["findings"][0]["text"].get<std::string>().find("a median of 30"), std::string::npos);
+  // Collectives that had ended on the fast rank before the slow one entered them (a broadcast's root,
+  // done once it has sent) kept nobody waiting: nothing to say.
+  EXPECT_TRUE(cohort::comm::diagnose({base, slow})["findings"].empty()) << cohort::comm::diagnose({base, slow}).dump(1);
   // The same records without the delay: nothing to say.
-  json same = fast;
+  json same = base;
   same["rank"] = 1;
-  EXPECT_TRUE(cohort::comm::diagnose({fast, same})["findings"].empty());
-  EXPECT_NE(cohort::comm::render(cohort::comm::diagnose({fast, same})).find("nothing stands out"), std::string::npos);
+  EXPECT_TRUE(cohort::comm::diagnose({base, same})["findings"].empty());
+  EXPECT_NE(cohort::comm::render(cohort::comm::diagnose({base, same})).find("nothing stands out"), std::string::npos);
 }
