@@ -27,3 +27,21 @@ def emit(result, out=None):
     if out:
         with open(out, "w") as f:
             f.write(text + "\n")
+
+
+def swarm_peer_args(cohort, run_dir, listen, peers, partition, start_with, group_size, steps, matchmaking_s,
+                    averaging_timeout_s, dist_timeout_s, bootstrap=None, extra=()):
+    """`cohort train` for one swarm peer of a benchmark: one worker on one thread, training partition
+    `partition` of `peers` (swarm.sampler=partition), without evaluation, a line per step, listening on
+    `listen` (HOST:PORT) and joining through `bootstrap` (None for the first peer). `extra` holds the
+    model and data settings, which differ by benchmark; a later value of a key wins."""
+    args = [cohort, "train", "--run-dir", run_dir, "--nproc-per-node", "1", "amp.precision=fp32",
+            "dist.strategy=swarm", "swarm.insecure=true", f"swarm.listen={listen}", "swarm.sampler=partition",
+            f"swarm.partitions={peers}", f"swarm.partition={partition}", f"swarm.min_peers_to_start={start_with}",
+            f"swarm.group_size={group_size}", f"swarm.matchmaking_s={matchmaking_s}",
+            f"swarm.averaging_timeout_s={averaging_timeout_s}", f"train.max_steps={steps}", "train.epochs=1000",
+            "train.threads=1", "eval.enabled=false", "log.every_steps=1", "log.progress=plain",
+            f"dist.timeout_s={dist_timeout_s}"]
+    if bootstrap:
+        args.append(f"swarm.initial_peers={bootstrap}")
+    return args + list(extra)

@@ -30,7 +30,7 @@ import argparse, json, math, os, platform, secrets, shutil, statistics, subproce
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchlib import emit  # noqa: E402
+from benchlib import emit, swarm_peer_args  # noqa: E402
 
 HUB = "ccm-hub"
 MAX_MACHINES = 8
@@ -113,17 +113,13 @@ def run_swarm(a, peers, rate, port):
     work = tempfile.mkdtemp(prefix="cohort-ccm-swarm-")
     procs = []
     for i in range(peers):
-        args = [a.cohort, "train", "--run-dir", os.path.join(work, f"p{i}"), "--nproc-per-node", "1",
-                f"model.name={SWARM_MODEL['name']}", "data.image_size=32", "data.batch_size=16",
-                "data.augment=false", "amp.precision=fp32", "train.channels_last=false", "dist.strategy=swarm",
-                "swarm.insecure=true", f"swarm.listen={addr(i)}:{port}", "swarm.sampler=partition",
-                f"swarm.partitions={peers}", f"swarm.partition={i}", f"swarm.min_peers_to_start={peers}",
-                "swarm.group_size=0", "swarm.compress=none", f"swarm.matchmaking_s={a.swarm_matchmaking_s}",
-                "swarm.averaging_timeout_s=120", f"train.max_steps={a.swarm_steps}", "train.epochs=1000",
-                "train.threads=1", "eval.enabled=false", "ckpt.save_best=false", "log.every_steps=1",
-                "log.progress=plain", "dist.timeout_s=600"]
-        if i:
-            args.append(f"swarm.initial_peers={addr(0)}:{port}")
+        args = swarm_peer_args(a.cohort, os.path.join(work, f"p{i}"), f"{addr(i)}:{port}", peers, i, peers,
+                               group_size=0, steps=a.swarm_steps, matchmaking_s=a.swarm_matchmaking_s,
+                               averaging_timeout_s=120, dist_timeout_s=600,
+                               bootstrap=f"{addr(0)}:{port}" if i else None,
+                               extra=[f"model.name={SWARM_MODEL['name']}", "data.image_size=32", "data.batch_size=16",
+                                      "data.augment=false", "train.channels_last=false", "swarm.compress=none",
+                                      "ckpt.save_best=false"])
         # Into a file each: a pipe read only after the others' would stall a peer that writes more than it holds.
         procs.append(subprocess.Popen(["ip", "netns", "exec", ns(i)] + args, stdout=open(os.path.join(work, f"out{i}.txt"), "w"),
                                       stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1")))

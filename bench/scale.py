@@ -35,7 +35,7 @@ import argparse, json, os, platform, shutil, statistics, subprocess, sys, tempfi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchlib import emit  # noqa: E402
+from benchlib import emit, swarm_peer_args  # noqa: E402
 
 
 def rss_kib(pid):
@@ -237,15 +237,12 @@ def run_launch(system, cohort, python, workers, steps, work, strategy="ddp"):
 def swarm_peer(cohort, i, address, peers, group_size, steps, port, work, start_with, extra=(), partition=None):
     """Starts peer `i` of the swarm on 127.0.0.`address`, training partition `partition` (default i) of
     `peers`; its output goes to out{i}.txt."""
-    args = [cohort, "train", "--run-dir", os.path.join(work, f"p{i}"), "--nproc-per-node", "1", "model.name=mlp",
-            "data.train_limit=0", "data.test_limit=1000", "data.batch_size=32", "amp.precision=fp32",
-            "dist.strategy=swarm", "swarm.insecure=true", f"swarm.listen=127.0.0.{address}:{port}",
-            "swarm.sampler=partition", f"swarm.partitions={peers}", f"swarm.partition={i if partition is None else partition}",
-            f"swarm.min_peers_to_start={start_with}", f"swarm.group_size={group_size}", "swarm.matchmaking_s=2",
-            "swarm.averaging_timeout_s=10", f"train.max_steps={steps}", "train.epochs=1000", "train.threads=1",
-            "eval.enabled=false", "log.every_steps=1", "log.progress=plain", "dist.timeout_s=300"] + list(extra)
-    if i:
-        args.append(f"swarm.initial_peers=127.0.0.10:{port}")
+    args = swarm_peer_args(cohort, os.path.join(work, f"p{i}"), f"127.0.0.{address}:{port}", peers,
+                           i if partition is None else partition, start_with, group_size, steps, matchmaking_s=2,
+                           averaging_timeout_s=10, dist_timeout_s=300,
+                           bootstrap=f"127.0.0.10:{port}" if i else None,
+                           extra=["model.name=mlp", "data.train_limit=0", "data.test_limit=1000",
+                                  "data.batch_size=32"] + list(extra))
     return subprocess.Popen(args, stdout=open(os.path.join(work, f"out{i}.txt"), "w"), stderr=subprocess.STDOUT)
 
 
