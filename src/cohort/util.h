@@ -1,4 +1,5 @@
-// Small helpers every area uses: atomic files, CRC-32C, errors, HTTP, seeds, stop signals, LibTorch versions.
+// Small helpers every area uses: atomic files, the cache directory, CRC-32C, errors, HTTP, seeds, stop signals,
+// LibTorch versions.
 // One header for the whole area, for programs that use cohort as a library; cohort's own code includes
 // the headers it uses one by one.
 //
@@ -7,6 +8,7 @@
 #pragma once
 
 #include "cohort/util/AtomicFile.h"
+#include "cohort/util/CacheDir.h"
 #include "cohort/util/Crc32c.h"
 #include "cohort/util/Error.h"
 #include "cohort/util/FileLimit.h"

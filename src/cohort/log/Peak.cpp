@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cohort/util/AtomicFile.h"
+#include "cohort/util/CacheDir.h"
 
 #ifdef COHORT_HAVE_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -140,11 +141,7 @@ std::optional<Peak> device_peak(const c10::Device& device, const std::string& co
   return peak;
 }
 
-fs::path peak_cache_file() {
-  if (const char* dir = std::getenv("COHORT_CACHE"); dir && *dir) return fs::path(dir) / "peaks.json";
-  const char* home = std::getenv("HOME");
-  return fs::path(home && *home ? home : "/tmp") / ".cache" / "cohort" / "peaks.json";
-}
+fs::path peak_cache_file() { return util::cache_dir() / "peaks.json"; }
 
 std::string cpu_model(const std::string& cpuinfo_path) {
   std::ifstream in(cpuinfo_path);

@@ -37,7 +37,7 @@ Peak cpu_peak(const std::string& compute_dtype, int threads, const std::filesyst
 std::optional<Peak> device_peak(const c10::Device& device, const std::string& compute_dtype,
                                 std::string* why = nullptr);
 
-// $COHORT_CACHE/peaks.json, or ~/.cache/cohort/peaks.json.
+// peaks.json in util::cache_dir(): $COHORT_CACHE/peaks.json, or ~/.cache/cohort/peaks.json.
 std::filesystem::path peak_cache_file();
 
 // "model name" of /proc/cpuinfo ("unknown CPU" when it has none).

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,8 @@ void expect_data_error(Fn&& fn, const fs::path& path, const std::string& needle)
   }
 }
 
+// Each test's files in a directory of its own, and its inflated copies (Note [An inflated copy of a gzipped
+// IDX file] in data/Idx.cpp) in a cache of its own there, not the user's.
 class IdxTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -85,9 +88,25 @@ class IdxTest : public ::testing::Test {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    if (const char* was = std::getenv("COHORT_CACHE")) cache_was_ = was;
+    ::setenv("COHORT_CACHE", (dir_ / "cache").c_str(), 1);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    if (cache_was_)
+      ::setenv("COHORT_CACHE", cache_was_->c_str(), 1);
+    else
+      ::unsetenv("COHORT_CACHE");
+    fs::remove_all(dir_);
+  }
+  // The inflated copies in this test's cache.
+  std::vector<fs::path> copies() const {
+    std::vector<fs::path> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_ / "cache" / "idx", ec)) out.push_back(e.path());
+    return out;
+  }
   fs::path dir_;
+  std::optional<std::string> cache_was_;
 };
 
 }  // namespace
@@ -294,6 +313,71 @@ TEST_F(IdxTest, LoadErrors) {
   write_raw(dir_ / "train-images-idx3-ubyte", idx_bytes({5, 4}, counting(20)));
   write_raw(dir_ / "train-labels-idx1-ubyte", idx_bytes({5}, {1, 2, 3, 4, 5}));
   expect_data_error([&] { load_fashion_mnist(dir_, true); }, dir_ / "train-images-idx3-ubyte", "expected 3");
+}
+
+// --- the inflated copies of gzipped files ---
+
+// The first read writes the copy; the next one maps it and gives the same array.
+TEST_F(IdxTest, AGzippedFileIsReadOnceAndItsInflatedCopyMappedAfter) {
+  const Bytes payload = counting(5 * 6 * 7, 3);
+  const fs::path p = dir_ / "b-idx3-ubyte.gz";
+  write_gz(p, idx_bytes({5, 6, 7}, payload));
+  const IdxArray first = read_idx(p);
+  ASSERT_EQ(copies().size(), 1u);
+  const fs::path copy = copies()[0];
+  EXPECT_EQ(copy.filename().string().rfind("b-idx3-ubyte-", 0), 0u) << copy;
+  EXPECT_EQ(read_all(copy), idx_bytes({5, 6, 7}, payload));  // a raw IDX file: the inflated bytes
+  const auto written = fs::last_write_time(copy);
+  const IdxArray again = read_idx(p);
+  EXPECT_EQ(fs::last_write_time(copy), written);  // mapped, not written again
+  EXPECT_EQ(again.dims, first.dims);
+  EXPECT_TRUE(again.data.equal(first.data));
+  EXPECT_TRUE(again.data.is_contiguous());
+  // The mapping is private: writing to the array leaves the copy as it was.
+  again.data.view(-1)[0].fill_(255);
+  EXPECT_EQ(read_all(copy), idx_bytes({5, 6, 7}, payload));
+}
+
+// A damaged copy (cut short, as a crash of another writer could not leave it, but a disk might) is removed,
+// and the gzip file read instead, which writes a good copy again.
+TEST_F(IdxTest, ADamagedInflatedCopyIsReplacedFromTheGzipFile) {
+  const Bytes payload = counting(4 * 4, 1);
+  const fs::path p = dir_ / "c-idx2-ubyte.gz";
+  write_gz(p, idx_bytes({4, 4}, payload));
+  read_idx(p);
+  ASSERT_EQ(copies().size(), 1u);
+  const fs::path copy = copies()[0];
+  fs::resize_file(copy, 10);
+  const IdxArray a = read_idx(p);
+  EXPECT_EQ(Bytes(a.data.data_ptr<uint8_t>(), a.data.data_ptr<uint8_t>() + a.data.numel()), payload);
+  EXPECT_EQ(read_all(copy), idx_bytes({4, 4}, payload));
+}
+
+// A file rewritten in place with other data of the same size names another copy: the old one is not used.
+TEST_F(IdxTest, AGzippedFileChangedInPlaceIsNotServedItsOldCopy) {
+  const fs::path p = dir_ / "d-idx1-ubyte.gz";
+  write_gz(p, idx_bytes({8}, counting(8, 0)));
+  read_idx(p);
+  write_gz(p, idx_bytes({8}, counting(8, 100)));
+  const IdxArray a = read_idx(p);
+  EXPECT_EQ(Bytes(a.data.data_ptr<uint8_t>(), a.data.data_ptr<uint8_t>() + 8), counting(8, 100));
+  EXPECT_EQ(copies().size(), 2u);
+}
+
+// COHORT_IDX_CACHE=0 writes no copy; a raw file never has one; nor does a cache that cannot be written.
+TEST_F(IdxTest, NoCopyWithoutAGzipFileOrAWritableCacheOrWhenTurnedOff) {
+  const Bytes file = idx_bytes({3}, {7, 8, 9});
+  write_raw(dir_ / "raw-idx1-ubyte", file);
+  read_idx(dir_ / "raw-idx1-ubyte");
+  EXPECT_TRUE(copies().empty());
+  write_gz(dir_ / "e-idx1-ubyte.gz", file);
+  ::setenv("COHORT_IDX_CACHE", "0", 1);
+  read_idx(dir_ / "e-idx1-ubyte.gz");
+  ::unsetenv("COHORT_IDX_CACHE");
+  EXPECT_TRUE(copies().empty());
+  write_raw(dir_ / "cache", {1});  // a file where the cache directory would be
+  const IdxArray a = read_idx(dir_ / "e-idx1-ubyte.gz");
+  EXPECT_EQ(Bytes(a.data.data_ptr<uint8_t>(), a.data.data_ptr<uint8_t>() + 3), (Bytes{7, 8, 9}));
 }
 
 // --- the real dataset ---
