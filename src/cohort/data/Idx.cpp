@@ -59,6 +59,11 @@ std::string hex_byte(uint8_t b) {
   return buf;
 }
 
+// Whether `bytes` start a gzip member (its magic, 0x1f 0x8b).
+bool starts_gzip(std::string_view bytes) {
+  return bytes.size() >= 2 && static_cast<uint8_t>(bytes[0]) == 0x1f && static_cast<uint8_t>(bytes[1]) == 0x8b;
+}
+
 // Hands out a file's IDX bytes from memory, inflating them first when the file is gzip. It reads as
 // zlib's gzread reads a file, which is what this reader used before it took bytes: raw bytes pass
 // through unchanged; gzip members follow one another; bytes after a member that do not start another one
@@ -66,7 +71,7 @@ std::string hex_byte(uint8_t b) {
 class IdxStream {
  public:
   IdxStream(std::string_view bytes, const std::string& source) : in_(bytes), source_(source) {
-    gzipped_ = bytes.size() >= 2 && static_cast<uint8_t>(bytes[0]) == 0x1f && static_cast<uint8_t>(bytes[1]) == 0x8b;
+    gzipped_ = starts_gzip(bytes);
     if (!gzipped_) return;
     // 15 + 16: a 32 KiB window and a gzip wrapper (header and CRC-32 trailer checked), as gzread uses.
     if (inflateInit2(&z_, 15 + 16) != Z_OK)
@@ -108,8 +113,7 @@ class IdxStream {
       if (rc == Z_STREAM_END) {
         // Another member may follow; anything else after a member is not data.
         const size_t at = consumed();
-        if (in_.size() - at >= 2 && static_cast<uint8_t>(in_[at]) == 0x1f &&
-            static_cast<uint8_t>(in_[at + 1]) == 0x8b) {
+        if (starts_gzip(in_.substr(at))) {
           inflateReset(&z_);
           feed(at);
         } else {
@@ -334,8 +338,7 @@ IdxArray read_idx(const fs::path& path) {
   while (file.read(chunk, sizeof chunk) || file.gcount() > 0) bytes.append(chunk, static_cast<size_t>(file.gcount()));
   if (file.bad()) fail(path.string(), std::string("read error (") + std::strerror(errno) + ")");
   // The inflated copy: see Note [An inflated copy of a gzipped IDX file] above.
-  const bool gzipped =
-      bytes.size() >= 2 && static_cast<uint8_t>(bytes[0]) == 0x1f && static_cast<uint8_t>(bytes[1]) == 0x8b;
+  const bool gzipped = starts_gzip(bytes);
   const auto copy = gzipped ? inflated_copy_of(path, bytes) : std::nullopt;
   if (copy)
     if (auto mapped = map_inflated_copy(*copy)) return std::move(*mapped);
