@@ -212,14 +212,14 @@ TEST(Doctor, NamesARankThatIsLateAtEveryStepAStraggler) {
   ASSERT_GT(step_ms, 0);
   EXPECT_GE(late_ms / step_ms, 0.12) << text << "; a step took " << step_ms << " ms";
   EXPECT_LE(late_ms / step_ms, 0.40) << text << "; a step took " << step_ms << " ms";
-  // The share of the records' span it kept the others waiting counts each collective the rank was late
-  // at whose wait did not overlap another's: the root of the buffers' broadcasts, which the records show
-  // held until the late rank entered, as well as the gradient all-reduce. 47 to 48% here, not 23%.
+  // The share of the records' span it kept the others waiting, counted from when rank 0 had issued its
+  // last collective before each wait (Note [When a rank waited for a straggler]): 25 to 27% here, near the
+  // 23% a rank 30% slower costs. Counted from each collective's issue it was 47%.
   const auto open = text.find(" s ("), pct = text.find("%)");
   ASSERT_NE(open, std::string::npos) << text;
   const double share = std::stod(text.substr(open + 4, pct - open - 4));
   EXPECT_GE(share, 10) << text;
-  EXPECT_LE(share, 60) << text;
+  EXPECT_LE(share, 40) << text;
   kill(launcher.pid(), SIGINT);
   const auto r = launcher.wait(60);
   EXPECT_FALSE(r.timed_out) << r.output;

@@ -324,6 +324,29 @@ TEST(Doctor, AStragglersWaitOverCollectivesInFlightTogetherCountsOnce) {
       << text;
 }
 
+// DDP's step: the buffers' broadcast as backward begins, then two buckets 10 ms apart as their gradients
+// are ready; the rank waits for all three once it has issued the last. The slow rank issues each 25 ms
+// later. The fast rank waited 25 ms a step (from its last issue to the slow rank's), not the 45 ms its
+// broadcast was open, 90% (Note [When a rank waited for a straggler]). 33 steps of 50 ms: 0.83 s of 1.65 s.
+TEST(Doctor, AStragglersWaitCountsFromTheLastIssueBeforeTheWait) {
+  json fast = stepped(0, 99, 3, 0, 0), slow = stepped(1, 99, 3, 0, 0);
+  const double t0 = fast["entries"][0]["issued_unix"].get<double>();
+  for (size_t i = 0; i < 99; ++i) {
+    const double step_began = t0 + 0.050 * static_cast<double>(i / 3), in_step = 0.010 * static_cast<double>(i % 3);
+    fast["entries"][i]["issued_unix"] = step_began + in_step;
+    fast["entries"][i]["ended_unix"] = step_began + 0.020 + 0.025 + 0.001;  // the slow rank's last bucket, then 1 ms
+    slow["entries"][i]["issued_unix"] = step_began + 0.025 + in_step;
+    slow["entries"][i]["ended_unix"] = step_began + 0.025 + in_step + 0.001;
+  }
+  const json d = cohort::comm::diagnose({fast, slow});
+  ASSERT_EQ(kinds(d), (std::vector<std::string>{"straggler"})) << d.dump(1);
+  const auto text = d["findings"][0]["text"].get<std::string>();
+  EXPECT_NE(text.find("rank 1 kept the others waiting 0.8 s of the last 1.6 s (50%): it entered 99 of 99 collectives "
+                      "last, a median of 25.0 ms"),
+            std::string::npos)
+      << text;
+}
+
 TEST(Doctor, NamesARankThatIsAlwaysTheLastToEnterAndNothingInAHealthyJob) {
   // One collective every 50 ms (a step's), each entered by the slow rank 30 ms after the fast one.
   // An all-reduce ends once the last rank has entered it: the fast rank's 1 ms after the slow one's entry.
