@@ -102,6 +102,7 @@ bench-pytorch: build
 bench: build bench-pytorch
 	/usr/bin/python3 bench/default_job.py --cohort ./$(BUILD)/cohort --out bench/results/default_job.json
 	/usr/bin/python3 bench/auto_configs.py --cohort ./$(BUILD)/cohort --out bench/results/auto_configs.json
+	/usr/bin/python3 bench/configs_mfu.py --cohort ./$(BUILD)/cohort --out bench/results/configs_mfu.json
 	/usr/bin/python3 bench/ddp_scaling.py --cohort ./$(BUILD)/cohort --out bench/results/ddp_scaling.json
 	./$(BUILD)/bench/compress_bytes > bench/results/compress_bytes.json
 	/usr/bin/python3 bench/slow_network.py --cohort ./$(BUILD)/cohort --out bench/results/slow_network.json

@@ -54,7 +54,7 @@ CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", choices=["resnet50", "resnet18", "vit_b32", "airbench94"], default="resnet50")
+    ap.add_argument("--model", choices=["resnet50", "resnet18", "vit_b32", "airbench94", "resnet20"], default="resnet50")
     ap.add_argument("--batch", type=int, default=None, help="default: 256, airbench94 1024")
     ap.add_argument("--image", type=int, default=None, help="default: 224, airbench94 32")
     ap.add_argument("--classes", type=int, default=None, help="default: 1000, airbench94 10")
@@ -76,9 +76,10 @@ def parse_args(argv=None):
                          "gpu_train_step --phases); not for the images/s runs")
     a = ap.parse_args(argv)
     airbench = a.model == "airbench94"
+    cifar = airbench or a.model == "resnet20"
     a.batch = a.batch or (1024 if airbench else 256)
-    a.image = a.image or (32 if airbench else 224)
-    a.classes = a.classes or (10 if airbench else 1000)
+    a.image = a.image or (32 if cifar else 224)
+    a.classes = a.classes or (10 if cifar else 1000)
     if a.epochs and not airbench:
         ap.error("--epochs is for --model airbench94 (the ResNets time --steps)")
     if a.epochs and a.dataset_size < a.batch:
@@ -158,9 +159,26 @@ class Airbench94(nn.Module):
         return self.head(x) * (1.0 / 9.0)
 
 
+def small_resnet(blocks, width, channels, classes):
+    """cohort's SmallResNet (resnet8 .. resnet32): a 3x3 stem, three stages of torchvision's BasicBlock at
+    widths w, 2w, 4w. tests/reference/flops.py counts its FLOPs from this definition too."""
+    from torchvision.models.resnet import BasicBlock
+    layers, cin = [nn.Conv2d(channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU()], width
+    for stage, w in enumerate((width, 2 * width, 4 * width)):
+        for b in range(blocks):
+            stride = 2 if b == 0 and stage > 0 else 1
+            down = None if stride == 1 and cin == w else nn.Sequential(nn.Conv2d(cin, w, 1, stride, bias=False),
+                                                                       nn.BatchNorm2d(w))
+            layers.append(BasicBlock(cin, w, stride, down))
+            cin = w
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes))
+
+
 def build_model(a):
     if a.model == "airbench94":
         return Airbench94(3, a.classes)
+    if a.model == "resnet20":  # configs/cifar10_resnet.toml's: width 16
+        return small_resnet(3, 16, 3, a.classes)
     import torchvision
     name = {"vit_b32": "vit_b_32"}.get(a.model, a.model)  # cohort's name for torchvision's model
     return getattr(torchvision.models, name)(num_classes=a.classes)

@@ -11,6 +11,7 @@ ViT-B/32's FLOPs; they are added to its figure, see unseen_attention.)
   flops.py TOOL
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -19,6 +20,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "peers"))
+from torch_train_step import small_resnet  # noqa: E402  (cohort's SmallResNet, one Python definition)
+
 BOUND = 0.02
 BATCH = 2
 SMALL_RESNETS = {"resnet8": 1, "resnet14": 2, "resnet20": 3, "resnet32": 5}  # basic blocks per stage
@@ -26,20 +30,6 @@ SMALL_RESNETS = {"resnet8": 1, "resnet14": 2, "resnet20": 3, "resnet32": 5}  # b
 MODELS = {"resnet18": (224, 3, 1000, []), "resnet34": (224, 3, 1000, []), "resnet50": (224, 3, 1000, []),
           "vit_b32": (224, 3, 1000, []), "airbench": (32, 3, 10, []), "mlp": (28, 1, 10, ["model.width=256"]),
           **{name: (28, 1, 10, ["model.width=32"]) for name in SMALL_RESNETS}}
-
-
-def small_resnet(blocks, width, channels, classes):
-    """cohort's SmallResNet: a 3x3 stem, three stages of torchvision's BasicBlock at widths w, 2w, 4w."""
-    from torchvision.models.resnet import BasicBlock
-    layers, cin = [nn.Conv2d(channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU()], width
-    for stage, w in enumerate((width, 2 * width, 4 * width)):
-        for b in range(blocks):
-            stride = 2 if b == 0 and stage > 0 else 1
-            down = None if stride == 1 and cin == w else nn.Sequential(nn.Conv2d(cin, w, 1, stride, bias=False),
-                                                                       nn.BatchNorm2d(w))
-            layers.append(BasicBlock(cin, w, stride, down))
-            cin = w
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes))
 
 
 class Airbench(nn.Module):
