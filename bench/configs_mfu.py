@@ -21,9 +21,8 @@ steps; the peer: between two barriers); sides interleaved --rounds times, median
 Prints JSON; --out also writes it. Run: /usr/bin/python3 bench/configs_mfu.py --cohort build/cohort"""
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
-import numpy as np
-
 from benchlib import emit, machine
+from resnet50_cpu import fake_cifar  # random CIFAR-10-format files, n records in each
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, ".."))
@@ -36,14 +35,6 @@ JOBS = {
     "cifar10_vit_b32_finetune.toml": ("vit_b32", 224, 16, 4),
     "imagenet_resnet50.toml": ("resnet50", 224, 16, 4),
 }
-
-
-def fake_cifar(root, n):
-    rng = np.random.default_rng(0)
-    os.makedirs(root, exist_ok=True)
-    for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
-        rec = np.concatenate([rng.integers(0, 10, (n // 5 + 1, 1)), rng.integers(0, 256, (n // 5 + 1, 3072))], axis=1)
-        rec.astype(np.uint8).tofile(os.path.join(root, name))
 
 
 def run_cohort(a, config, image, batch, steps):
@@ -117,7 +108,7 @@ def main():
     jobs = {k: JOBS[k] for k in a.configs.split(",")}
     a.data = tempfile.mkdtemp(prefix="cohort-configs-mfu-data-")
     need = max(2 * b * (a.warmup + s + 1) for _, _, b, s in jobs.values())
-    fake_cifar(a.data, need)
+    fake_cifar(a.data, need // 5 + 1)
     res = {"machine": machine(), "torch": torch.__version__, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "workers": 2, "threads_per_worker": 1, "warmup_steps": a.warmup, "rounds": a.rounds, "configs": {}}
     for config, (model, image, batch, steps) in jobs.items():

@@ -322,9 +322,10 @@ void find_straggler(const std::map<int, Ring>& rings, json& out) {
   if (rings.size() < 2) return;
   std::map<int, std::vector<double>> issues;  // per rank: when it issued each collective it completed, in order
   for (const auto& [rank, ring] : rings) {
+    auto& mine = issues[rank];
     for (const auto& [seq, e] : ring)
-      if (e["state"] == "completed") issues[rank].push_back(e["issued_unix"].get<double>());
-    std::sort(issues[rank].begin(), issues[rank].end());
+      if (e["state"] == "completed") mine.push_back(e["issued_unix"].get<double>());
+    std::sort(mine.begin(), mine.end());
   }
   std::map<int, std::vector<double>> late;                     // per last rank: its lateness at each
   std::map<int, std::vector<std::pair<double, double>>> held;  // per last rank: when the others waited for it
