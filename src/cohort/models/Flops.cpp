@@ -1,9 +1,21 @@
+// Note [RecordFunction in a debug build]
+// LibTorch is built with NDEBUG, and its RecordFunction has a member only where NDEBUG is not defined
+// (inputs_valid_, in record_function.h of 1.13 and 2.x alike). A file built without it (the debug and
+// sanitizer presets) reads the library's objects with another layout: inputs() and outputs(), inline,
+// read the wrong fields, and UBSan stops at the bool it reads (make test-asan, 2026-12-02). This file
+// therefore sees LibTorch's headers as the library was built, whatever the build type: NDEBUG before
+// any of them, and no precompiled header (src/CMakeLists.txt); Flops.h does not include record_function.h.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
 #include "cohort/models/Flops.h"
 
 #include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
+
+#include <ATen/record_function.h>
 
 // Note [Counting FLOPs]
 // MFU divides achieved FLOP/s by the device's peak, so the FLOPs must be the ones users already quote:

@@ -12,10 +12,9 @@
 //   }
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
-
-#include <ATen/record_function.h>
 
 namespace cohort::models {
 
@@ -34,7 +33,8 @@ class FlopCounter {
   std::map<std::string, double> by_op() const;
 
  private:
-  at::CallbackHandle handle_ = 0;
+  // at::CallbackHandle. Flops.cpp alone includes record_function.h (Note [RecordFunction in a debug build]).
+  uint64_t handle_ = 0;
 };
 
 }  // namespace cohort::models

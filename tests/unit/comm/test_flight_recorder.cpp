@@ -302,9 +302,12 @@ TEST(Doctor, OfTwoRanksTheShiftIsStatedBothWays) {
 
 // `n` collectives of rank `rank`, `per_step` a step, steps 50 ms apart, entered `late_s` into the step and
 // ended `open_s` after that.
+// Every rank's steps begin at the same instant: the first record's first issue. Each record's own would put
+// a second rank late by however long building the first took, which a slow build (a sanitizer's) makes
+// longer than the 1 ms margins below.
 json stepped(int rank, uint64_t n, uint64_t per_step, double late_s, double open_s) {
   json d = healthy(n)->to_json(rank, 2, "SIGUSR2");
-  const double t0 = d["entries"][0]["issued_unix"].get<double>();
+  static const double t0 = d["entries"][0]["issued_unix"].get<double>();
   for (size_t i = 0; i < d["entries"].size(); ++i) {
     const double entered = t0 + 0.050 * static_cast<double>(i / per_step) + late_s;
     d["entries"][i]["issued_unix"] = entered;
