@@ -367,20 +367,30 @@ std::string check_token(const Token& token, const PublicKey& our_run_public_key,
 
 namespace {
 
-// The frame up to its tag: magic, token, receiver, counter, length, payload.
-std::vector<uint8_t> frame_body(const uint8_t (&magic)[4], const PeerIdentity& me, const PublicKey& receiver_public_key,
-                                uint64_t counter, const std::vector<uint8_t>& payload) {
+// Writes the frame's header (magic, token, receiver, counter, length) into the room at the front of
+// `frame`, which holds kFrameHeaderBytes of it followed by the payload.
+void write_header(const uint8_t (&magic)[4], const PeerIdentity& me, const PublicKey& receiver_public_key,
+                  uint64_t counter, std::vector<uint8_t>& frame) {
+  COHORT_ASSERT(frame.size() >= kFrameHeaderBytes, "a frame to seal in place starts with room for its header");
   const Token& t = me.token;
+  std::vector<uint8_t> header;
+  header.reserve(kFrameHeaderBytes);
+  header.insert(header.end(), std::begin(magic), std::end(magic));
+  put(header, t.run_public_key);
+  put(header, t.peer_public_key);
+  put_u64(header, static_cast<uint64_t>(t.expires_unix));
+  put(header, t.signature);
+  put(header, receiver_public_key);
+  put_u64(header, counter);
+  put_u64(header, frame.size() - kFrameHeaderBytes);
+  std::memcpy(frame.data(), header.data(), kFrameHeaderBytes);
+}
+
+// `payload` after room for the header, and room for the tag.
+std::vector<uint8_t> with_room(const std::vector<uint8_t>& payload) {
   std::vector<uint8_t> frame;
   frame.reserve(kFrameOverheadBytes + payload.size());
-  frame.insert(frame.end(), std::begin(magic), std::end(magic));
-  put(frame, t.run_public_key);
-  put(frame, t.peer_public_key);
-  put_u64(frame, static_cast<uint64_t>(t.expires_unix));
-  put(frame, t.signature);
-  put(frame, receiver_public_key);
-  put_u64(frame, counter);
-  put_u64(frame, payload.size());
+  frame.resize(kFrameHeaderBytes);
   frame.insert(frame.end(), payload.begin(), payload.end());
   return frame;
 }
@@ -459,24 +469,40 @@ Signature pair_tag(const std::array<uint8_t, 32>& key, const uint8_t* data, size
 
 }  // namespace
 
-std::vector<uint8_t> seal(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
-                          const std::vector<uint8_t>& payload) {
+void seal_in_place(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
+                   std::vector<uint8_t>& frame) {
   ensure_sodium();
-  auto frame = frame_body(kFrameMagic, me, receiver_public_key, counter, payload);
+  write_header(kFrameMagic, me, receiver_public_key, counter, frame);
   Signature sig;
   crypto_sign_detached(sig.data(), nullptr, frame.data(), frame.size(), me.peer_secret_key.data());
   put(frame, sig);
+}
+
+bool seal_for_in_place(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
+                       std::vector<uint8_t>& frame) {
+  ensure_sodium();
+  const auto key =
+      receiver_public_key == PublicKey{} ? std::nullopt : PairKeys::instance().get(me, receiver_public_key);
+  if (!key) {
+    seal_in_place(me, receiver_public_key, counter, frame);
+    return false;
+  }
+  write_header(kPairFrameMagic, me, receiver_public_key, counter, frame);
+  put(frame, pair_tag(*key, frame.data(), frame.size()));
+  return true;
+}
+
+std::vector<uint8_t> seal(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
+                          const std::vector<uint8_t>& payload) {
+  auto frame = with_room(payload);
+  seal_in_place(me, receiver_public_key, counter, frame);
   return frame;
 }
 
 std::vector<uint8_t> seal_for(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
                               const std::vector<uint8_t>& payload) {
-  ensure_sodium();
-  const auto key =
-      receiver_public_key == PublicKey{} ? std::nullopt : PairKeys::instance().get(me, receiver_public_key);
-  if (!key) return seal(me, receiver_public_key, counter, payload);
-  auto frame = frame_body(kPairFrameMagic, me, receiver_public_key, counter, payload);
-  put(frame, pair_tag(*key, frame.data(), frame.size()));
+  auto frame = with_room(payload);
+  seal_for_in_place(me, receiver_public_key, counter, frame);
   return frame;
 }
 
@@ -487,6 +513,13 @@ std::variant<Opened, std::string> open(const uint8_t* data, size_t size, const P
 
 std::variant<Opened, std::string> open_carried(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
                                                int64_t now_unix, const PublicKey& carrier, const PeerIdentity* me) {
+  auto opened = open_in_place(data, size, our_run_public_key, now_unix, me, carrier);
+  if (auto* f = std::get_if<Opened>(&opened)) f->payload.assign(data + kFrameHeaderBytes, data + size - kFrameTagBytes);
+  return opened;
+}
+
+std::variant<Opened, std::string> open_in_place(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
+                                                int64_t now_unix, const PeerIdentity* me, const PublicKey& carrier) {
   ensure_sodium();
   if (data == nullptr || size < kFrameOverheadBytes)
     return "truncated frame: " + std::to_string(size) + " bytes, a frame has at least " +
@@ -524,7 +557,6 @@ std::variant<Opened, std::string> open_carried(const uint8_t* data, size_t size,
         crypto_sign_verify_detached(data + signed_bytes, data, signed_bytes, f.token.peer_public_key.data()) != 0)
       return std::string("bad frame signature");
   }
-  f.payload.assign(data + kFrameHeaderBytes, data + signed_bytes);
   return f;
 }
 

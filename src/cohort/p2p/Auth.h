@@ -112,7 +112,8 @@ std::optional<Claimed> claimed_header(const uint8_t* frame, size_t size);
 // "CSW2" and the same layout, with a 64-byte MAC under the key the two peers share in place of the signature
 // (Note [A frame for one peer carries a MAC, not a signature] in p2p/Auth.cpp).
 inline constexpr size_t kFrameHeaderBytes = 4 + 136 + 32 + 8 + 8;
-inline constexpr size_t kFrameOverheadBytes = kFrameHeaderBytes + 64;
+inline constexpr size_t kFrameTagBytes = 64;
+inline constexpr size_t kFrameOverheadBytes = kFrameHeaderBytes + kFrameTagBytes;
 
 // Seals `payload` for `receiver_public_key` (a peer key; all zero for a record meant for every peer).
 // `counter` should come from next_counter(): receivers refuse counters that do not increase or that are far
@@ -124,6 +125,15 @@ std::vector<uint8_t> seal(const PeerIdentity& me, const PublicKey& receiver_publ
 // or not a valid key.
 std::vector<uint8_t> seal_for(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
                               const std::vector<uint8_t>& payload);
+
+// The same, sealed where the payload already lies, for a sender that writes it straight after room for
+// the header and so saves a copy of it (p2p::Transport::send): `frame` holds kFrameHeaderBytes of any
+// value, then the payload; the header is written into that room and the signature or MAC appended.
+// seal_for_in_place says whether it used a MAC (false: signed, as seal_for falls back to).
+void seal_in_place(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
+                   std::vector<uint8_t>& frame);
+bool seal_for_in_place(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
+                       std::vector<uint8_t>& frame);
 
 struct Opened {
   Token token;  // the sender's; token.peer_public_key identifies the sender
@@ -145,6 +155,12 @@ std::variant<Opened, std::string> open(const uint8_t* data, size_t size, const P
 std::variant<Opened, std::string> open_carried(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
                                                int64_t now_unix, const PublicKey& carrier,
                                                const PeerIdentity* me = nullptr);
+// The same checks without the copy of the payload, which stays where it lies in the frame: its bytes
+// [kFrameHeaderBytes, size - kFrameTagBytes). Opened::payload is left empty. For a receiver that copies
+// the payload on to where it goes (p2p::Transport, an averaging part of megabytes).
+std::variant<Opened, std::string> open_in_place(const uint8_t* data, size_t size, const PublicKey& our_run_public_key,
+                                                int64_t now_unix, const PeerIdentity* me = nullptr,
+                                                const PublicKey& carrier = PublicKey{});
 // The same, checked against the run key the frame's own token names: it proves only that a holder of a
 // token of *some* run sealed it. For telling a peer of another run why it is refused (Note [A peer of
 // another run is told so] in p2p/Directory.cpp), never for acting on what the frame says.

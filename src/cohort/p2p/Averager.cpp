@@ -19,11 +19,15 @@ Clock::time_point after(Clock::time_point t, double seconds) {
   return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+// The weight, then the values, encoded into one buffer (Note [Fewer copies of a frame's bytes] in p2p/Transport.cpp).
 std::vector<uint8_t> encode_values(double weight, const at::Tensor& values, Codec codec) {
-  Writer w;
-  const auto bytes = encode(values, codec);
-  w.f64(weight).raw(bytes.data(), bytes.size());
-  return w.take();
+  std::vector<uint8_t> out;
+  out.reserve(8 + static_cast<size_t>(encoded_bytes(values.numel(), codec)));
+  Writer w(std::move(out));
+  w.f64(weight);
+  auto body = w.take();
+  encode(values, codec, body);
+  return body;
 }
 
 // A contribution or a result of weight 0 and no values: the sender declines the round's group (Note [A

@@ -26,17 +26,25 @@ int64_t encoded_bytes(int64_t numel, Codec codec) {
 }
 
 std::vector<uint8_t> encode(const at::Tensor& values, Codec codec) {
+  std::vector<uint8_t> out;
+  encode(values, codec, out);
+  return out;
+}
+
+void encode(const at::Tensor& values, Codec codec, std::vector<uint8_t>& out) {
   const auto v = values.contiguous().to(at::kFloat);
   const int64_t n = v.numel();
-  std::vector<uint8_t> out(static_cast<size_t>(encoded_bytes(n, codec)));
+  const size_t bytes = static_cast<size_t>(encoded_bytes(n, codec)), at = out.size();
+  out.resize(at + bytes);
+  uint8_t* const to = out.data() + at;
   if (codec == Codec::kNone) {
-    std::memcpy(out.data(), v.data_ptr<float>(), out.size());
+    std::memcpy(to, v.data_ptr<float>(), bytes);
   } else if (codec == Codec::kFp16) {
     // Clamped to half's range first: a value past 65504 would become inf, which decode refuses (and a
     // round would lose the whole part); the clamp keeps its sign and the most it can say.
     constexpr float kHalfMax = 65504.0f;
     const auto h = v.clamp(-kHalfMax, kHalfMax).to(at::kHalf).contiguous();
-    std::memcpy(out.data(), h.data_ptr(), out.size());
+    std::memcpy(to, h.data_ptr(), bytes);
   } else {
     // Per block: the scale (max |x| / 127) first, then the block's int8 values rounded to nearest.
     const int64_t blocks = (n + kInt8Block - 1) / kInt8Block;
@@ -46,10 +54,9 @@ std::vector<uint8_t> encode(const at::Tensor& values, Codec codec) {
     auto scales = std::get<0>(rows.abs().max(1)).div_(127.0f);
     const auto safe = at::where(scales > 0, scales, at::ones_like(scales));
     const auto q = rows.div(safe.unsqueeze(1)).round_().clamp_(-127, 127).to(at::kChar).contiguous();
-    std::memcpy(out.data(), scales.contiguous().data_ptr<float>(), static_cast<size_t>(blocks) * 4);
-    std::memcpy(out.data() + blocks * 4, q.data_ptr<int8_t>(), static_cast<size_t>(n));
+    std::memcpy(to, scales.contiguous().data_ptr<float>(), static_cast<size_t>(blocks) * 4);
+    std::memcpy(to + blocks * 4, q.data_ptr<int8_t>(), static_cast<size_t>(n));
   }
-  return out;
 }
 
 std::optional<at::Tensor> decode(const uint8_t* data, size_t size, int64_t numel, Codec codec) {

@@ -28,6 +28,8 @@ int64_t codec_alignment(Codec codec);
 int64_t encoded_bytes(int64_t numel, Codec codec);
 
 std::vector<uint8_t> encode(const at::Tensor& values, Codec codec);
+// The same, appended to `out` (after a header its caller wrote, say), saving a copy of a part.
+void encode(const at::Tensor& values, Codec codec, std::vector<uint8_t>& out);
 // Exactly `numel` float32 values from `size` bytes, or nullopt when the size is wrong or a scale is not finite.
 std::optional<at::Tensor> decode(const uint8_t* data, size_t size, int64_t numel, Codec codec);
 // decode(encode(values)): what a peer receives of `values`.

@@ -9,12 +9,16 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cohort::p2p {
 
 class Writer {
  public:
+  Writer() = default;
+  // Appends after what `start` holds: room a frame's header will take, say (p2p::Transport::send).
+  explicit Writer(std::vector<uint8_t> start) : out_(std::move(start)) {}
   Writer& u8(uint8_t v) { return raw(&v, 1); }
   Writer& u64(uint64_t v) {
     uint8_t b[8];

@@ -107,6 +107,15 @@ TEST(SwarmCodec, Int8KeepsEachValueWithinHalfItsBlocksStepAndSendsAQuarterOfTheB
   std::memcpy(broken.data(), &inf, 4);
   EXPECT_FALSE(p2p::decode(broken.data(), broken.size(), 2500, p2p::Codec::kInt8)) << "a scale that is not finite";
   EXPECT_THROW(p2p::codec_from_name("int4", "diloco.compress"), ConfigError);
+  // Appended after a header its caller wrote (a part's weight), the same bytes follow it.
+  for (const auto codec : {p2p::Codec::kNone, p2p::Codec::kFp16, p2p::Codec::kInt8}) {
+    std::vector<uint8_t> appended{7, 7, 7};
+    p2p::encode(values, codec, appended);
+    const auto alone = p2p::encode(values, codec);
+    ASSERT_EQ(appended.size(), 3 + alone.size());
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), appended.begin() + 3));
+    EXPECT_EQ(appended[0] + appended[1] + appended[2], 21);
+  }
 }
 
 // Error feedback: step after step, what arrives sums to what was sent to within one int8 step of the
