@@ -171,7 +171,7 @@ void Directory::announce(PeerRecord mine) {
   mine.digest = mine_.digest;
   mine.session = session_;
   mine.started_unix = started_unix_;
-  mine.features = PeerRecord::kPairFrames;
+  mine.features = PeerRecord::kPairFrames | PeerRecord::kPolyPairFrames;
   mine_ = std::move(mine);
   mine_dirty_ = true;
   changed_.notify_all();
@@ -445,7 +445,9 @@ void Directory::take_in(const uint8_t* data, size_t size, const PeerKey& carrier
       if (o.counter <= slot.counter) return;
       introduce_twins(slot, *rec, data, size, replies);
       if (!rec->leaving && seen_.insert(rec->key).second) to_contact_.push_back(rec->address);
-      if (transport_ && (rec->features & PeerRecord::kPairFrames)) transport_->reads_pair_frames(rec->key);
+      if (transport_ && (rec->features & PeerRecord::kPairFrames))
+        transport_->reads_pair_frames(
+            rec->key, rec->features & PeerRecord::kPolyPairFrames ? PairMac::kPoly1305 : PairMac::kBlake2b);
       const double now = unix_now();
       const bool met = slot.record.written_unix < now - options_.record_ttl_s;
       slot = {o.counter, std::move(*rec), std::vector<uint8_t>(data, data + size), met ? now : slot.met_unix};

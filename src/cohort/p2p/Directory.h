@@ -76,7 +76,8 @@ struct PeerRecord {
   uint64_t group_key = 0;
   // What its transport reads, as bits (0 from a peer of an earlier release). Set by the directory.
   uint64_t features = 0;
-  static constexpr uint64_t kPairFrames = 1;  // frames for it may carry a MAC (p2p/Auth.h's seal_for)
+  static constexpr uint64_t kPairFrames = 1;      // frames for it may carry a MAC (p2p/Auth.h's seal_for)
+  static constexpr uint64_t kPolyPairFrames = 2;  // that MAC may be a Poly1305 tag ("CSW3", PairMac::kPoly1305)
 };
 
 // A peer of another run that refused this one (Note [A peer of another run is told so]).

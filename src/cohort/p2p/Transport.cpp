@@ -108,8 +108,8 @@ void Transport::send(const PeerKey& to, const std::string& address, Topic topic,
   // queued second and refused (seen: averaging parts refused as replays once records went direct).
   std::lock_guard order(send_mutex_);
   bool mac = false;
-  if (pair_readers_.count(to) > 0)
-    mac = seal_for_in_place(me_, to, next_counter(), frame);
+  if (auto reader = pair_readers_.find(to); reader != pair_readers_.end())
+    mac = seal_for_in_place(me_, to, next_counter(), frame, reader->second);
   else
     seal_in_place(me_, to, next_counter(), frame);
   std::lock_guard lock(mutex_);
@@ -118,9 +118,9 @@ void Transport::send(const PeerKey& to, const std::string& address, Topic topic,
   sockets_->wake_out.send(zmq::message_t(), zmq::send_flags::dontwait);
 }
 
-void Transport::reads_pair_frames(const PeerKey& peer) {
+void Transport::reads_pair_frames(const PeerKey& peer, PairMac mac) {
   std::lock_guard order(send_mutex_);
-  pair_readers_.insert(peer);
+  pair_readers_[peer] = mac;
 }
 
 std::optional<Message> Transport::receive(Topic topic, Clock::time_point deadline, const std::optional<PeerKey>& from) {

@@ -106,9 +106,9 @@ class Transport {
   // directory tells such a peer, and is told, why (Note [A peer of another run is told so] in
   // p2p/Directory.cpp). Same lifetime rules as on_arrival.
   void on_foreign(std::function<void(const Message&, const PublicKey& run_key)> handler);
-  // `peer` reads frames sealed for it alone (its record says so): they are sent with a MAC rather than a
-  // signature from now on (Note [A frame for one peer carries a MAC, not a signature] in p2p/Auth.cpp).
-  void reads_pair_frames(const PeerKey& peer);
+  // `peer` reads frames sealed for it alone, with `mac` (its record says so): they are sent so rather than
+  // signed from now on (Note [A frame for one peer carries a MAC, not a signature] in p2p/Auth.cpp).
+  void reads_pair_frames(const PeerKey& peer, PairMac mac = PairMac::kPoly1305);
   // Messages of averaging rounds before `round` are no longer wanted (late arrivals of finished rounds;
   // parameter averagings count by their number without kParametersRound).
   void forget_before(uint64_t round);
@@ -134,7 +134,7 @@ class Transport {
   std::unique_ptr<Sockets> sockets_;
 
   std::mutex send_mutex_;  // Note [Frames leave in the order of their counters]; guards pair_readers_ too
-  std::set<PeerKey> pair_readers_;
+  std::map<PeerKey, PairMac> pair_readers_;
   mutable std::mutex mutex_;
   std::condition_variable arrived_;
   std::multimap<Topic, Message> inbox_;

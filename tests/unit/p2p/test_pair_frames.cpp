@@ -42,7 +42,7 @@ class PairFrames : public ::testing::Test {
 
 TEST_F(PairFrames, OnlyTheReceiverOpensOneAndItReadsAsASignedFrameWould) {
   const auto frame = seal_for(alice_, bob_.token.peer_public_key, 42, payload_);
-  EXPECT_EQ(std::string(frame.begin(), frame.begin() + 4), "CSW2");
+  EXPECT_EQ(std::string(frame.begin(), frame.begin() + 4), "CSW3");
   EXPECT_EQ(frame.size(), kFrameOverheadBytes + payload_.size());  // the layout of a signed frame
   auto opened = open(frame.data(), frame.size(), run_.public_key, kNow, &bob_);
   ASSERT_TRUE(std::holds_alternative<Opened>(opened)) << std::get<std::string>(opened);
@@ -58,20 +58,27 @@ TEST_F(PairFrames, OnlyTheReceiverOpensOneAndItReadsAsASignedFrameWould) {
   EXPECT_EQ(refusal(seal_for(bob_, alice_.token.peer_public_key, 43, payload_), &alice_), "");
 }
 
-// Sealed where its payload lies (Note [Fewer copies of a frame's bytes]), a frame is byte for byte the
-// one seal and seal_for make, and open_in_place reads it as open does, leaving the payload in the frame.
+// Sealed where its payload lies (Note [Fewer copies of a frame's bytes]), a frame is the one seal and
+// seal_for make (byte for byte where the tag has no nonce), and open_in_place reads it as open does,
+// leaving the payload in the frame.
 TEST_F(PairFrames, SealedInPlaceItIsTheSameFrameAndOpensWhereItLies) {
-  for (const bool pair : {false, true}) {
+  enum class Kind { kSigned, kBlake2b, kPoly1305 };
+  for (const auto kind : {Kind::kSigned, Kind::kBlake2b, Kind::kPoly1305}) {
     std::vector<uint8_t> frame(kFrameHeaderBytes + payload_.size(), 0xAB);  // room for the header, any value
     std::copy(payload_.begin(), payload_.end(), frame.begin() + kFrameHeaderBytes);
     const PublicKey& to = bob_.token.peer_public_key;
-    bool mac = false;
-    if (pair)
-      mac = seal_for_in_place(alice_, to, 42, frame);
-    else
+    const auto mac = kind == Kind::kBlake2b ? PairMac::kBlake2b : PairMac::kPoly1305;
+    bool with_mac = false;
+    if (kind == Kind::kSigned)
       seal_in_place(alice_, to, 42, frame);
-    EXPECT_EQ(mac, pair);
-    EXPECT_EQ(frame, pair ? seal_for(alice_, to, 42, payload_) : seal(alice_, to, 42, payload_));
+    else
+      with_mac = seal_for_in_place(alice_, to, 42, frame, mac);
+    EXPECT_EQ(with_mac, kind != Kind::kSigned);
+    const auto sealed =
+        kind == Kind::kSigned ? seal(alice_, to, 42, payload_) : seal_for(alice_, to, 42, payload_, mac);
+    const size_t random_tail = kind == Kind::kPoly1305 ? kFrameTagBytes : 0;  // a new nonce each time
+    ASSERT_EQ(frame.size(), sealed.size());
+    EXPECT_TRUE(std::equal(frame.begin(), frame.end() - random_tail, sealed.begin()));
     auto opened = open_in_place(frame.data(), frame.size(), run_.public_key, kNow, &bob_);
     ASSERT_TRUE(std::holds_alternative<Opened>(opened)) << std::get<std::string>(opened);
     const auto& f = std::get<Opened>(opened);
@@ -82,20 +89,44 @@ TEST_F(PairFrames, SealedInPlaceItIsTheSameFrameAndOpensWhereItLies) {
     frame[kFrameHeaderBytes] ^= 1;  // a payload byte changed on the way
     opened = open_in_place(frame.data(), frame.size(), run_.public_key, kNow, &bob_);
     ASSERT_TRUE(std::holds_alternative<std::string>(opened));
-    EXPECT_EQ(std::get<std::string>(opened), pair ? "bad frame MAC" : "bad frame signature");
+    EXPECT_EQ(std::get<std::string>(opened), kind == Kind::kSigned ? "bad frame signature" : "bad frame MAC");
   }
   // Without room for its header a buffer is not sealed: a bug in the caller, said as one.
   std::vector<uint8_t> no_room(payload_);
   EXPECT_THROW(seal_in_place(alice_, bob_.token.peer_public_key, 1, no_room), std::logic_error);
 }
 
+// A frame for one peer carries a Poly1305 tag under a random nonce (Note [A frame for one peer carries a
+// Poly1305 tag]); a peer of the previous release still gets, and sends, keyed BLAKE2b ("CSW2").
+TEST_F(PairFrames, APoly1305TagUnderARandomNonceAndThePreviousReleasesMacStillRead) {
+  const PublicKey& to = bob_.token.peer_public_key;
+  const auto one = seal_for(alice_, to, 42, payload_), two = seal_for(alice_, to, 42, payload_);
+  EXPECT_EQ(std::string(one.begin(), one.begin() + 4), "CSW3");
+  EXPECT_NE(one, two) << "the same bytes sealed twice carry two nonces";
+  EXPECT_EQ(refusal(one, &bob_), "");
+  EXPECT_EQ(refusal(two, &bob_), "");
+  const auto old = seal_for(alice_, to, 42, payload_, PairMac::kBlake2b);
+  EXPECT_EQ(std::string(old.begin(), old.begin() + 4), "CSW2");
+  EXPECT_EQ(old.size(), one.size());
+  EXPECT_EQ(refusal(old, &bob_), "");
+  EXPECT_EQ(refusal(old, &carol_), "a frame for another peer (its MAC is theirs to check)");
+  // Each magic its own MAC: one frame's tag under the other's magic is refused.
+  auto relabelled = old;
+  relabelled[3] = '3';
+  EXPECT_EQ(refusal(relabelled, &bob_), "bad frame MAC");
+  relabelled = one;
+  relabelled[3] = '2';
+  EXPECT_EQ(refusal(relabelled, &bob_), "bad frame MAC");
+}
+
 TEST_F(PairFrames, AnyFlippedByteOrAnotherSendersTokenIsRefused) {
+  for (const auto mac : {PairMac::kPoly1305, PairMac::kBlake2b})
+    for (size_t i = 4; i < kFrameOverheadBytes + payload_.size(); ++i) {  // past the magic: another format
+      auto bad = seal_for(alice_, bob_.token.peer_public_key, 7, payload_, mac);
+      bad[i] ^= 0x80;  // the header, the payload, and all of the tag's field: nonce, tag and zeros
+      EXPECT_NE(refusal(bad, &bob_), "") << "byte " << i << " flipped and still opened";
+    }
   const auto frame = seal_for(alice_, bob_.token.peer_public_key, 7, payload_);
-  for (size_t i = 4; i < frame.size(); ++i) {  // past the magic, whose flip reads as another format
-    auto bad = frame;
-    bad[i] ^= 0x80;
-    EXPECT_NE(refusal(bad, &bob_), "") << "byte " << i << " flipped and still opened";
-  }
   auto payload_flipped = frame;
   payload_flipped[kFrameHeaderBytes + 1] ^= 0x01;
   EXPECT_EQ(refusal(payload_flipped, &bob_), "bad frame MAC");
