@@ -150,7 +150,8 @@ def main():
                 row[f"{other}_over_cohort"] = round(theirs / mine, 3)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
-    emit({"benchmark": "swarm_software", "machine": machine(), "rounds_per_run": a.rounds,
+    emit({"benchmark": "swarm_software", "machine": machine(), "time": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+          "command": " ".join(["python3"] + sys.argv), "rounds_per_run": a.rounds,
           "repeats": a.repeats, "wall_s": round(time.time() - began, 1), "rows": rows}, a.out)
 
 
