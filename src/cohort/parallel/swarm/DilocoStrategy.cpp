@@ -115,7 +115,7 @@ class DilocoStrategy : public Strategy {
     build_outer_from_weights();
     for (const auto& [name, t] : state.extra)
       if (name == kOuterMomentum) momentum_ = t.to(at::kFloat).clone();
-    if (peer_) peer_->settled(round, parallel::swarm::weights_digest(*model_));
+    if (peer_) peer_->settled(round, [this] { return parallel::swarm::weights_digest(*model_); });
     // What it downloaded is that round's boundary, the state it serves until its next one (Note [A DiLoCo
     // peer serves its last boundary]). Kept from its own last boundary instead, a peer that caught up
     // round after round served a state rounds old under a record of the swarm's step: a peer that took it
@@ -208,7 +208,7 @@ class DilocoStrategy : public Strategy {
     }
     // After an outer step the group's peers hold the same weights (Note [Peers that drifted apart
     // resynchronize] in SwarmPeer.cpp); between outer steps each peer's are its own.
-    if (peer_) peer_->settled(round + 1, parallel::swarm::weights_digest(*model_));
+    if (peer_) peer_->settled(round + 1, [this] { return parallel::swarm::weights_digest(*model_); });
     if (peer_) take_snapshot(round + 1, serialize_state());
     // Per step, amortized over the inner steps, against the all-reduce of every step's gradients that ddp
     // would send (so summary.json's compression_ratio is DiLoCo's saving).

@@ -138,7 +138,11 @@ std::optional<p2p::DownloadedState> SwarmPeer::download_newest(const std::vector
   return got;
 }
 
-void SwarmPeer::settled(int64_t step, uint64_t digest) {
+void SwarmPeer::settled(int64_t step, const std::function<uint64_t()>& digest_of_weights) {
+  // With swarm.group_size the digests are never compared (donors_for), and hashing every parameter after
+  // every step is not free: BLAKE2b at about 660 MB/s here, 68 ms a step of ResNet-18's on one core.
+  if (cfg_.group_size > 0) return;
+  const uint64_t digest = digest_of_weights();
   digests_[step] = digest;
   while (digests_.size() > 8) digests_.erase(digests_.begin());
   directory_->announce_digest(step, digest);

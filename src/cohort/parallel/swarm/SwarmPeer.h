@@ -9,6 +9,7 @@
 
 #include <array>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -104,9 +105,10 @@ class SwarmPeer {
   void progress(int64_t step, int64_t samples);
   // The most samples a live peer announced into `step` (0: none): where the others are within it.
   int64_t others_progress(int64_t step) const;
-  // This peer's weights after `step` have digest `digest` (PeerState.h's weights_digest): announced, and
-  // compared with the others' at its next catch_up (Note [Peers that drifted apart resynchronize]).
-  void settled(int64_t step, uint64_t digest);
+  // This peer's weights after `step` have the digest `digest_of_weights` computes (PeerState.h's
+  // weights_digest): announced, and compared with the others' at its next catch_up (Note [Peers that
+  // drifted apart resynchronize]). Computed only where digests are compared: not with swarm.group_size.
+  void settled(int64_t step, const std::function<uint64_t()>& digest_of_weights);
 
  private:
   void log(const std::string& line) const;

@@ -104,7 +104,7 @@ class SwarmStrategy : public Strategy {
     auto result = inner_->step(lr, options);
     average_state(options.step);
     last_sync_ = {wire_bytes_, contribution.numel() * 4};
-    if (peer_) peer_->settled(options.step + 1, parallel::swarm::weights_digest(*model_));
+    if (peer_) peer_->settled(options.step + 1, [this] { return parallel::swarm::weights_digest(*model_); });
     return result;
   }
 
@@ -122,7 +122,7 @@ class SwarmStrategy : public Strategy {
     const auto state = parallel::swarm::unpack_peer_state(bytes);
     parallel::swarm::load_model_state(*model_, state);
     inner_->load_state(state.optimizer, {});
-    if (peer_) peer_->settled(to_step, parallel::swarm::weights_digest(*model_));
+    if (peer_) peer_->settled(to_step, [this] { return parallel::swarm::weights_digest(*model_); });
     return to_step;
   }
 
