@@ -121,13 +121,13 @@ inline constexpr size_t kFrameOverheadBytes = kFrameHeaderBytes + kFrameTagBytes
 // from their clock (see ReplayGuard).
 std::vector<uint8_t> seal(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
                           const std::vector<uint8_t>& payload);
-// The same for one peer, which alone can open it, with a MAC in place of the signature: a hash of the frame
-// rather than elliptic-curve work, once the pair's key is known. Signed (seal) when the receiver is all zero
-// or not a valid key.
 // How a frame for one peer is authenticated: a Poly1305 tag ("CSW3", about six times faster to compute
 // and check than the previous release's MAC), or keyed BLAKE2b ("CSW2"), for a peer of that release
 // (Note [A frame for one peer carries a Poly1305 tag] in p2p/Auth.cpp). A peer's record says which it reads.
 enum class PairMac { kPoly1305, kBlake2b };
+// The same as seal for one peer, which alone can open it, with a MAC in place of the signature: a hash of
+// the frame rather than elliptic-curve work, once the pair's key is known. Signed (seal) when the receiver
+// is all zero or not a valid key.
 std::vector<uint8_t> seal_for(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
                               const std::vector<uint8_t>& payload, PairMac mac = PairMac::kPoly1305);
 

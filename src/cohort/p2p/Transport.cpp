@@ -259,9 +259,11 @@ void Transport::flush_outgoing() {
     const auto size = static_cast<int64_t>(out.frame.size());
     // zmq takes the frame's buffer rather than a copy (Note [Fewer copies of a frame's bytes]) and deletes it once
     // sent, or here with the message when the queue is full.
-    auto* held = new std::vector<uint8_t>(std::move(out.frame));
+    auto held = std::make_unique<std::vector<uint8_t>>(std::move(out.frame));
     zmq::message_t message(
-        held->data(), held->size(), [](void*, void* hint) { delete static_cast<std::vector<uint8_t>*>(hint); }, held);
+        held->data(), held->size(), [](void*, void* hint) { delete static_cast<std::vector<uint8_t>*>(hint); },
+        held.get());
+    held.release();  // the message owns it now
     if (it->second.send(message, zmq::send_flags::dontwait)) {
       sent += size;
       if (out.record) record_sent += size;

@@ -108,7 +108,7 @@ class Transport {
   void on_foreign(std::function<void(const Message&, const PublicKey& run_key)> handler);
   // `peer` reads frames sealed for it alone, with `mac` (its record says so): they are sent so rather than
   // signed from now on (Note [A frame for one peer carries a MAC, not a signature] in p2p/Auth.cpp).
-  void reads_pair_frames(const PeerKey& peer, PairMac mac = PairMac::kPoly1305);
+  void reads_pair_frames(const PeerKey& peer, PairMac mac);
   // Messages of averaging rounds before `round` are no longer wanted (late arrivals of finished rounds;
   // parameter averagings count by their number without kParametersRound).
   void forget_before(uint64_t round);

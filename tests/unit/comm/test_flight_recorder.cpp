@@ -4,6 +4,7 @@
 // same against a real job.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -300,14 +301,15 @@ TEST(Doctor, OfTwoRanksTheShiftIsStatedBothWays) {
       << text;
 }
 
+double now_unix() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
 // `n` collectives of rank `rank`, `per_step` a step, steps 50 ms apart, entered `late_s` into the step and
 // ended `open_s` after that.
-// Every rank's steps begin at the same instant: the first record's first issue. Each record's own would put
-// a second rank late by however long building the first took, which a slow build (a sanitizer's) makes
+// Every rank's steps begin at `t0`, the test's one start instant: each record's own first issue would put a
+// second rank late by however long building the first took, which a slow build (a sanitizer's) makes
 // longer than the 1 ms margins below.
-json stepped(int rank, uint64_t n, uint64_t per_step, double late_s, double open_s) {
+json stepped(int rank, uint64_t n, uint64_t per_step, double late_s, double open_s, double t0) {
   json d = healthy(n)->to_json(rank, 2, "SIGUSR2");
-  static const double t0 = d["entries"][0]["issued_unix"].get<double>();
   for (size_t i = 0; i < d["entries"].size(); ++i) {
     const double entered = t0 + 0.050 * static_cast<double>(i / per_step) + late_s;
     d["entries"][i]["issued_unix"] = entered;
@@ -319,7 +321,8 @@ json stepped(int rank, uint64_t n, uint64_t per_step, double late_s, double open
 // Three collectives a step in flight together (a step's buffer broadcasts and its bucket), each entered by
 // the slow rank 30 ms late: the fast rank waited 30 ms a step, not 90. 33 steps of 50 ms: 0.99 s of 1.63 s.
 TEST(Doctor, AStragglersWaitOverCollectivesInFlightTogetherCountsOnce) {
-  const json d = cohort::comm::diagnose({stepped(0, 99, 3, 0, 0.031), stepped(1, 99, 3, 0.030, 0.001)});
+  const double t0 = now_unix();
+  const json d = cohort::comm::diagnose({stepped(0, 99, 3, 0, 0.031, t0), stepped(1, 99, 3, 0.030, 0.001, t0)});
   ASSERT_EQ(kinds(d), (std::vector<std::string>{"straggler"})) << d.dump(1);
   const auto text = d["findings"][0]["text"].get<std::string>();
   EXPECT_NE(text.find("rank 1 kept the others waiting 1.0 s of the last 1.6 s (61%): it entered 99 of 99"),
@@ -332,7 +335,8 @@ TEST(Doctor, AStragglersWaitOverCollectivesInFlightTogetherCountsOnce) {
 // later. The fast rank waited 25 ms a step (from its last issue to the slow rank's), not the 45 ms its
 // broadcast was open, 90% (Note [When a rank waited for a straggler]). 33 steps of 50 ms: 0.83 s of 1.65 s.
 TEST(Doctor, AStragglersWaitCountsFromTheLastIssueBeforeTheWait) {
-  json fast = stepped(0, 99, 3, 0, 0), slow = stepped(1, 99, 3, 0, 0);
+  const double start = now_unix();
+  json fast = stepped(0, 99, 3, 0, 0, start), slow = stepped(1, 99, 3, 0, 0, start);
   const double t0 = fast["entries"][0]["issued_unix"].get<double>();
   for (size_t i = 0; i < 99; ++i) {
     const double step_began = t0 + 0.050 * static_cast<double>(i / 3), in_step = 0.010 * static_cast<double>(i % 3);
@@ -353,8 +357,9 @@ TEST(Doctor, AStragglersWaitCountsFromTheLastIssueBeforeTheWait) {
 TEST(Doctor, NamesARankThatIsAlwaysTheLastToEnterAndNothingInAHealthyJob) {
   // One collective every 50 ms (a step's), each entered by the slow rank 30 ms after the fast one.
   // An all-reduce ends once the last rank has entered it: the fast rank's 1 ms after the slow one's entry.
-  const json fast = stepped(0, 40, 1, 0, 0.031), slow = stepped(1, 40, 1, 0.030, 0.001);
-  const json base = stepped(0, 40, 1, 0, 0.001);  // the same, ended before the slow rank entered
+  const double t0 = now_unix();
+  const json fast = stepped(0, 40, 1, 0, 0.031, t0), slow = stepped(1, 40, 1, 0.030, 0.001, t0);
+  const json base = stepped(0, 40, 1, 0, 0.001, t0);  // the same, ended before the slow rank entered
   const json d = cohort::comm::diagnose({fast, slow});
   ASSERT_EQ(kinds(d), (std::vector<std::string>{"straggler"})) << d.dump(1);
   EXPECT_EQ(d["findings"][0]["ranks"], json({1}));

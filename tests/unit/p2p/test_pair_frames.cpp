@@ -150,12 +150,17 @@ TEST_F(PairFrames, TheTokenIsStillCheckedAndABroadcastIsStillSigned) {
   const auto broadcast = seal_for(alice_, PublicKey{}, 2, payload_);
   EXPECT_EQ(std::string(broadcast.begin(), broadcast.begin() + 4), "CSW1");
   EXPECT_EQ(refusal(broadcast, nullptr), "");
-  // claimed_header reads both kinds, for dropping a stale record before any check.
-  const auto frame = seal_for(alice_, bob_.token.peer_public_key, 9, payload_);
-  const auto claimed = claimed_header(frame.data(), frame.size());
+  // claimed_header reads every kind, for dropping a stale record before any check.
+  for (const auto mac : {PairMac::kPoly1305, PairMac::kBlake2b}) {
+    const auto frame = seal_for(alice_, bob_.token.peer_public_key, 9, payload_, mac);
+    const auto claimed = claimed_header(frame.data(), frame.size());
+    ASSERT_TRUE(claimed.has_value());
+    EXPECT_EQ(claimed->peer, alice_.token.peer_public_key);
+    EXPECT_EQ(claimed->counter, 9u);
+  }
+  const auto claimed = claimed_header(broadcast.data(), broadcast.size());
   ASSERT_TRUE(claimed.has_value());
-  EXPECT_EQ(claimed->peer, alice_.token.peer_public_key);
-  EXPECT_EQ(claimed->counter, 9u);
+  EXPECT_EQ(claimed->counter, 2u);
 }
 
 // The transport sends a peer MAC frames once told it reads them (its record says so: the directory tells
@@ -172,14 +177,20 @@ TEST_F(PairFrames, ATransportSendsThemOnlyToPeersThatReadThem) {
   EXPECT_EQ(first->body, payload_);
   EXPECT_EQ(a.stats().frames_with_mac, 0);
   const auto signed_bytes = a.stats().bytes_sent;
-  a.reads_pair_frames(b.key());
-  a.send(b.key(), b.address(), {MessageKind::kPart, 2, 0}, payload_);
-  const auto second = b.receive({MessageKind::kPart, 2, 0}, deadline());
-  ASSERT_TRUE(second);
-  EXPECT_EQ(second->body, payload_);
-  EXPECT_EQ(second->sender, a.key());
-  EXPECT_EQ(a.stats().frames_with_mac, 1);
-  EXPECT_EQ(a.stats().bytes_sent, 2 * signed_bytes);  // the same size either way
+  // A peer of the previous release reads keyed BLAKE2b ("CSW2"), this release's a Poly1305 tag ("CSW3"):
+  // each arrives and opens.
+  int64_t round = 2;
+  for (const auto mac : {PairMac::kBlake2b, PairMac::kPoly1305}) {
+    a.reads_pair_frames(b.key(), mac);
+    a.send(b.key(), b.address(), {MessageKind::kPart, static_cast<uint64_t>(round), 0}, payload_);
+    const auto got = b.receive({MessageKind::kPart, static_cast<uint64_t>(round), 0}, deadline());
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->body, payload_);
+    EXPECT_EQ(got->sender, a.key());
+    EXPECT_EQ(a.stats().frames_with_mac, round - 1);
+    EXPECT_EQ(a.stats().bytes_sent, round * signed_bytes);  // the same size every way
+    ++round;
+  }
   EXPECT_EQ(b.stats().frames_refused, 0);
 }
 
