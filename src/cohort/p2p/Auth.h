@@ -4,7 +4,8 @@
 // the run until an expiry time. Every frame a peer sends carries its token and is signed with the peer key, so a
 // receiver that knows only the run's public key can check both who sent a frame and that the run admitted them.
 // A ReplayGuard then refuses frames seen before, frames for another peer, and frames far from the current time.
-// All cryptography is libsodium's.
+// All cryptography is libsodium's. Keys and tokens are defined in p2p/Auth.cpp, frames and the replay guard
+// in p2p/Frame.cpp.
 //
 //   RunKey run = generate_run_key();                       // cohort swarm keygen --out run.key
 //   save_run_key(run, "run.key");
@@ -111,7 +112,7 @@ std::optional<Claimed> claimed_header(const uint8_t* frame, size_t size);
 // The signature is the sender's peer key over every byte before it. A frame for one peer (seal_for) is
 // "CSW3" (or the previous release's "CSW2") and the same layout, with a MAC under the key the two peers
 // share in the signature's 64 bytes (Note [A frame for one peer carries a MAC, not a signature] in
-// p2p/Auth.cpp).
+// p2p/Frame.cpp).
 inline constexpr size_t kFrameHeaderBytes = 4 + 136 + 32 + 8 + 8;
 inline constexpr size_t kFrameTagBytes = 64;
 inline constexpr size_t kFrameOverheadBytes = kFrameHeaderBytes + kFrameTagBytes;
@@ -123,7 +124,7 @@ std::vector<uint8_t> seal(const PeerIdentity& me, const PublicKey& receiver_publ
                           const std::vector<uint8_t>& payload);
 // How a frame for one peer is authenticated: a Poly1305 tag ("CSW3", about six times faster to compute
 // and check than the previous release's MAC), or keyed BLAKE2b ("CSW2"), for a peer of that release
-// (Note [A frame for one peer carries a Poly1305 tag] in p2p/Auth.cpp). A peer's record says which it reads.
+// (Note [A frame for one peer carries a Poly1305 tag] in p2p/Frame.cpp). A peer's record says which it reads.
 enum class PairMac { kPoly1305, kBlake2b };
 // The same as seal for one peer, which alone can open it, with a MAC in place of the signature: a hash of
 // the frame rather than elliptic-curve work, once the pair's key is known. Signed (seal) when the receiver
@@ -195,5 +196,10 @@ class ReplayGuard {
 // Wall-clock nanoseconds since the Unix epoch, strictly increasing across calls in this process (even when the
 // clock steps back or two threads ask in the same nanosecond), so that no two frames a peer seals share one.
 uint64_t next_counter();
+
+namespace detail {
+// Initialises libsodium once, thread-safely, before p2p's first call into it; throws cohort::Error when it cannot.
+void ensure_sodium();
+}  // namespace detail
 
 }  // namespace cohort::p2p

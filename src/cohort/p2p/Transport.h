@@ -107,7 +107,7 @@ class Transport {
   // p2p/Directory.cpp). Same lifetime rules as on_arrival.
   void on_foreign(std::function<void(const Message&, const PublicKey& run_key)> handler);
   // `peer` reads frames sealed for it alone, with `mac` (its record says so): they are sent so rather than
-  // signed from now on (Note [A frame for one peer carries a MAC, not a signature] in p2p/Auth.cpp).
+  // signed from now on (Note [A frame for one peer carries a MAC, not a signature] in p2p/Frame.cpp).
   void reads_pair_frames(const PeerKey& peer, PairMac mac);
   // Messages of averaging rounds before `round` are no longer wanted (late arrivals of finished rounds;
   // parameter averagings count by their number without kParametersRound).

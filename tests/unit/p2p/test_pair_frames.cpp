@@ -1,5 +1,5 @@
 // Frames for one peer (p2p/Auth.h's seal_for): a MAC under the key two peers share in place of the
-// sender's signature (Note [A frame for one peer carries a MAC, not a signature] in p2p/Auth.cpp), and a
+// sender's signature (Note [A frame for one peer carries a MAC, not a signature] in p2p/Frame.cpp), and a
 // transport that sends them only to peers whose record says they read them; and the file where a peer says
 // it listens. About 1 s.
 #include <gtest/gtest.h>
