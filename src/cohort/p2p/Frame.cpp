@@ -269,12 +269,11 @@ std::variant<Opened, std::string> open_in_place(const uint8_t* data, size_t size
   f.token = h.token;
   f.receiver = h.receiver;
   f.counter = h.counter;
-  const uint64_t length = h.length;
-  // Compared without arithmetic on `length`, which an attacker chooses, so nothing can overflow.
+  // Compared without arithmetic on the length, which an attacker chooses, so nothing can overflow.
   const uint64_t held = size - kFrameOverheadBytes;
-  if (length != held)
-    return std::string(length > held ? "truncated frame" : "length mismatch") + ": header says " +
-           std::to_string(length) + " payload bytes, frame holds " + std::to_string(held);
+  if (h.length != held)
+    return std::string(h.length > held ? "truncated frame" : "length mismatch") + ": header says " +
+           std::to_string(h.length) + " payload bytes, frame holds " + std::to_string(held);
   if (std::string reason = check_token(f.token, our_run_public_key, now_unix); !reason.empty())
     return "token refused: " + reason;
   const size_t signed_bytes = size - crypto_sign_BYTES;
