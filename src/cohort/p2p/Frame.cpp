@@ -41,25 +41,17 @@ void write_header(const uint8_t (&magic)[4], const PeerIdentity& me, const Publi
   std::memcpy(frame.data(), w.out().data(), kFrameHeaderBytes);
 }
 
-// What a header says, unverified: the sender's token, the receiver, the counter and the payload length.
-// `frame` holds at least kFrameHeaderBytes.
-struct Header {
-  Token token;
-  PublicKey receiver{};
-  uint64_t counter = 0;
-  uint64_t length = 0;
-};
-Header read_header(const uint8_t* frame) {
+// Reads what a header says, unverified, into `f` (its sender's token, the receiver and the counter), and
+// returns the payload length it claims. `frame` holds at least kFrameHeaderBytes.
+uint64_t read_header(const uint8_t* frame, Opened& f) {
   Reader r(frame + sizeof kFrameMagic, kFrameHeaderBytes - sizeof kFrameMagic);
-  Header h;
-  r.raw(h.token.run_public_key.data(), 32);
-  r.raw(h.token.peer_public_key.data(), 32);
-  h.token.expires_unix = r.i64();
-  r.raw(h.token.signature.data(), 64);
-  r.raw(h.receiver.data(), 32);
-  h.counter = r.u64();
-  h.length = r.u64();
-  return h;
+  r.raw(f.token.run_public_key.data(), 32);
+  r.raw(f.token.peer_public_key.data(), 32);
+  f.token.expires_unix = r.i64();
+  r.raw(f.token.signature.data(), 64);
+  r.raw(f.receiver.data(), 32);
+  f.counter = r.u64();
+  return r.u64();
 }
 
 void append(std::vector<uint8_t>& frame, const Signature& tag) { frame.insert(frame.end(), tag.begin(), tag.end()); }
@@ -198,8 +190,9 @@ std::optional<Claimed> claimed_header(const uint8_t* frame, size_t size) {
   if (frame == nullptr || size < kFrameHeaderBytes ||
       !(has_magic(frame, kFrameMagic) || has_magic(frame, kPairFrameMagic) || has_magic(frame, kPolyFrameMagic)))
     return std::nullopt;
-  const Header h = read_header(frame);
-  return Claimed{h.token.peer_public_key, h.counter};
+  Opened f;
+  read_header(frame, f);
+  return Claimed{f.token.peer_public_key, f.counter};
 }
 
 void seal_in_place(const PeerIdentity& me, const PublicKey& receiver_public_key, uint64_t counter,
@@ -264,16 +257,13 @@ std::variant<Opened, std::string> open_in_place(const uint8_t* data, size_t size
            std::to_string(kFrameOverheadBytes);
   const bool poly = has_magic(data, kPolyFrameMagic), pair = poly || has_magic(data, kPairFrameMagic);
   if (!pair && !has_magic(data, kFrameMagic)) return std::string("bad magic: not a swarm frame");
-  const Header h = read_header(data);
   Opened f;
-  f.token = h.token;
-  f.receiver = h.receiver;
-  f.counter = h.counter;
-  // Compared without arithmetic on the length, which an attacker chooses, so nothing can overflow.
+  const uint64_t length = read_header(data, f);
+  // Compared without arithmetic on `length`, which an attacker chooses, so nothing can overflow.
   const uint64_t held = size - kFrameOverheadBytes;
-  if (h.length != held)
-    return std::string(h.length > held ? "truncated frame" : "length mismatch") + ": header says " +
-           std::to_string(h.length) + " payload bytes, frame holds " + std::to_string(held);
+  if (length != held)
+    return std::string(length > held ? "truncated frame" : "length mismatch") + ": header says " +
+           std::to_string(length) + " payload bytes, frame holds " + std::to_string(held);
   if (std::string reason = check_token(f.token, our_run_public_key, now_unix); !reason.empty())
     return "token refused: " + reason;
   const size_t signed_bytes = size - crypto_sign_BYTES;
@@ -297,7 +287,9 @@ std::variant<Opened, std::string> open_in_place(const uint8_t* data, size_t size
 std::variant<Opened, std::string> open_as_its_run(const uint8_t* data, size_t size, int64_t now_unix,
                                                   const PeerIdentity* me) {
   if (data == nullptr || size < kFrameOverheadBytes) return open(data, size, PublicKey{}, now_unix);
-  return open(data, size, read_header(data).token.run_public_key, now_unix, me);
+  Opened claimed;
+  read_header(data, claimed);
+  return open(data, size, claimed.token.run_public_key, now_unix, me);
 }
 
 // --- Replay ----------------------------------------------------------------------------------------------
