@@ -25,10 +25,12 @@ run: deps
 	@cmake --build --preset default --target cohort
 	./$(BUILD)/cohort train
 
-# The unit tests run as one process (Unit.AllInOneProcess; `ctest -L '^unit$$'` runs them one by one).
-# The fuzz smoke run (scripts/fuzz --smoke) builds its own clang + sanitizer tree in build-fuzz/.
+# The unit tests run as two processes side by side (Unit.Batch1of2 and 2of2; `ctest -L '^unit$$'` runs
+# them one by one), beside the docs checks: -j2 runs those two at a time, while every process test and
+# the install test are RUN_SERIAL and run alone. The fuzz smoke run (scripts/fuzz --smoke) builds its own
+# clang + sanitizer tree in build-fuzz/.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j1 --timeout 1500 -LE '^unit$$|reference|slow|swarm|slurm|mlflow'
+	cd $(BUILD) && ctest --output-on-failure -j2 --timeout 1500 -LE '^unit$$|reference|slow|swarm|slurm|mlflow'
 	bash scripts/fuzz --smoke
 
 # The long variants (tests named Slow*, ctest label slow: the 20 kill trials, the 12000-step soak): CI
