@@ -73,8 +73,13 @@ std::vector<p2p::PeerRecord> SwarmPeer::live_peers(bool starting) const {
   auto peers = starting ? directory_->fresh_peers(2 * cfg_.announce_s) : directory_->peers();
   // A peer that joins through live peers finds them before it trains alone: its DHT node may need a few
   // reads before the first answer (seen: a newcomer that found nobody at start trained alone 50 steps).
+  // A twin of a live peer, or a peer of another run, finds nobody either, but learns why within a read:
+  // it stops waiting then, and check_membership says so (Note [A peer that is alone says why]), in about
+  // a second where it took the whole patience (5 s with the default swarm.announce_s).
   const auto patience = std::chrono::steady_clock::now() + std::chrono::duration<double>(5 * cfg_.announce_s);
-  while (starting && peers.empty() && !cfg_.initial_peers.empty() && std::chrono::steady_clock::now() < patience)
+  const auto knows_why = [this] { return !directory_->identity_taken().empty() || !directory_->refusals().empty(); };
+  while (starting && peers.empty() && !cfg_.initial_peers.empty() && !knows_why() &&
+         std::chrono::steady_clock::now() < patience)
     peers = directory_->fresh_peers(cfg_.announce_s);
   return peers;
 }
