@@ -81,8 +81,13 @@ TEST(Swarm, ASecondProcessWithTheSameTokenIsRefusedAndStops) {
   const auto token = make_token(make_key(dir, "run.key"), "peer.token");
   Proc first(cohort_argv(token_peer(dir / "a", 60, 0, token)), slow_steps());
   ASSERT_TRUE(wait_for(first, " step 2/", 120s)) << first.output_so_far();
-  const auto second = cohort_train(token_peer(dir / "b", 61, 60, token), 60, slow_steps());
+  // With swarm.announce_s=3 the second waits up to 15 s (5 of them) for live peers at start; it learns in
+  // its first read that its identity is taken, and stops then, not when that patience runs out.
+  auto twin = token_peer(dir / "b", 61, 60, token);
+  twin.push_back("swarm.announce_s=3");
+  const auto second = cohort_train(twin, 60, slow_steps());
   EXPECT_NE(second.exit_code, 0) << second.output;
+  EXPECT_LT(second.seconds, 15.0) << second.output;
   EXPECT_NE(second.output.find("is already live at " + address(60)), std::string::npos) << second.output;
   EXPECT_NE(second.output.find("cohort swarm token --key"), std::string::npos) << second.output;
   EXPECT_NE(first.output_so_far().find("another process at " + address(61) + " uses this peer's identity"),
@@ -128,8 +133,12 @@ TEST(Swarm, APeerWithAnotherRunsTokenIsToldWhyAndStops) {
   const auto theirs = make_token(make_key(dir, "other-run.key"), "w.token");
   Proc a(cohort_argv(token_peer(dir / "a", 64, 0, ours)), slow_steps());
   ASSERT_TRUE(wait_for(a, " step 1/", 120s)) << a.output_so_far();
-  const auto w = cohort_train(token_peer(dir / "w", 65, 64, theirs), 60, slow_steps());
+  // As the twin above: told in its first read, it stops before its 15 s of patience run out.
+  auto stranger = token_peer(dir / "w", 65, 64, theirs);
+  stranger.push_back("swarm.announce_s=3");
+  const auto w = cohort_train(stranger, 60, slow_steps());
   EXPECT_NE(w.exit_code, 0) << w.output;
+  EXPECT_LT(w.seconds, 15.0) << w.output;
   EXPECT_NE(w.output.find("refuse this peer (peer "), std::string::npos) << w.output;
   EXPECT_NE(w.output.find(address(64)), std::string::npos) << w.output;
   EXPECT_NE(w.output.find("cohort swarm token --key <that run's run.key>"), std::string::npos) << w.output;

@@ -69,18 +69,18 @@ std::optional<p2p::DownloadedState> SwarmPeer::catch_up(int64_t step) {
   return got;
 }
 
-std::vector<p2p::PeerRecord> SwarmPeer::live_peers(bool starting) const {
+std::vector<p2p::PeerRecord> SwarmPeer::live_peers(bool starting) {
   auto peers = starting ? directory_->fresh_peers(2 * cfg_.announce_s) : directory_->peers();
   // A peer that joins through live peers finds them before it trains alone: its DHT node may need a few
   // reads before the first answer (seen: a newcomer that found nobody at start trained alone 50 steps).
   // A twin of a live peer, or a peer of another run, finds nobody either, but learns why within a read:
-  // it stops waiting then, and check_membership says so (Note [A peer that is alone says why]), in about
-  // a second where it took the whole patience (5 s with the default swarm.announce_s).
+  // check_membership stops it then, as it does in wait_for_peers (Note [A peer that is alone says why]),
+  // in about a second where it waited out the whole patience (5 s with the default swarm.announce_s).
   const auto patience = std::chrono::steady_clock::now() + std::chrono::duration<double>(5 * cfg_.announce_s);
-  const auto knows_why = [this] { return !directory_->identity_taken().empty() || !directory_->refusals().empty(); };
-  while (starting && peers.empty() && !cfg_.initial_peers.empty() && !knows_why() &&
-         std::chrono::steady_clock::now() < patience)
+  while (starting && peers.empty() && !cfg_.initial_peers.empty() && std::chrono::steady_clock::now() < patience) {
+    check_membership(peers);
     peers = directory_->fresh_peers(cfg_.announce_s);
+  }
   return peers;
 }
 

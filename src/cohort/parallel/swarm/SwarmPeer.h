@@ -126,7 +126,7 @@ class SwarmPeer {
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
   void wait_for_peers(int64_t count, double timeout_s);
   // The parts of catch_up: the peers it looks at, whom it downloads from, and the download itself.
-  std::vector<p2p::PeerRecord> live_peers(bool starting) const;
+  std::vector<p2p::PeerRecord> live_peers(bool starting);
   std::vector<p2p::PeerRecord> donors_for(int64_t step, int64_t ahead, const std::vector<p2p::PeerRecord>& peers,
                                           bool starting, bool resync, bool& drifted) const;
   std::optional<p2p::DownloadedState> download_newest(const std::vector<p2p::PeerRecord>& donors);
