@@ -1,6 +1,6 @@
 // swarm.group_size: rounds in groups smaller than the swarm, on a grid whose groups change from round to
 // round, with the weights averaged in the round's group every swarm.average_state_every steps (Note
-// [Groups on a grid] in p2p/Averager.cpp).
+// [Groups on a grid] in p2p/Matchmaking.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>

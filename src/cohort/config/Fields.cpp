@@ -241,9 +241,8 @@ const std::vector<Field>& fields() {
       field("swarm.group_size", &T::swarm, &SwarmConfig::group_size,
             "swarm: at most this many peers average together in a round (more only where a group would otherwise hold "
             "one peer or fewer than swarm.min_group_size); groups change from round to round (a "
-            "two-dimensional Moshpit grid: Note [Groups on a grid] in p2p/Averager.cpp) so averages still mix across "
-            "the swarm (0: every ready "
-            "peer, one group; hivemind's target_group_size)",
+            "two-dimensional Moshpit grid: Note [Groups on a grid] in p2p/Matchmaking.cpp) so averages still mix "
+            "across the swarm (0: every ready peer, one group; hivemind's target_group_size)",
             {}, non_negative<int64_t>()),
       field("swarm.average_state_every", &T::swarm, &SwarmConfig::average_state_every,
             "swarm with swarm.group_size: every N steps the round's group also averages the parameters, which "

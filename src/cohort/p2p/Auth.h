@@ -169,7 +169,7 @@ std::variant<Opened, std::string> open_in_place(const uint8_t* data, size_t size
                                                 const PublicKey& carrier = PublicKey{});
 // The same, checked against the run key the frame's own token names: it proves only that a holder of a
 // token of *some* run sealed it. For telling a peer of another run why it is refused (Note [A peer of
-// another run is told so] in p2p/Directory.cpp), never for acting on what the frame says.
+// another run is told so] in p2p/DirectoryIdentity.cpp), never for acting on what the frame says.
 std::variant<Opened, std::string> open_as_its_run(const uint8_t* data, size_t size, int64_t now_unix,
                                                   const PeerIdentity* me = nullptr);
 

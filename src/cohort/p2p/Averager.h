@@ -6,6 +6,8 @@
 //   auto out = averager.average(step, flat_gradient, samples, my_record);
 //   // out.averaged: the group's weighted mean where it arrived, this peer's own values elsewhere
 //
+// Matchmaking is defined in p2p/Matchmaking.cpp, the all-reduce in p2p/Averager.cpp.
+//
 // Note [What a round does when a peer fails]
 // A member that dies, freezes or loses its link mid-round is never waited for past the deadline: the
 // member reducing a part averages the contributions that arrived by half of swarm.averaging_timeout and
@@ -97,6 +99,7 @@ class Averager {
  private:
   struct Round;
 
+  // Matchmaking (Matchmaking.cpp).
   std::vector<Member> withdraw(uint64_t round, PeerRecord mine, std::string& problem);
   Member say_ready(uint64_t round, PeerRecord mine);
   void hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, std::string>& said_ready);
@@ -106,11 +109,14 @@ class Averager {
   // The leader's decision: the ready peers of its key as one group, or, past swarm.group_size, as several
   // (each sent its own); returns this peer's group.
   std::vector<Member> send_groups(uint64_t round, std::vector<Member> ready);
+  // The group a kGroup message names, when it is well formed and names this peer; sets first_place_.
+  std::optional<std::vector<Member>> group_from(const Message& m);
+
+  // The all-reduce (Averager.cpp).
   // Note [A peer in two groups declines the other]: a group for `round` other than `mine` that arrived
   // is declined to its members.
   void decline_other_groups(uint64_t round, const std::vector<Member>& mine);
   void decline_late_groups();
-  std::optional<std::vector<Member>> group_from(const Message& m);
   std::optional<Message> receive_in_round(const Round& r, Topic topic, Clock::time_point by, const PeerKey& from);
   std::vector<std::string> reduce_own_part(const Round& r, double weight, Clock::time_point by, RoundOutcome& out);
   std::vector<std::string> receive_results(const Round& r, Clock::time_point by, RoundOutcome& out);

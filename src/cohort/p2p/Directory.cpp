@@ -3,9 +3,7 @@
 #include <opendht/dhtrunner.h>
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <ctime>
-#include <optional>
 #include <random>
 
 #include "cohort/p2p/Wire.h"
@@ -27,71 +25,11 @@ constexpr dht::ValueType::Id kRecordType = 0x4348;
 using std::chrono::duration;
 using std::chrono::steady_clock;
 
-double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
-
-std::vector<uint8_t> encode(const PeerRecord& r) {
-  Writer w;
-  w.u8(1);  // the record's version: fields are only ever appended
-  w.raw(r.key.data(), r.key.size()).str(r.address).i64(r.step).i64(r.samples).f64(r.samples_per_s);
-  w.u8(r.ready ? 1 : 0).u8(r.leaving ? 1 : 0).f64(r.written_unix);
-  w.i64(r.group_size);  // appended after version 1's fields: an older reader ignores it
-  w.i64(r.digest_step).u64(r.digest);
-  w.u64(r.session).f64(r.started_unix);
-  w.u64(r.group_key);
-  w.u64(r.features);
-  return w.take();
-}
-
-std::optional<PeerRecord> decode(const std::vector<uint8_t>& payload, const PeerKey& signer) {
-  Reader r(payload);
-  PeerRecord rec;
-  const auto version = r.u8();
-  r.raw(rec.key.data(), rec.key.size());
-  rec.address = r.str();
-  rec.step = r.i64();
-  rec.samples = r.i64();
-  rec.samples_per_s = r.f64();
-  rec.ready = r.u8() != 0;
-  rec.leaving = r.u8() != 0;
-  rec.written_unix = r.f64();
-  if (r.left() >= 8) rec.group_size = r.i64();
-  if (r.left() >= 16) rec.digest_step = r.i64(), rec.digest = r.u64();
-  if (r.left() >= 16) rec.session = r.u64(), rec.started_unix = r.f64();
-  if (r.left() >= 8) rec.group_key = r.u64();
-  if (r.left() >= 8) rec.features = r.u64();
-  // A record speaks for the peer that signed it only.
-  if (!r.ok() || version < 1 || rec.key != signer) return std::nullopt;
-  return rec;
-}
-
 uint64_t new_session() {
   std::random_device device;
   uint64_t session = 0;
   while (session == 0) session = (uint64_t{device()} << 32) | device();  // 0 is "a writer without sessions"
   return session;
-}
-
-std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", s);
-  return text;
-}
-
-// A record's body as a kRecord frame carries it: one sealed record with its length.
-std::vector<uint8_t> record_body(const uint8_t* sealed, size_t size) {
-  Writer w;
-  w.u64(1).u64(size).raw(sealed, size);
-  return w.take();
-}
-
-// The first sealed record of a kRecord body, or nothing.
-std::optional<std::pair<const uint8_t*, size_t>> first_record(const std::vector<uint8_t>& body) {
-  Reader r(body);
-  if (r.u64() == 0 || !r.ok()) return std::nullopt;
-  const uint64_t size = r.u64();
-  const uint8_t* sealed = r.take(size);
-  if (!sealed) return std::nullopt;
-  return std::make_pair(sealed, static_cast<size_t>(size));
 }
 
 }  // namespace
@@ -107,7 +45,7 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
       dht_(std::make_unique<dht::DhtRunner>()),
       key_("cohort-swarm/" + hex(run_public_key.data(), run_public_key.size())),
       session_(new_session()),
-      started_unix_(unix_now()) {
+      started_unix_(detail::unix_now()) {
   const auto [host, port] = split_host_port(listen, "swarm.listen");
   dht::DhtRunner::Config config;
   config.threaded = true;
@@ -140,11 +78,7 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
   mine_address_ = listen;
   if (transport_)
     transport_->on_arrival(MessageKind::kRecord, [this](const Message& m) {
-      Reader r(m.body);
-      for (uint64_t n = r.u64(), i = 0; i < n && r.ok(); ++i) {
-        const uint64_t size = r.u64();
-        if (const uint8_t* sealed = r.take(size)) take_in(sealed, size, m.sender);
-      }
+      for (const auto& [sealed, size] : detail::sealed_records(m.body)) take_in(sealed, size, m.sender);
     });
   if (transport_)
     transport_->on_foreign([this](const Message& m, const PeerKey& run_key) { take_in_foreign(m, run_key); });
@@ -185,7 +119,7 @@ void Directory::announce_digest(int64_t step, uint64_t digest) {
   changed_.notify_all();
 }
 
-std::vector<PeerRecord> Directory::peers() const { return written_since(unix_now() - options_.record_ttl_s); }
+std::vector<PeerRecord> Directory::peers() const { return written_since(detail::unix_now() - options_.record_ttl_s); }
 
 std::vector<PeerRecord> Directory::written_since(double oldest_unix) const {
   std::lock_guard lock(mutex_);
@@ -208,18 +142,6 @@ std::vector<PeerRecord> Directory::fresh_peers(double timeout_s) {
 int64_t Directory::peers_seen() const {
   std::lock_guard lock(mutex_);
   return static_cast<int64_t>(seen_.size());
-}
-
-std::string Directory::identity_taken() const {
-  std::lock_guard lock(mutex_);
-  return identity_taken_;
-}
-
-std::vector<Refusal> Directory::refusals() const {
-  std::lock_guard lock(mutex_);
-  std::vector<Refusal> out;
-  for (const auto& [key, refusal] : refused_by_) out.push_back(refusal);
-  return out;
 }
 
 // Note [No DHT request before the first contact]
@@ -254,9 +176,9 @@ void Directory::run() {
     std::vector<uint8_t> sealed;
     if (direct_due) {
       PeerRecord record = mine_;
-      record.written_unix = unix_now();
+      record.written_unix = detail::unix_now();
       mine_dirty_ = mine_urgent_ = false;
-      sealed = seal(me_, PeerKey{}, next_counter(), encode(record));
+      sealed = seal(me_, PeerKey{}, next_counter(), detail::encode_record(record));
       mine_sealed_ = sealed;
     }
     lock.unlock();
@@ -294,14 +216,15 @@ void Directory::run() {
   }
 }
 
-// A kRecord frame's body: the number of records, then each sealed record with its length.
+// To every peer in `to` a kRecord frame of this peer's record and, on a heartbeat to a few of them, some
+// others' (Note [The heartbeat passes on a few records]).
 void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) {
   std::vector<PeerRecord> to = with_others ? heartbeat_peers() : peers();
   std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
   std::set<PeerKey> gossip_to;
   if (with_others) {
     std::lock_guard lock(mutex_);
-    const double now = unix_now(), oldest = now - options_.record_ttl_s;
+    const double now = detail::unix_now(), oldest = now - options_.record_ttl_s;
     for (const auto& [key, entry] : records_)
       if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest) {
         others.emplace_back(key, entry.sealed);
@@ -329,21 +252,17 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) 
     std::shuffle(live.begin(), live.end(), gossip_random_);
     for (size_t i = 0; i < live.size() && i < kGossipFanout; ++i) gossip_to.insert(live[i]);
   }
-  const double live_since = unix_now() - options_.record_ttl_s;
+  const double live_since = detail::unix_now() - options_.record_ttl_s;
   for (const auto& peer : to) {
-    Writer w;
-    const bool gossip = gossip_to.count(peer.key) > 0;
-    uint64_t count = 1;
-    if (gossip)
-      for (const auto& other : others) count += other.first != peer.key;
-    w.u64(count).u64(mine.size()).raw(mine.data(), mine.size());
-    if (gossip)
+    std::vector<detail::SealedRecord> records{{mine.data(), mine.size()}};
+    if (gossip_to.count(peer.key))
       for (const auto& [key, sealed] : others)
-        if (key != peer.key) w.u64(sealed.size()).raw(sealed.data(), sealed.size());
+        if (key != peer.key) records.emplace_back(sealed.data(), sealed.size());
     // To a peer whose record expired, addressed to whoever is there now, as a knock is: another process may
     // have taken its address.
     const bool live = peer.written_unix >= live_since;
-    transport_->send(live ? peer.key : PeerKey{}, peer.address, {MessageKind::kRecord, 0, 0}, w.out());
+    transport_->send(live ? peer.key : PeerKey{}, peer.address, {MessageKind::kRecord, 0, 0},
+                     detail::records_body(records));
   }
 }
 
@@ -357,7 +276,7 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) 
 // a minute of heartbeats to its address (addressed to whoever is there, as a knock is). Changes of step or
 // readiness go to the live peers only.
 std::vector<PeerRecord> Directory::heartbeat_peers() const {
-  return written_since(unix_now() - options_.record_ttl_s - kHeartbeatAfterDeathS);
+  return written_since(detail::unix_now() - options_.record_ttl_s - kHeartbeatAfterDeathS);
 }
 
 // Note [A peer that knows nobody knocks]
@@ -376,9 +295,7 @@ void Directory::knock(const std::vector<uint8_t>& mine) {
         addresses.insert(entry.record.address);
   }
   addresses.erase(mine_address_);
-  Writer w;
-  w.u64(1).u64(mine.size()).raw(mine.data(), mine.size());
-  const auto body = w.take();
+  const auto body = detail::records_body({{mine.data(), mine.size()}});
   for (const auto& address : addresses) transport_->send(PeerKey{}, address, {MessageKind::kRecord, 0, 0}, body);
 }
 
@@ -433,7 +350,7 @@ void Directory::take_in(const uint8_t* data, size_t size, const PeerKey& carrier
     return;
   }
   auto& o = std::get<Opened>(opened);
-  auto rec = decode(o.payload, o.token.peer_public_key);
+  auto rec = detail::decode_record(o.payload, o.token.peer_public_key);
   if (!rec) return;
   Replies replies;
   {
@@ -448,7 +365,7 @@ void Directory::take_in(const uint8_t* data, size_t size, const PeerKey& carrier
       if (transport_ && (rec->features & PeerRecord::kPairFrames))
         transport_->reads_pair_frames(
             rec->key, rec->features & PeerRecord::kPolyPairFrames ? PairMac::kPoly1305 : PairMac::kBlake2b);
-      const double now = unix_now();
+      const double now = detail::unix_now();
       const bool met = slot.record.written_unix < now - options_.record_ttl_s;
       slot = {o.counter, std::move(*rec), std::vector<uint8_t>(data, data + size), met ? now : slot.met_unix};
     }
@@ -456,113 +373,6 @@ void Directory::take_in(const uint8_t* data, size_t size, const PeerKey& carrier
   if (transport_)
     for (const auto& [address, body] : replies)
       transport_->send(PeerKey{}, address, {MessageKind::kRecord, 0, 0}, body);
-}
-
-// Note [One identity, one process]
-// A token is one peer's identity. Given to two live processes (one token file copied to every machine),
-// both announce one key: the others' records of it replace each other, each process takes the other's
-// records for its own and ignores them, and every one of them trained alone, saying nothing (seen: three
-// peers, each alone for a whole run). A peer restarted with its own token, after Ctrl-C or a crash within
-// swarm.peer_ttl_s, announces the same key too, and must rejoin. A record says which process wrote it (a
-// random session number) and when that process started:
-// - A record of this key from another session that is leaving, or that was written before this process
-//   started, is a predecessor's (after Ctrl-C, or a crash): no conflict.
-// - Written after this process started by a process that started before it: the identity is taken.
-//   This process stops, naming the fix (a token per peer): identity_taken(), which SwarmPeer checks
-//   between steps. (Clocks of one machine, or of machines within the frames' 120 s replay window: a
-//   restart on another machine whose clock runs ahead of the old one's could be taken for a twin.)
-// - From a process that started after this one: this one goes on, logs it once, and answers with its
-//   own record, so that the newer process learns the same within a heartbeat.
-// Each process finds the other by knocking (it knows no live peer: every record it sees is its own
-// key's) on its initial peers. When a third peer gets the key's records from both, it introduces them
-// to each other (introduce_twins): each is sent the other's record.
-void Directory::take_in_own_key(const PeerRecord& rec, Replies& replies) {
-  if (rec.session == 0 || rec.session == session_ || rec.leaving) return;
-  const bool it_is_older =
-      rec.started_unix < started_unix_ || (rec.started_unix == started_unix_ && rec.session < session_);
-  if (it_is_older) {
-    if (rec.written_unix > started_unix_ && identity_taken_.empty())
-      identity_taken_ = "peer " + peer_name(rec.key) + " is already live at " + rec.address +
-                        ", in another process that started " + seconds_text(started_unix_ - rec.started_unix) +
-                        " before this one with the same identity";
-    return;
-  }
-  const double now = unix_now();
-  auto [at, first] = twins_answered_.try_emplace(rec.session, 0.0);
-  if (first)
-    log_("swarm: another process at " + rec.address + " uses this peer's identity (peer " + peer_name(rec.key) +
-         ", the same swarm.token): it is told, and stops");
-  if (now - at->second < options_.announce_s || mine_sealed_.empty()) return;
-  at->second = now;
-  replies.emplace_back(rec.address, record_body(mine_sealed_.data(), mine_sealed_.size()));
-}
-
-void Directory::introduce_twins(const Entry& held, const PeerRecord& rec, const uint8_t* data, size_t size,
-                                Replies& replies) {
-  const auto& old = held.record;
-  if (held.sealed.empty() || old.session == 0 || rec.session == 0 || old.session == rec.session || old.leaving ||
-      rec.leaving || old.written_unix < unix_now() - options_.record_ttl_s)
-    return;
-  // Each written after the other started: two live processes, not a restart after a crash.
-  if (old.written_unix <= rec.started_unix || rec.written_unix <= old.started_unix) return;
-  const double now = unix_now();
-  auto& when = introduced_[{std::min(old.session, rec.session), std::max(old.session, rec.session)}];
-  if (now - when < options_.announce_s) return;
-  if (when == 0)
-    log_("swarm: peer " + peer_name(rec.key) + " announces itself from two processes, at " + old.address + " and " +
-         rec.address + " (one swarm.token in both): introducing them, so that the newer one stops");
-  when = now;
-  replies.emplace_back(rec.address, record_body(held.sealed.data(), held.sealed.size()));
-  replies.emplace_back(old.address, record_body(data, size));
-}
-
-// Note [A peer of another run is told so]
-// A peer whose token another run key signed (a token made with the wrong run.key, or swarm.insecure on
-// one side only) is refused by every peer of this run: its frames are not this run's. It used to learn
-// nothing (its DHT key is its own run's, where nobody is), and trained alone to the end. So a peer that
-// refuses a knocking peer's record for being of another run answers it, at most every announce_s, with a
-// kRefused frame sealed by its own token: a token of a run the knocking peer does not accept either, but
-// one that proves the frame came from a peer of *that* run (open_as_its_run). The refused peer records
-// who refused it and for which run key (refusals()); SwarmPeer stops it when such refusals are all it
-// met. A refusal changes no state a run has: at worst, a forged one stops a peer that had met nobody.
-void Directory::take_in_foreign(const Message& m, const PeerKey& run_key) {
-  const double now = unix_now();
-  const std::string run = hex(run_key.data(), 4);
-  if (m.topic.kind == MessageKind::kRefused) {
-    Reader r(m.body);
-    const auto address = r.str();
-    std::unique_lock lock(mutex_);
-    const bool first = refused_by_.find(m.sender) == refused_by_.end();
-    refused_by_[m.sender] = {m.sender, r.ok() ? address : "an unknown address", run_key};
-    lock.unlock();
-    if (first)
-      log_("swarm: peer " + peer_name(m.sender) + " at " + address + " refuses this peer: it belongs to run key " +
-           run + "..., and this peer's token to run key " + hex(run_public_key_.data(), 4) + "...");
-    return;
-  }
-  // A record of another run: whose, and where to answer.
-  const auto sealed = first_record(m.body);
-  if (!sealed) return;
-  auto opened = open_as_its_run(sealed->first, sealed->second, static_cast<int64_t>(std::time(nullptr)));
-  auto* o = std::get_if<Opened>(&opened);
-  if (!o) return;
-  auto rec = decode(o->payload, o->token.peer_public_key);
-  if (!rec || rec->key != m.sender || rec->address.empty()) return;
-  std::string address;
-  {
-    std::lock_guard lock(mutex_);
-    auto [at, first] = refusal_sent_.try_emplace(m.sender, 0.0);
-    if (now - at->second < options_.announce_s) return;
-    at->second = now;
-    address = mine_.address;
-    if (first)
-      log_("swarm: refused peer " + peer_name(m.sender) + " at " + rec->address +
-           ": its token belongs to another run (run key " + run + "...); it is told so");
-  }
-  if (address.empty()) return;  // an observer answers nobody
-  Writer w;
-  w.str(address);
-  transport_->send(m.sender, rec->address, {MessageKind::kRefused, 0, 0}, w.take());
 }
 
 }  // namespace cohort::p2p

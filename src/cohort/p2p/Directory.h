@@ -37,10 +37,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cohort/p2p/Auth.h"
@@ -68,11 +70,11 @@ struct PeerRecord {
   uint64_t digest = 0;
   // Which process wrote it: a random number per process, and when that process started (Unix seconds).
   // One token in two live processes is told apart from a peer restarted with its own token (Note [One
-  // identity, one process] in Directory.cpp). Set by the directory.
+  // identity, one process] in DirectoryIdentity.cpp). Set by the directory.
   uint64_t session = 0;
   double started_unix = 0;
   // The group it averages in on `step` with swarm.group_size (0: any; Note [Groups on a grid] in
-  // p2p/Averager.cpp).
+  // p2p/Matchmaking.cpp).
   uint64_t group_key = 0;
   // What its transport reads, as bits (0 from a peer of an earlier release). Set by the directory.
   uint64_t features = 0;
@@ -199,5 +201,19 @@ class Directory {
   bool stopping_ = false;
   std::thread thread_;
 };
+
+namespace detail {
+// The record's formats (p2p/PeerRecord.cpp), for the directory's files and the tests; not for users.
+double unix_now();  // a record's times are Unix seconds
+std::vector<uint8_t> encode_record(const PeerRecord& r);
+// The record in `payload`, if it is well formed and speaks for `signer`, the peer that sealed it.
+std::optional<PeerRecord> decode_record(const std::vector<uint8_t>& payload, const PeerKey& signer);
+// One sealed record, as a kRecord body holds it: its bytes and their number.
+using SealedRecord = std::pair<const uint8_t*, size_t>;
+// A kRecord frame's body: the number of records, then each sealed record with its length.
+std::vector<uint8_t> records_body(const std::vector<SealedRecord>& records);
+// The sealed records of a kRecord body, up to the first that is cut short (pointing into `body`).
+std::vector<SealedRecord> sealed_records(const std::vector<uint8_t>& body);
+}  // namespace detail
 
 }  // namespace cohort::p2p

@@ -46,8 +46,7 @@ std::optional<Message> ask_chunk(Transport& transport, const PeerRecord& donor, 
   Writer w;
   w.str(transport.address()).i64(wanted);
   transport.send(donor.key, donor.address, {MessageKind::kStateAsk, 0, chunk}, w.take());
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  const auto deadline = after(Clock::now(), timeout_s);
   auto m = transport.receive_any(MessageKind::kStateChunk, deadline, donor.key);
   while (m && m->topic.part != chunk) m = transport.receive_any(MessageKind::kStateChunk, deadline, donor.key);
   return m;

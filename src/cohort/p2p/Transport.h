@@ -34,6 +34,10 @@ namespace cohort::p2p {
 
 using PeerKey = std::array<uint8_t, 32>;
 using Clock = std::chrono::steady_clock;
+// The deadline `seconds` after `t`: the swarm's settings give their waits in seconds.
+inline Clock::time_point after(Clock::time_point t, double seconds) {
+  return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
 
 enum class MessageKind : uint8_t {
   kGroup = 1,       // a leader's group for a round: its members and their addresses
@@ -104,7 +108,7 @@ class Transport {
   // Records and refusals from peers of another run (valid under the run key their token names, refused
   // for this run's) go to `handler` with that run key, instead of a line in the log per frame: the
   // directory tells such a peer, and is told, why (Note [A peer of another run is told so] in
-  // p2p/Directory.cpp). Same lifetime rules as on_arrival.
+  // p2p/DirectoryIdentity.cpp). Same lifetime rules as on_arrival.
   void on_foreign(std::function<void(const Message&, const PublicKey& run_key)> handler);
   // `peer` reads frames sealed for it alone, with `mac` (its record says so): they are sent so rather than
   // signed from now on (Note [A frame for one peer carries a MAC, not a signature] in p2p/Frame.cpp).

@@ -217,7 +217,7 @@ class DilocoStrategy : public Strategy {
 
   // Note [DiLoCo in bounded groups]
   // With swarm.group_size, an outer round averages the pseudo-gradients
-  // of its group only (Note [Groups on a grid] in p2p/Averager.cpp). The members of a group come from
+  // of its group only (Note [Groups on a grid] in p2p/Matchmaking.cpp). The members of a group come from
   // different groups of the round before, with different outer weights, and each applies the group's
   // averaged change to its own: their outer states stay apart. So every swarm.average_state_every outer
   // rounds, and at the run's last, the round's group also averages its outer weights and momentum (fp32,

@@ -160,7 +160,7 @@ void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << 
 // Note [A peer that is alone says why]
 // A peer that trains alone while it was told to join others (swarm.initial_peers) is misconfigured more
 // often than early. Three causes can be told apart, and each gets its own answer:
-// - its token is another live process's (Note [One identity, one process] in p2p/Directory.cpp): it
+// - its token is another live process's (Note [One identity, one process] in p2p/DirectoryIdentity.cpp): it
 //   stops, since two processes of one identity corrupt each other's records and frames;
 // - the peers that answered all belong to another run (Note [A peer of another run is told so]): it
 //   stops, naming both run keys, since it would never be let in;
@@ -284,7 +284,7 @@ bool SwarmPeer::averages_state_after(int64_t step) const {
   return cfg_.group_size > 0 && (step + 1) % cfg_.average_state_every == 0;
 }
 
-// Note [Groups on a grid] (p2p/Averager.cpp): groups smaller than the swarm apply different averaged
+// Note [Groups on a grid] (p2p/Matchmaking.cpp): groups smaller than the swarm apply different averaged
 // gradients, so their weights part; every swarm.average_state_every steps the step's group also averages
 // its weights (as hivemind.Optimizer's average_state_every), in groups that change from round to round.
 // No matchmaking: the group is the one the gradient round just formed. The distance from the group's

@@ -117,7 +117,7 @@ class SwarmPeer {
   // `peers`: the live peers as the directory lists them now.
   void check_membership(const std::vector<p2p::PeerRecord>& peers);
   void announce_at(int64_t step, int64_t samples, bool leaving = false);
-  // Note [Groups on a grid] (p2p/Averager.cpp): the group key this peer announces for `step`, and the
+  // Note [Groups on a grid] (p2p/Matchmaking.cpp): the group key this peer announces for `step`, and the
   // move of its coordinate after that round, where it had `place` among its key's peers.
   uint64_t group_key_for(int64_t step) const;
   void move_on_grid(int64_t step, int64_t place);

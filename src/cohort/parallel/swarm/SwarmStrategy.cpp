@@ -153,7 +153,7 @@ class SwarmStrategy : public Strategy {
   }
 
   // swarm.average_state_every with swarm.group_size: the step's group averages its trainable weights
-  // (Note [Groups on a grid] in p2p/Averager.cpp); the peer's other workers take its first worker's.
+  // (Note [Groups on a grid] in p2p/Matchmaking.cpp); the peer's other workers take its first worker's.
   void average_state(int64_t step) {
     if (!averages_state_ || (step + 1) % average_state_every_ != 0) return;
     at::NoGradGuard no_grad;

@@ -1,0 +1,234 @@
+// Matchmaking: which ready peers of a round average together, around which leader (Note [Matchmaking]),
+// and with swarm.group_size how the ready peers of a key split into groups on a grid that changes from
+// round to round (Note [Groups on a grid]). The all-reduce a group then runs is Averager.cpp's; both
+// halves of the Averager are declared in p2p/Averager.h.
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "cohort/p2p/Averager.h"
+#include "cohort/p2p/Wire.h"
+
+namespace cohort::p2p {
+
+namespace {
+
+// What matchmaking sees at one moment (Note [Matchmaking]).
+struct Survey {
+  std::vector<Member> ready;    // this peer and the others ready for the round, by key
+  bool anyone_waiting = false;  // a live peer on the round, or finishing the one before, is not ready yet
+  bool anyone_here = false;     // anyone besides this peer is on the round or about to be
+  int64_t ahead_at = -1;        // the furthest step a live peer is at, when one is past the round
+};
+
+Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member& me,
+              const std::map<PeerKey, std::string>& said_ready, uint64_t group_key) {
+  Survey s;
+  // A peer that said it was ready but whose record is now past this step has closed the round in another
+  // group: it is no longer here (counted, it kept a late peer waiting for a group that never came).
+  std::map<PeerKey, int64_t> step_of;
+  for (const auto& p : peers) step_of[p.key] = p.step;
+  s.ready = {me};
+  for (const auto& [key, address] : said_ready) {
+    const auto at = step_of.find(key);
+    if (at == step_of.end() || at->second <= round) s.ready.push_back({key, address});
+  }
+  bool anyone_on_round = false;
+  for (const auto& p : peers) {
+    // A peer one step behind is finishing the last round and about to be ready for this one.
+    if (p.step + 1 == round) s.anyone_waiting = true;
+    if (p.step > round) s.ahead_at = std::max(s.ahead_at, p.step);
+    if (p.step != round) continue;
+    anyone_on_round = true;
+    // Another group's peer is neither ready for this one nor coming (Note [Groups on a grid]).
+    if (said_ready.count(p.key) || p.group_key != group_key) continue;
+    if (p.ready)
+      s.ready.push_back({p.key, p.address});
+    else
+      s.anyone_waiting = true;
+  }
+  s.anyone_here = s.ready.size() > 1 || s.anyone_waiting || anyone_on_round;
+  std::sort(s.ready.begin(), s.ready.end(), [](const Member& a, const Member& b) { return a.key < b.key; });
+  return s;
+}
+
+// A member's place in the shuffled order of a round's group (Note [Groups on a grid]): a hash of its key
+// and the round, so that each round orders a group differently and every member computes the same order.
+uint64_t shuffle_rank(const PeerKey& key, uint64_t round) {
+  uint64_t x = round * 0x9E3779B97F4A7C15ULL;
+  for (size_t i = 0; i < 8; ++i) x ^= uint64_t{key[i]} << (8 * i);
+  x ^= x >> 30, x *= 0xBF58476D1CE4E5B9ULL, x ^= x >> 27, x *= 0x94D049BB133111EBULL, x ^= x >> 31;  // splitmix64
+  return x;
+}
+
+}  // namespace
+
+void Averager::send_group(uint64_t round, const std::vector<Member>& group, uint64_t first) {
+  Writer w;
+  w.u64(group.size());
+  for (const auto& m : group) w.raw(m.key.data(), m.key.size()).str(m.address);
+  w.u64(first);  // appended: a reader that stops before it takes 0
+  const auto body = w.take();
+  for (const auto& m : group)
+    if (m.key != transport_.key()) transport_.send(m.key, m.address, {MessageKind::kGroup, round, 0}, body);
+}
+
+std::optional<std::vector<Member>> Averager::group_from(const Message& m) {
+  Reader r(m.body);
+  const uint64_t n = r.u64();
+  if (!r.ok() || n == 0 || n > 4096) return std::nullopt;
+  std::vector<Member> group(n);
+  bool has_me = false;
+  for (auto& member : group) {
+    r.raw(member.key.data(), member.key.size());
+    member.address = r.str();
+    has_me = has_me || member.key == transport_.key();
+  }
+  if (!r.ok() || !has_me) return std::nullopt;
+  first_place_ = r.left() >= 8 ? r.u64() : 0;
+  return group;
+}
+
+// Note [Matchmaking]
+// Every ready peer looks at the records of the peers on its step: the one with the smallest key among
+// the ready ones leads. The leader sends the group as soon as every live peer on its step is ready, or
+// when swarm.matchmaking_s has passed; the others wait for it. A peer that hears from a leader first
+// joins that group, even if it thought it led (records reach peers at slightly different times). A
+// leader that dies before sending leaves its followers with no group by twice the matchmaking time: they
+// take a local step, and the next round forms without it.
+std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string& problem) {
+  if (options_.leaving && options_.leaving()) return withdraw(round, std::move(mine), problem);
+  const auto start = Clock::now();
+  const auto decide_at = after(start, options_.matchmaking_s);
+  const auto give_up_at = after(start, 2 * options_.matchmaking_s + 1.0);
+  const uint64_t group_key = mine.group_key;
+  const Member me = say_ready(round, std::move(mine));
+  std::map<PeerKey, std::string> said_ready;  // by message
+  for (;;) {
+    // A group of a past round that came after this peer had left it (it gave up waiting, or it was in
+    // another group) is declined now, so its members stop waiting for this peer.
+    decline_late_groups();
+    hear_ready(round, group_key, said_ready);
+    const auto peers = directory_.peers();
+    const auto s = survey(peers, static_cast<int64_t>(round), me, said_ready, group_key);
+    // Note [A straggler does not wait for a group]
+    // Every other live peer is past this step (they closed
+    // its round without this peer, which came late: a newcomer whose download landed a step behind, a slow
+    // or frozen peer). Nobody can join it any more, so it takes this step alone at once, and its next
+    // catch_up downloads their state (Note [A peer that fell out of a round resynchronizes] in
+    // parallel/swarm/SwarmPeer.cpp), instead of waiting out swarm.matchmaking_s while they move on.
+    if (!s.anyone_here && s.ahead_at >= 0) {
+      problem = "the other peers are past this step (at step " + std::to_string(s.ahead_at) + "): this step alone";
+      return {me};
+    }
+    // Nobody else alive and no group required: a group of one at once (a lone peer trains as plain
+    // training does). With swarm.min_group_size above 1 a lone peer waits for company as Hivemind's does.
+    if (peers.empty() && options_.min_group_size <= 1) return {me};
+    const bool leading = s.ready.front().key == me.key;
+    const bool enough = static_cast<int64_t>(s.ready.size()) >= options_.min_group_size;
+    if (leading && ((!s.anyone_waiting && enough) || Clock::now() >= decide_at)) {
+      if (!enough) {
+        problem = "only " + std::to_string(s.ready.size()) + " peer(s) ready after " +
+                  std::to_string(options_.matchmaking_s) + " s (swarm.min_group_size " +
+                  std::to_string(options_.min_group_size) + ")";
+        return {me};
+      }
+      return send_groups(round, s.ready);
+    }
+    if (auto m = transport_.receive({MessageKind::kGroup, round, 0}, after(Clock::now(), 0.005)))
+      if (auto group = group_from(*m)) return *group;
+    if (options_.while_waiting) options_.while_waiting();
+    if (Clock::now() >= give_up_at) {
+      problem = "no group formed within " + std::to_string(2 * options_.matchmaking_s + 1.0) + " s";
+      return {me};
+    }
+  }
+}
+
+// Note [Leaving a swarm] (train/Trainer.cpp): a peer told to stop before it said it was ready withdraws:
+// its record says it is leaving, so nobody counts on it. Once it has said it is ready it stays for the
+// round: a leader may already have sent a group naming it, and a member that vanished then would cost
+// the others the averaging timeout and leave them apart (each keeps its own values for its part).
+std::vector<Member> Averager::withdraw(uint64_t round, PeerRecord mine, std::string& problem) {
+  mine.step = static_cast<int64_t>(round);
+  mine.ready = false;
+  mine.leaving = true;
+  mine.address = transport_.address();
+  directory_.announce(mine);
+  problem = "leaving: no group for this step";
+  return {{transport_.key(), transport_.address()}};
+}
+
+// Readiness goes into this peer's record and to the peers on this step directly too: a DHT record takes
+// 0.1 to 1 s to be read.
+Member Averager::say_ready(uint64_t round, PeerRecord mine) {
+  mine.step = static_cast<int64_t>(round);
+  mine.ready = true;
+  mine.address = transport_.address();
+  directory_.announce(mine);
+  const Member me{transport_.key(), transport_.address()};
+  Writer hello;
+  hello.str(me.address).u64(mine.group_key);
+  const auto body = hello.take();
+  // Only to the peers of its group key (all of them without swarm.group_size): the others would drop it.
+  for (const auto& p : directory_.peers())
+    if (p.step == static_cast<int64_t>(round) && p.group_key == mine.group_key)
+      transport_.send(p.key, p.address, {MessageKind::kReady, round, 0}, body);
+  return me;
+}
+
+void Averager::hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, std::string>& said_ready) {
+  while (auto m = transport_.receive({MessageKind::kReady, round, 0}, Clock::now())) {
+    Reader r(m->body);
+    const auto address = r.str();
+    const uint64_t key = r.left() >= 8 ? r.u64() : 0;
+    if (r.ok() && key == group_key) said_ready[m->sender] = address;
+  }
+}
+
+int64_t group_count(int64_t ready, int64_t group_size, int64_t min_group_size) {
+  // A lone member learns nothing from the round and leaves it out of step with the others.
+  int64_t groups = (ready + group_size - 1) / group_size;
+  while (groups > 1 && ready / groups < std::max<int64_t>(2, min_group_size)) --groups;
+  return groups;
+}
+
+// Note [Groups on a grid]
+// With swarm.group_size = M, a round's groups hold at most M peers, so that a peer's work and bytes per
+// round do not grow with the swarm. Groups smaller than the swarm average only among themselves, so they
+// must change from round to round for averages to mix across it: Moshpit SGD's grid (arXiv 2103.03239).
+// Each peer holds two coordinates (c0, c1). In round r it averages along dimension d = r mod 2, with the
+// peers that share its other coordinate c[1 - d]: that is its group key, announced in its record and its
+// ready message, so peers agree on their group from what each says of itself, whatever each one's view of
+// who is ready. The peers of one key form one group, or, past M, ceil(n / M) groups of nearly equal size,
+// in an order shuffled per round (shuffle_rank); fewer where the smallest would be one peer or below
+// swarm.min_group_size (with M = 2 three ready peers form one group of three, not a pair and a peer alone). After the
+// round each member sets c[d] to its place in its group modulo G = round(N / M) for the N peers it knows: the members
+// of one group spread over G keys for the next round, which gathers members from different groups. Mixing: on a full
+// grid (N = G x M, no failures) round r averages the rows and round r + 1 the columns, so after two rounds every peer
+// holds the global average of what the first round started from. With N not G x M, with peers late or lost, or with
+// views of N that differ (G is rounded, so a few peers more or less seldom change it), groups are uneven and some peers
+// miss a round; simulated (64 peers, M = 8, 5% missing each round) the spread of values between peers still fell about
+// tenfold every two rounds, and the mean group was 6.6 of 8. With M = 0 every key is 0: one group of every ready peer,
+// as before.
+std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> ready) {
+  const auto m = options_.group_size;
+  if (m <= 0) {
+    send_group(round, ready, 0);
+    return ready;
+  }
+  std::sort(ready.begin(), ready.end(),
+            [&](const Member& a, const Member& b) { return shuffle_rank(a.key, round) < shuffle_rank(b.key, round); });
+  const int64_t n = static_cast<int64_t>(ready.size()), groups = group_count(n, m, options_.min_group_size);
+  std::vector<Member> mine;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t first = n * g / groups;
+    const std::vector<Member> group(ready.begin() + first, ready.begin() + n * (g + 1) / groups);
+    send_group(round, group, static_cast<uint64_t>(first));
+    for (const auto& member : group)
+      if (member.key == transport_.key()) mine = group, first_place_ = static_cast<uint64_t>(first);
+  }
+  return mine;
+}
+
+}  // namespace cohort::p2p

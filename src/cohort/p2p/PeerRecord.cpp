@@ -1,0 +1,65 @@
+// A peer's record in bytes, and the body of a kRecord frame that carries sealed records: the one owner of
+// both formats (the directory seals, sends, stores and opens them: p2p/Directory.cpp). A record's fields are
+// only ever appended, so a peer of an earlier release reads the fields it knows and ignores the rest.
+#include <chrono>
+
+#include "cohort/p2p/Directory.h"
+#include "cohort/p2p/Wire.h"
+
+namespace cohort::p2p::detail {
+
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+std::vector<uint8_t> encode_record(const PeerRecord& r) {
+  Writer w;
+  w.u8(1);  // the record's version: fields are only ever appended
+  w.raw(r.key.data(), r.key.size()).str(r.address).i64(r.step).i64(r.samples).f64(r.samples_per_s);
+  w.u8(r.ready ? 1 : 0).u8(r.leaving ? 1 : 0).f64(r.written_unix);
+  w.i64(r.group_size);  // appended after version 1's fields: an older reader ignores it
+  w.i64(r.digest_step).u64(r.digest);
+  w.u64(r.session).f64(r.started_unix);
+  w.u64(r.group_key);
+  w.u64(r.features);
+  return w.take();
+}
+
+std::optional<PeerRecord> decode_record(const std::vector<uint8_t>& payload, const PeerKey& signer) {
+  Reader r(payload);
+  PeerRecord rec;
+  const auto version = r.u8();
+  r.raw(rec.key.data(), rec.key.size());
+  rec.address = r.str();
+  rec.step = r.i64();
+  rec.samples = r.i64();
+  rec.samples_per_s = r.f64();
+  rec.ready = r.u8() != 0;
+  rec.leaving = r.u8() != 0;
+  rec.written_unix = r.f64();
+  if (r.left() >= 8) rec.group_size = r.i64();
+  if (r.left() >= 16) rec.digest_step = r.i64(), rec.digest = r.u64();
+  if (r.left() >= 16) rec.session = r.u64(), rec.started_unix = r.f64();
+  if (r.left() >= 8) rec.group_key = r.u64();
+  if (r.left() >= 8) rec.features = r.u64();
+  // A record speaks for the peer that signed it only.
+  if (!r.ok() || version < 1 || rec.key != signer) return std::nullopt;
+  return rec;
+}
+
+std::vector<uint8_t> records_body(const std::vector<SealedRecord>& records) {
+  Writer w;
+  w.u64(records.size());
+  for (const auto& [sealed, size] : records) w.u64(size).raw(sealed, size);
+  return w.take();
+}
+
+std::vector<SealedRecord> sealed_records(const std::vector<uint8_t>& body) {
+  Reader r(body);
+  std::vector<SealedRecord> out;
+  for (uint64_t n = r.u64(), i = 0; i < n && r.ok(); ++i) {
+    const uint64_t size = r.u64();
+    if (const uint8_t* sealed = r.take(size)) out.emplace_back(sealed, static_cast<size_t>(size));
+  }
+  return out;
+}
+
+}  // namespace cohort::p2p::detail
