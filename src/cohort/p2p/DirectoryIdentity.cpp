@@ -1,6 +1,7 @@
 // Who may speak as a peer of this run: one identity is one live process (Note [One identity, one process]),
 // and a peer of another run is told it was refused (Note [A peer of another run is told so]). Both halves
 // of the directory that decide this are here; the records they read are p2p/Directory.cpp's.
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 

@@ -81,6 +81,12 @@ TEST(SwarmRecord, ABodyCarriesItsRecordsInOrderAndOneCutShortYieldsThoseBeforeTh
   cut.resize(cut.size() - 1);
   EXPECT_EQ(detail::sealed_records(cut).size(), 2u);
   EXPECT_TRUE(detail::sealed_records({}).empty());
+  // No record at all where the first is cut short or the count is 0 (a refusal answers the first only).
+  Writer short_first, none;
+  short_first.u64(2).u64(5).raw(a.data(), a.size());
+  none.u64(0).u64(a.size()).raw(a.data(), a.size());
+  EXPECT_TRUE(detail::sealed_records(short_first.take()).empty());
+  EXPECT_TRUE(detail::sealed_records(none.take()).empty());
 }
 
 }  // namespace
