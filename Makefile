@@ -26,8 +26,9 @@ run: deps
 	./$(BUILD)/cohort train
 
 # The unit tests run as two processes side by side (Unit.Batch1of2 and 2of2; `ctest -L '^unit$$'` runs
-# them one by one), beside the docs checks: -j2 runs those two at a time, while every process test and
-# the install test are RUN_SERIAL and run alone. The fuzz smoke run (scripts/fuzz --smoke) builds its own
+# them one by one). ctest -j2 runs two tests at a time on the machine's 2 cores: the process tests say
+# which must run alone or never beside each other (Note [Process tests two at a time] in
+# tests/CMakeLists.txt). The fuzz smoke run (scripts/fuzz --smoke) builds its own
 # clang + sanitizer tree in build-fuzz/.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j2 --timeout 1500 -LE '^unit$$|reference|slow|swarm|slurm|mlflow'
