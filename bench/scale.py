@@ -92,8 +92,23 @@ def kill_tree(p):
             pass
 
 
-def wait_sampling(procs, limit_s, marks, all_done=None, pss_every_s=5.0):
-    """Waits for `procs` (SIGTERM past limit_s), sampling memory and watching each peer's file marks[i] =
+def mem_available_mib():
+    with open("/proc/meminfo") as f:
+        return next(int(l.split()[1]) // 1024 for l in f if l.startswith("MemAvailable:"))
+
+
+class Memory:
+    """The machine's memory as a run used it: the least available, and whether the run was stopped for it.
+    A peer system that does not fit is stopped at `floor_mib` available rather than left to the kernel's
+    OOM killer, which would pick any process of the machine; the row then says so."""
+
+    def __init__(self, floor_mib=1024):
+        self.floor_mib, self.least_mib, self.stopped = floor_mib, mem_available_mib(), False
+
+
+def wait_sampling(procs, limit_s, marks, all_done=None, pss_every_s=5.0, memory=None):
+    """Waits for `procs` (SIGTERM past limit_s; killed when `memory` says the machine is out of it),
+    sampling memory and watching each peer's file marks[i] =
     (path, text) for the line that says it started training. Resident sets are read every 0.5 s; PSS, whose
     read walks a process's page tables under its memory lock, every pss_every_s. Returns (wall, per peer
     the seconds from that line to its exit (None if never seen), the largest resident set of one process,
@@ -114,6 +129,13 @@ def wait_sampling(procs, limit_s, marks, all_done=None, pss_every_s=5.0):
             for p in procs:
                 if p.poll() is None:
                     kill_tree(p)
+        if memory:
+            memory.least_mib = min(memory.least_mib, mem_available_mib())
+            if memory.least_mib < memory.floor_mib and not memory.stopped:
+                memory.stopped = True
+                for p in procs:
+                    if p.poll() is None:
+                        kill_tree(p)
         table = process_table()
         read_pss = time.time() - pss_at >= pss_every_s
         pss_at = time.time() if read_pss else pss_at
@@ -167,7 +189,9 @@ def run_hivemind(python, peers, group_size, steps, port, work, matchmaking_s):
                 return False
         return True
 
-    wall, trained, peak_rss, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks, all_done)
+    memory = Memory()
+    wall, trained, peak_rss, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks, all_done,
+                                                                    memory=memory)
     finished, train_s, step_s, sums = 0, [], [], []
     for i in range(peers):
         events = []
@@ -202,6 +226,8 @@ def run_hivemind(python, peers, group_size, steps, port, work, matchmaking_s):
         "peak_pss_mib_per_peer": round(peak_pss / 1024, 1),
         "observer_cpu_s": round(observer_cpu, 1),
         "exit_codes": sorted(set(p.returncode for p in procs)),
+        "least_available_mib": memory.least_mib,
+        **({"stopped": f"out of memory: under {memory.floor_mib} MiB available"} if memory.stopped else {}),
     }
 
 
