@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,10 @@ class Averager {
   // Matchmaking (Matchmaking.cpp).
   std::vector<Member> withdraw(uint64_t round, PeerRecord mine, std::string& problem);
   Member say_ready(uint64_t round, PeerRecord mine);
+  // Sends this peer's ready message to the peers on `round` with its group key not yet in `told` (Note
+  // [Readiness goes to the group] in p2p/Directory.cpp), and adds them there.
+  void tell_ready(uint64_t round, const Member& me, uint64_t group_key, const std::vector<PeerRecord>& peers,
+                  std::set<PeerKey>& told);
   void hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, std::string>& said_ready);
   // `first`: the place of the group's first member among all the ready peers of its key, in the leader's
   // order (Note [Groups on a grid]).

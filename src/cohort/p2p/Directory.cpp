@@ -97,10 +97,13 @@ Directory::~Directory() {
   dht_->join();
 }
 
-void Directory::announce(PeerRecord mine) {
+void Directory::announce(PeerRecord mine, Reach reach) {
   std::lock_guard lock(mutex_);
   mine.key = me_.token.peer_public_key;
   if (mine.step != mine_.step || mine.ready != mine_.ready || mine.leaving != mine_.leaving) mine_urgent_ = true;
+  const bool everyone = reach == Reach::kEveryone || mine.group_key == 0 || mine.step != mine_.step ||
+                        mine.leaving != mine_.leaving || mine.group_key != mine_.group_key;
+  if (everyone) mine_to_everyone_ = true;
   mine.digest_step = mine_.digest_step;
   mine.digest = mine_.digest;
   mine.session = session_;
@@ -174,10 +177,12 @@ void Directory::run() {
         publishing && (mine_urgent_ || heartbeat || (mine_dirty_ && since(last_direct) >= kMinDirectGapS));
     const bool leaving_now = mine_urgent_ && mine_.leaving;
     std::vector<uint8_t> sealed;
+    const bool group_only = !heartbeat && !mine_to_everyone_;
+    PeerRecord record = mine_;
     if (direct_due) {
-      PeerRecord record = mine_;
       record.written_unix = detail::unix_now();
       mine_dirty_ = mine_urgent_ = false;
+      if (!group_only) mine_to_everyone_ = false;
       sealed = seal(me_, PeerKey{}, next_counter(), detail::encode_record(record));
       mine_sealed_ = sealed;
     }
@@ -196,7 +201,7 @@ void Directory::run() {
       }
     }
     if (!sealed.empty()) {
-      send_direct(sealed, heartbeat);
+      send_direct(sealed, heartbeat, group_only ? &record : nullptr);
       if (heartbeat && peers().empty()) knock(sealed);
       last_direct = steady_clock::now();
       if (heartbeat) last_heartbeat = last_direct;
@@ -216,10 +221,29 @@ void Directory::run() {
   }
 }
 
+// Note [Readiness goes to the group]
+// Every change of a record went to every live peer: at each step a peer's step and then its readiness,
+// 2 (N - 1) frames a peer a step (issue 41). With swarm.group_size, only the peers of its group key on its
+// step read its readiness (the leader's survey in p2p/Matchmaking.cpp), and the others' count toward the
+// target batch does not change when it turns ready: a peer on the step that is not ready counts as its
+// samples plus a batch, one that is ready as its samples (SwarmPeer::ready), and a peer turns ready when
+// its batch is in. So a change announced with Reach::kGroup (readiness, and the samples that make a peer
+// ready) goes to those peers only, and to the others with the next heartbeat. A change of step, leaving or
+// group key still goes to everyone at once: a leader waits for any peer one step behind, which may come
+// to its key. A peer that comes to the key after the ready one announced is told by matchmaking's ready
+// message (Averager::tell_ready). Without swarm.group_size every key is 0 and every change goes to
+// everyone, as before.
+//
 // To every peer in `to` a kRecord frame of this peer's record and, on a heartbeat to a few of them, some
 // others' (Note [The heartbeat passes on a few records]).
-void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others) {
+void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others, const PeerRecord* group_of) {
   std::vector<PeerRecord> to = with_others ? heartbeat_peers() : peers();
+  if (group_of) {
+    const auto elsewhere = [&](const PeerRecord& p) {
+      return p.step != group_of->step || p.group_key != group_of->group_key;
+    };
+    to.erase(std::remove_if(to.begin(), to.end(), elsewhere), to.end());
+  }
   std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
   std::set<PeerKey> gossip_to;
   if (with_others) {

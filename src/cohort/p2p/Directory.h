@@ -20,7 +20,8 @@
 // a swarm's steps waited on the lag. So the DHT is for finding peers (a record put every `dht_put_s`, read
 // every `dht_read_s`), and each change of a record goes to the known peers as one frame over the swarm's
 // transport (at once when the step, readiness or leaving changes; other changes
-// at most every 50 ms). The heartbeat, every announce_s, goes to every known peer; to a few of them (the
+// at most every 50 ms; with group keys, readiness only to the peers of its key: Note [Readiness goes to
+// the group] in Directory.cpp). The heartbeat, every announce_s, goes to every known peer; to a few of them (the
 // peers met in the last beats, and two drawn at random) it also carries up to 8 live records of the other
 // peers this one knows, drawn anew each beat (each still sealed by its own peer), so that two peers who
 // found each other in the DHT learn everyone the other knows within a few beats, whatever their own view
@@ -108,9 +109,16 @@ class Directory {
   Directory(const Directory&) = delete;
   Directory& operator=(const Directory&) = delete;
 
+  // Who must hear a change of this peer's record before the next heartbeat.
+  enum class Reach {
+    kEveryone,
+    // Only the peers on its step with its group key (PeerRecord::group_key; everyone where that is 0):
+    // readiness, which only its group's matchmaking reads (Note [Readiness goes to the group]).
+    kGroup,
+  };
   // This peer's record: sent to the known peers now (a change of step, readiness or leaving) or within
   // 50 ms (other changes), and again every announce_s (Note [Records go to the peers directly]).
-  void announce(PeerRecord mine);
+  void announce(PeerRecord mine, Reach reach = Reach::kEveryone);
   // Adds to this peer's record the digest of its weights after `step` (sent with its next record).
   void announce_digest(int64_t step, uint64_t digest);
   // The live peers other than this one, as of the last read; newest record of each.
@@ -129,8 +137,9 @@ class Directory {
  private:
   void run();
   bool has_contact() const;  // Note [No DHT request before the first contact]
-  // Sends `mine` (sealed) to every live peer, with the others' records when `with_others` (the heartbeat).
-  void send_direct(const std::vector<uint8_t>& mine, bool with_others);
+  // Sends `mine` (sealed) to every live peer, with the others' records when `with_others` (the heartbeat),
+  // or, given `group_of` (the record sealed in `mine`), only to the live peers on its step with its group key.
+  void send_direct(const std::vector<uint8_t>& mine, bool with_others, const PeerRecord* group_of);
   // The live peers and those whose record expired less than kHeartbeatAfterDeathS ago (Note [A peer whose
   // record expired still hears the heartbeat]).
   std::vector<PeerRecord> heartbeat_peers() const;
@@ -166,8 +175,9 @@ class Directory {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   PeerRecord mine_;
-  bool mine_dirty_ = false;   // changed since it was last sent
-  bool mine_urgent_ = false;  // its step, readiness or leaving changed: send it now
+  bool mine_dirty_ = false;        // changed since it was last sent
+  bool mine_urgent_ = false;       // its step, readiness or leaving changed: send it now
+  bool mine_to_everyone_ = false;  // a change since it was last sent to everyone is not Reach::kGroup's
   bool read_in_flight_ = false;
   // Addresses of peers met, to make DHT contacts of (Note [Every peer is a DHT contact]).
   std::vector<std::string> to_contact_;

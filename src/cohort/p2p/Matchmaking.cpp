@@ -4,6 +4,7 @@
 // halves of the Averager are declared in p2p/Averager.h.
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 #include "cohort/p2p/Averager.h"
@@ -104,12 +105,14 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
   const uint64_t group_key = mine.group_key;
   const Member me = say_ready(round, std::move(mine));
   std::map<PeerKey, std::string> said_ready;  // by message
+  std::set<PeerKey> told;                     // the peers this one sent its ready message
   for (;;) {
     // A group of a past round that came after this peer had left it (it gave up waiting, or it was in
     // another group) is declined now, so its members stop waiting for this peer.
     decline_late_groups();
     hear_ready(round, group_key, said_ready);
     const auto peers = directory_.peers();
+    tell_ready(round, me, group_key, peers, told);
     const auto s = survey(peers, static_cast<int64_t>(round), me, said_ready, group_key);
     // Note [A straggler does not wait for a group]
     // Every other live peer is past this step (they closed
@@ -159,22 +162,30 @@ std::vector<Member> Averager::withdraw(uint64_t round, PeerRecord mine, std::str
   return {{transport_.key(), transport_.address()}};
 }
 
-// Readiness goes into this peer's record and to the peers on this step directly too: a DHT record takes
-// 0.1 to 1 s to be read.
+// Readiness goes into this peer's record, to the peers of its group key (Note [Readiness goes to the
+// group] in p2p/Directory.cpp); the ready messages of match's loop go to the same peers at once.
 Member Averager::say_ready(uint64_t round, PeerRecord mine) {
   mine.step = static_cast<int64_t>(round);
   mine.ready = true;
   mine.address = transport_.address();
-  directory_.announce(mine);
-  const Member me{transport_.key(), transport_.address()};
-  Writer hello;
-  hello.str(me.address).u64(mine.group_key);
-  const auto body = hello.take();
-  // Only to the peers of its group key (all of them without swarm.group_size): the others would drop it.
-  for (const auto& p : directory_.peers())
-    if (p.step == static_cast<int64_t>(round) && p.group_key == mine.group_key)
-      transport_.send(p.key, p.address, {MessageKind::kReady, round, 0}, body);
-  return me;
+  directory_.announce(mine, Directory::Reach::kGroup);
+  return {transport_.key(), transport_.address()};
+}
+
+// Only to the peers of its group key (all of them without swarm.group_size): the others would drop it. A
+// peer that comes to the key later, after its last round, hears it then.
+void Averager::tell_ready(uint64_t round, const Member& me, uint64_t group_key, const std::vector<PeerRecord>& peers,
+                          std::set<PeerKey>& told) {
+  std::vector<uint8_t> body;
+  for (const auto& p : peers) {
+    if (p.step != static_cast<int64_t>(round) || p.group_key != group_key || !told.insert(p.key).second) continue;
+    if (body.empty()) {
+      Writer hello;
+      hello.str(me.address).u64(group_key);
+      body = hello.take();
+    }
+    transport_.send(p.key, p.address, {MessageKind::kReady, round, 0}, body);
+  }
 }
 
 void Averager::hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, std::string>& said_ready) {

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <zmq.hpp>
 
@@ -543,6 +545,110 @@ TEST(SwarmAverager, ReadyPeersFormOneGroupThroughTheDht) {
     EXPECT_TRUE(torch::allclose(out[i].averaged, torch::full({64}, 1.0f)));
     EXPECT_LT(out[i].matchmaking_s, 4.0);  // everyone was ready: no wait for the deadline
   }
+}
+
+// Records that change only when announced: no heartbeat for 30 s and none expiring, the DHT put once and
+// read every 0.2 s (peers find each other there, and the DHT never carries a later record).
+p2p::DirectoryOptions no_heartbeat_within_a_test() {
+  p2p::DirectoryOptions d;
+  d.announce_s = 30;
+  d.record_ttl_s = 60;
+  d.dht_put_s = 100;
+  d.dht_read_s = 0.2;
+  d.dht_read_known_s = 0.2;
+  return d;
+}
+
+// Announces each peer's record, again every 100 ms (with no heartbeat a peer met by a knock would not
+// hear back), until each sees all the others (true) or 10 s pass. The DHT's one put of each peer is done
+// by then: it holds these records, not a later one.
+bool meet(const std::vector<std::pair<Peer*, p2p::PeerRecord>>& peers) {
+  const auto deadline = p2p::Clock::now() + 10s;
+  for (;;) {
+    bool all = true;
+    for (const auto& [peer, record] : peers) all = all && peer->directory.peers().size() + 1 == peers.size();
+    if (all || p2p::Clock::now() > deadline) return all;
+    for (const auto& [peer, record] : peers) peer->directory.announce(record);
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
+// Note [Readiness goes to the group] (p2p/Directory.cpp): with group keys, a peer's readiness reaches the
+// peers of its key at once and the others only with the heartbeat (none comes within the test: announce_s
+// is 30 s), while a change of step still reaches everyone; with key 0 (no swarm.group_size) readiness
+// reaches everyone as before.
+TEST(SwarmDirectory, ReadinessGoesToThePeersOfItsGroupKeyAndAStepToEveryone) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = no_heartbeat_within_a_test();
+  Peer a(run, 91, "", logs, d), b(run, 92, a.transport.address(), logs, d), c(run, 93, a.transport.address(), logs, d);
+  const auto record = [](Peer& p, int64_t step, bool ready, uint64_t group_key) {
+    p2p::PeerRecord r{{}, p.transport.address(), step, 0, 1.0, ready, false, 0};
+    r.group_key = group_key;
+    return r;
+  };
+  ASSERT_TRUE(meet({{&a, record(a, 5, false, 1)}, {&b, record(b, 5, false, 1)}, {&c, record(c, 5, false, 2)}}));
+  // What `p` holds of a's record.
+  const auto of_a = [&](Peer& p) {
+    for (const auto& r : p.directory.peers())
+      if (r.key == a.transport.key()) return std::optional<p2p::PeerRecord>(r);
+    return std::optional<p2p::PeerRecord>();
+  };
+  const auto deadline = p2p::Clock::now() + 10s;
+  const auto wait_for = [&](const std::function<bool()>& done) {
+    while (p2p::Clock::now() < deadline && !done()) std::this_thread::sleep_for(20ms);
+    return done();
+  };
+  a.directory.announce(record(a, 5, true, 1), p2p::Directory::Reach::kGroup);
+  ASSERT_TRUE(wait_for([&] { return of_a(b) && of_a(b)->ready; })) << "b, of a's key, did not hear a was ready";
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(of_a(c));
+  EXPECT_FALSE(of_a(c)->ready) << "c, of another key, heard of a's readiness before a heartbeat";
+  // A step, asked for the group only, still goes to everyone: a leader waits for a peer a step behind.
+  a.directory.announce(record(a, 6, false, 1), p2p::Directory::Reach::kGroup);
+  ASSERT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->step == 6; })) << "c did not hear a's step";
+  // Without group keys readiness goes to everyone.
+  a.directory.announce(record(a, 6, false, 0));
+  a.directory.announce(record(a, 6, true, 0), p2p::Directory::Reach::kGroup);
+  EXPECT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->ready; })) << "c did not hear a was ready, key 0";
+}
+
+// A peer that comes to its group key after another of the key said it was ready, with no heartbeat in
+// between, still hears it at once from that peer's matchmaking (Averager::tell_ready), and the two form
+// their group without waiting for swarm.matchmaking_s. The latecomer has the smaller key, so it leads.
+TEST(SwarmAverager, APeerThatComesToItsGroupKeyLateHearsTheReadyOneAtOnce) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = no_heartbeat_within_a_test();
+  Peer p0(run, 95, "", logs, d), p1(run, 96, p0.transport.address(), logs, d);
+  Peer& late = p0.transport.key() < p1.transport.key() ? p0 : p1;
+  Peer& early = &late == &p0 ? p1 : p0;
+  constexpr uint64_t kKey = 7;
+  p2p::PeerRecord on_round{{}, early.transport.address(), 3, 0, 1.0, false, false, 0};
+  on_round.group_key = kKey;
+  ASSERT_TRUE(meet({{&early, on_round}, {&late, {{}, late.transport.address(), 2, 0, 1.0, false, false, 0}}}));
+  const p2p::AveragingOptions options{5.0, 5.0, 2, 8};
+  p2p::RoundOutcome out_early, out_late;
+  std::thread first([&] {
+    p2p::Averager averager(early.transport, early.directory, options);
+    p2p::PeerRecord mine;
+    mine.samples = 10;
+    mine.group_key = kKey;
+    out_early = averager.average(3, torch::full({64}, 0.0f), 10, mine);
+  });
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(late.directory.peers()[0].ready) << "the latecomer, a step behind, heard of the readiness";
+  p2p::Averager averager(late.transport, late.directory, options);
+  p2p::PeerRecord mine;
+  mine.samples = 10;
+  mine.group_key = kKey;
+  out_late = averager.average(3, torch::full({64}, 2.0f), 10, mine);
+  first.join();
+  for (const auto* out : {&out_early, &out_late}) {
+    EXPECT_EQ(out->group.size(), 2u) << out->problem;
+    EXPECT_TRUE(torch::allclose(out->averaged, torch::full({64}, 1.0f)));
+  }
+  EXPECT_LT(out_late.matchmaking_s, 2.0) << "the latecomer waited for swarm.matchmaking_s";
 }
 
 #endif  // COHORT_HAVE_SWARM

@@ -220,7 +220,6 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
   check_membership(peers);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
   if (elapsed > 0) samples_per_s_ = samples / elapsed;
-  announce_at(step, samples);
   int64_t total = samples;
   for (const auto& p : peers) {
     if (p.leaving) continue;
@@ -232,7 +231,10 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
           std::to_string(step) + (p.step > step + 1 ? ": downloading the state after this step" : ""));
     }
   }
-  return total >= target;
+  // The samples that make it ready change no other group's count (Note [Readiness goes to the group]).
+  const bool ready = total >= target;
+  announce_at(step, samples, false, ready ? p2p::Directory::Reach::kGroup : p2p::Directory::Reach::kEveryone);
+  return ready;
 }
 
 at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samples, int64_t& wire_bytes) {
@@ -360,10 +362,10 @@ void SwarmPeer::join_smallest_group(int64_t step) {
 void SwarmPeer::progress(int64_t step, int64_t samples) { announce_at(step, samples); }
 
 // This peer's record: on `step` with `samples` toward it, not ready (matchmaking announces readiness).
-void SwarmPeer::announce_at(int64_t step, int64_t samples, bool leaving) {
+void SwarmPeer::announce_at(int64_t step, int64_t samples, bool leaving, p2p::Directory::Reach reach) {
   p2p::PeerRecord r{{}, transport_->address(), step, samples, samples_per_s_, false, leaving, 0, last_group_size_};
   r.group_key = group_key_for(step);
-  directory_->announce(r);
+  directory_->announce(r, reach);
 }
 
 int64_t SwarmPeer::others_progress(int64_t step) const {

@@ -116,7 +116,8 @@ class SwarmPeer {
   // another run answered it; warns when it has met nobody for long (Note [A peer that is alone says why]).
   // `peers`: the live peers as the directory lists them now.
   void check_membership(const std::vector<p2p::PeerRecord>& peers);
-  void announce_at(int64_t step, int64_t samples, bool leaving = false);
+  void announce_at(int64_t step, int64_t samples, bool leaving = false,
+                   p2p::Directory::Reach reach = p2p::Directory::Reach::kEveryone);
   // Note [Groups on a grid] (p2p/Matchmaking.cpp): the group key this peer announces for `step`, and the
   // move of its coordinate after that round, where it had `place` among its key's peers.
   uint64_t group_key_for(int64_t step) const;
