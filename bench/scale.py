@@ -19,8 +19,8 @@ training before every peer is seen): peers finished, wall and training time, the
 global step (epoch to epoch), memory.
 --launch-workers 2,8,32 with --torch-python: cohort's launcher and DDP against torchrun and PyTorch's DDP
 (bench/peers/torchrun_ddp_mlp.py) on the same MLP, 32 samples a worker a step: wall (command start to
-exit) and training time. --faults 32:8:8: 8 of 32 peers in groups of 8 killed a third of the way, 8
-newcomers started: who finishes, who downloaded the state, the rounds after the kill. --accuracy 16,32:
+exit) and training time. --faults 32:8:8: 8 of 32 peers in groups of 8 killed a third of the way into
+--fault-steps (120), 8 newcomers started: who finishes, who downloaded the state, the rounds after the kill. --accuracy 16,32:
 test accuracy after --accuracy-steps of the same global batch, ddp against the swarm in one group and in
 groups of 8. The rendezvous store at 8 to 1,024 clients is build/bench/store_latency's.
 Every peer runs on the same cores, so past a few peers per core the machine, not the swarm, sets the
@@ -319,7 +319,7 @@ def run_faults(cohort, peers, group_size, kill, steps, port, work):
         with open(os.path.join(work, f"out{peers + j}.txt"), errors="replace") as f:
             caught_up += "caught up to step" in f.read()
     return {
-        "peers": peers, "group_size": group_size, "killed": kill, "newcomers": kill, "killed_at_step": killed_at,
+        "peers": peers, "steps": steps, "group_size": group_size, "killed": kill, "newcomers": kill, "killed_at_step": killed_at,
         "survivors_finished": sum(procs[i].returncode == 0 for i in survivors),
         "newcomers_finished": sum(p.returncode == 0 for p in newcomers),
         "newcomers_caught_up": caught_up,
@@ -445,6 +445,10 @@ def main():
     ap.add_argument("--launch-strategies", default="ddp", help="ddp, zero1, fsdp: cohort's dist.strategy and PyTorch's")
     ap.add_argument("--faults", default="", metavar="PEERS:GROUP:KILL",
                     help="faults at scale: e.g. 32:8:8 kills 8 of 32 peers in groups of 8 and starts 8 newcomers")
+    # 60 steps raced the newcomers' start against the run's end on a slow machine: the survivors took about
+    # 20 s for the 40 steps after the kill, and newcomers that came later had no live swarm to catch up with.
+    ap.add_argument("--fault-steps", type=int, default=120,
+                    help="the fault run's steps (the kill comes at a third of them)")
     ap.add_argument("--accuracy", default="", help="peer counts for accuracy against ddp, e.g. 16,32")
     ap.add_argument("--accuracy-steps", type=int, default=240)
     ap.add_argument("--out")
@@ -494,9 +498,10 @@ def main():
     if a.faults:
         peers, gs, kill = (int(x) for x in a.faults.split(":"))
         work = tempfile.mkdtemp(prefix=f"scale-faults-{peers}-")
-        faults.append(run_faults(a.cohort, peers, gs, kill, a.steps, port, work))
+        faults.append(run_faults(a.cohort, peers, gs, kill, a.fault_steps, port, work))
         print(json.dumps(faults[-1]), file=sys.stderr)
-        if faults[-1]["survivors_finished"] + faults[-1]["newcomers_finished"] == peers:
+        f = faults[-1]
+        if f["survivors_finished"] + f["newcomers_finished"] == peers and f["newcomers_caught_up"] == kill:
             shutil.rmtree(work, ignore_errors=True)
         else:
             faults[-1]["logs"] = work
