@@ -119,6 +119,7 @@ void Directory::announce_digest(int64_t step, uint64_t digest) {
   mine_.digest_step = step;
   mine_.digest = digest;
   mine_dirty_ = true;
+  mine_to_everyone_ = true;  // any peer on the step or behind compares digests (SwarmCatchUp.cpp's drifted_from)
   changed_.notify_all();
 }
 
@@ -227,7 +228,9 @@ void Directory::run() {
 // step read its readiness (the leader's survey in p2p/Matchmaking.cpp), and the others' count toward the
 // target batch does not change when it turns ready: a peer on the step that is not ready counts as its
 // samples plus a batch, one that is ready as its samples (SwarmPeer::ready), and a peer turns ready when
-// its batch is in. So a change announced with Reach::kGroup (readiness, and the samples that make a peer
+// its batch is in. (The batch counted is the reader's own: with peers of unequal batches the count is
+// off by the difference until the heartbeat, where before it was exact within milliseconds.) So a change
+// announced with Reach::kGroup (readiness, and the samples that make a peer
 // ready) goes to those peers only, and to the others with the next heartbeat. A change of step, leaving or
 // group key still goes to everyone at once: a leader waits for any peer one step behind, which may come
 // to its key. A peer that comes to the key after the ready one announced is told by matchmaking's ready

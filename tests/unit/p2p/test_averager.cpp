@@ -588,6 +588,7 @@ TEST(SwarmDirectory, ReadinessGoesToThePeersOfItsGroupKeyAndAStepToEveryone) {
     return r;
   };
   ASSERT_TRUE(meet({{&a, record(a, 5, false, 1)}, {&b, record(b, 5, false, 1)}, {&c, record(c, 5, false, 2)}}));
+  std::this_thread::sleep_for(300ms);  // meet's last announce, to everyone, goes out within 50 ms
   // What `p` holds of a's record.
   const auto of_a = [&](Peer& p) {
     for (const auto& r : p.directory.peers())
@@ -607,8 +608,12 @@ TEST(SwarmDirectory, ReadinessGoesToThePeersOfItsGroupKeyAndAStepToEveryone) {
   // A step, asked for the group only, still goes to everyone: a leader waits for a peer a step behind.
   a.directory.announce(record(a, 6, false, 1), p2p::Directory::Reach::kGroup);
   ASSERT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->step == 6; })) << "c did not hear a's step";
+  // A digest of the weights goes to everyone: any peer compares them.
+  a.directory.announce_digest(6, 42);
+  ASSERT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->digest_step == 6; })) << "c did not hear a's digest";
   // Without group keys readiness goes to everyone.
   a.directory.announce(record(a, 6, false, 0));
+  ASSERT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->group_key == 0; }));
   a.directory.announce(record(a, 6, true, 0), p2p::Directory::Reach::kGroup);
   EXPECT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->ready; })) << "c did not hear a was ready, key 0";
 }
