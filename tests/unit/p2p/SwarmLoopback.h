@@ -1,0 +1,104 @@
+// Swarm peers on loopback for the p2p unit tests: real sockets and a real OpenDHT, peers as threads, each
+// on its own 127.0.0.x address (OpenDHT rate-limits per address, FACTS.md). Shared by test_averager.cpp
+// and test_directory.cpp; each test there takes hosts no other test of the two uses.
+//
+//   Logs logs;
+//   Peer a(run, 11, "", logs), b(run, 12, a.transport.address(), logs);
+#pragma once
+
+#include <chrono>
+#include <ctime>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include "cohort/p2p/Auth.h"
+#include "cohort/p2p/Averager.h"
+#include "cohort/p2p/Directory.h"
+#include "cohort/p2p/Transport.h"
+
+namespace cohort::p2p::loopback {
+
+using namespace std::chrono_literals;
+
+inline int64_t now_unix() { return static_cast<int64_t>(std::time(nullptr)); }
+
+struct Logs {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  std::function<void(const std::string&)> sink() {
+    return [this](const std::string& line) {
+      std::lock_guard lock(mutex);
+      lines.push_back(line);
+    };
+  }
+  bool contains(const std::string& text) {
+    std::lock_guard lock(mutex);
+    for (const auto& l : lines)
+      if (l.find(text) != std::string::npos) return true;
+    return false;
+  }
+};
+
+// The rest needs OpenDHT (COHORT_HAVE_SWARM; Debian 13 has no OpenDHT package).
+#if COHORT_HAVE_SWARM
+
+// A port per test run, so that parallel ctest processes do not collide.
+inline uint16_t base_port() {
+  static const uint16_t port = static_cast<uint16_t>(20000 + (::getpid() % 2000) * 10);
+  return port;
+}
+
+// One peer: identity, transport and directory, at 127.0.0.<host>.
+struct Peer {
+  Peer(const p2p::RunKey& run, int host, const std::string& bootstrap, Logs& logs, p2p::DirectoryOptions d = {})
+      : Peer(run, p2p::issue_token(run, 1h, now_unix()), host, bootstrap, logs, d) {}
+  // A peer that writes under `run`'s DHT key with `identity` (an intruder's, in one test).
+  Peer(const p2p::RunKey& run, p2p::PeerIdentity id, int host, const std::string& bootstrap, Logs& logs,
+       p2p::DirectoryOptions d)
+      : identity(std::move(id)),
+        transport(identity, run.public_key,
+                  "127.0.0." + std::to_string(host) + ":" + std::to_string(base_port() + host), logs.sink()),
+        directory(identity, run.public_key, transport.address(),
+                  bootstrap.empty() ? std::vector<std::string>{} : std::vector<std::string>{bootstrap}, d, logs.sink(),
+                  &transport) {}
+  p2p::PeerIdentity identity;
+  p2p::Transport transport;
+  p2p::Directory directory;
+  p2p::Member member() const { return {transport.key(), transport.address()}; }
+};
+
+// Records that change only when announced: no heartbeat for 30 s and none expiring, the DHT put once and
+// read every 0.2 s (peers find each other there, and the DHT never carries a later record).
+inline p2p::DirectoryOptions no_heartbeat_within_a_test() {
+  p2p::DirectoryOptions d;
+  d.announce_s = 30;
+  d.record_ttl_s = 60;
+  d.dht_put_s = 100;
+  d.dht_read_s = 0.2;
+  d.dht_read_known_s = 0.2;
+  return d;
+}
+
+// Announces each peer's record, again every 100 ms (with no heartbeat a peer met by a knock would not
+// hear back), until each sees all the others (true) or 10 s pass. The DHT's one put of each peer is done
+// by then: it holds these records, not a later one.
+inline bool meet(const std::vector<std::pair<Peer*, p2p::PeerRecord>>& peers) {
+  const auto deadline = p2p::Clock::now() + 10s;
+  for (;;) {
+    bool all = true;
+    for (const auto& [peer, record] : peers) all = all && peer->directory.peers().size() + 1 == peers.size();
+    if (all || p2p::Clock::now() > deadline) return all;
+    for (const auto& [peer, record] : peers) peer->directory.announce(record);
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
+#endif  // COHORT_HAVE_SWARM
+
+}  // namespace cohort::p2p::loopback

@@ -1,0 +1,190 @@
+// The swarm's directory with real sockets and a real OpenDHT on loopback (SwarmLoopback.h): how peers
+// find each other, and which record changes reach which peers.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <optional>
+#include <thread>
+
+#include "cohort/p2p/Directory.h"
+#include "unit/p2p/SwarmLoopback.h"
+
+namespace cohort::p2p {
+namespace {
+
+using namespace loopback;
+
+#if COHORT_HAVE_SWARM
+
+TEST(SwarmDirectory, PeersFindEachOtherAndRecordsOfAnotherRunAreRefused) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  Peer a(run, 11, "", logs), b(run, 12, a.transport.address(), logs), c(run, 13, b.transport.address(), logs);
+  // The intruder writes under this run's DHT key, its records sealed with another run's token.
+  Logs intruder_logs;
+  const auto stranger = p2p::issue_token(p2p::generate_run_key(), 1h, now_unix());
+  Peer intruder(run, stranger, 14, a.transport.address(), intruder_logs, {});
+  for (auto* p : {&a, &b, &c}) p->directory.announce({{}, p->transport.address(), 5, 10, 1.0, false, false, 0});
+  intruder.directory.announce({{}, intruder.transport.address(), 5, 10, 1.0, false, false, 0});
+  const auto deadline = p2p::Clock::now() + 10s;
+  while (p2p::Clock::now() < deadline && c.directory.peers().size() < 2) std::this_thread::sleep_for(50ms);
+  const auto seen = c.directory.peers();
+  ASSERT_EQ(seen.size(), 2u);
+  for (const auto& p : seen) {
+    EXPECT_EQ(p.step, 5);
+    EXPECT_TRUE(p.key == a.transport.key() || p.key == b.transport.key());
+  }
+  const std::string refusal = "refused a record from peer " + p2p::peer_name(stranger.token.peer_public_key);
+  while (p2p::Clock::now() < deadline + 5s && !logs.contains(refusal)) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(logs.contains(refusal));
+}
+
+// Note [Records go to the peers directly]: once peers know each other, a change of a record reaches them
+// without the DHT. Here the DHT holds only the first records (the next put is 100 s away), so a peer
+// that sees the second step got it directly.
+TEST(SwarmDirectory, ARecordChangeGoesToTheKnownPeersDirectly) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  p2p::DirectoryOptions d;
+  d.dht_put_s = 100;
+  d.dht_read_s = 0.2;
+  Peer a(run, 15, "", logs, d), b(run, 16, a.transport.address(), logs, d);
+  for (auto* p : {&a, &b}) p->directory.announce({{}, p->transport.address(), 5, 10, 1.0, false, false, 0});
+  const auto deadline = p2p::Clock::now() + 10s;
+  const auto sees = [&](Peer& p, int64_t step) {
+    const auto peers = p.directory.peers();
+    return peers.size() == 1 && peers[0].step == step;
+  };
+  while (p2p::Clock::now() < deadline && !(sees(a, 5) && sees(b, 5))) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(sees(a, 5) && sees(b, 5));
+  a.directory.announce({{}, a.transport.address(), 6, 0, 1.0, true, false, 0});
+  while (p2p::Clock::now() < deadline && !sees(b, 6)) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(sees(b, 6));
+  EXPECT_TRUE(b.directory.peers()[0].ready);
+  EXPECT_GT(a.transport.stats().record_bytes_sent, 0);
+  // Each record said its peer reads frames sealed for it alone: the direct ones went with a MAC.
+  EXPECT_GT(a.transport.stats().frames_with_mac, 0);
+  // A peer that leaves is out of the others' view at once, not when its record expires.
+  a.directory.announce({{}, a.transport.address(), 6, 0, 1.0, false, true, 0});
+  while (p2p::Clock::now() < deadline && !b.directory.peers().empty()) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(b.directory.peers().empty());
+}
+
+// Note [A peer that knows nobody knocks] and Note [The heartbeat is its own clock]: three peers whose
+// records change every 50 ms (faster than announce_s, as a swarm's steps do), a DHT that is put once and
+// read again only after 100 s, and a newcomer that comes when the DHT's copies are older than the TTL: it
+// knocks on its initial peer and, through that peer's heartbeat, meets all three.
+TEST(SwarmDirectory, ANewcomerKnockingOnOnePeerMeetsEveryPeerThroughItsHeartbeat) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  p2p::DirectoryOptions d;
+  d.dht_put_s = 100;
+  d.dht_read_s = d.dht_read_known_s = 100;
+  d.record_ttl_s = 2;
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 61 + i, i ? peers[size_t(i) - 1]->transport.address() : "", logs, d));
+  std::atomic<bool> stop{false};
+  std::thread steps([&] {
+    for (int64_t step = 1; !stop; ++step) {
+      for (auto& p : peers) p->directory.announce({{}, p->transport.address(), step, 0, 1.0, false, false, 0});
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  std::this_thread::sleep_for(3s);  // the DHT's copies are now past the TTL
+  Peer newcomer(run, 64, peers[2]->transport.address(), logs, d);
+  newcomer.directory.announce({{}, newcomer.transport.address(), 0, 0, 1.0, false, false, 0});
+  const auto deadline = p2p::Clock::now() + 5s;
+  while (p2p::Clock::now() < deadline && newcomer.directory.peers().size() < 3) std::this_thread::sleep_for(20ms);
+  const auto seen = newcomer.directory.peers().size();
+  stop = true;
+  steps.join();
+  EXPECT_EQ(seen, 3u);
+}
+
+// Note [A peer whose record expired still hears the heartbeat]: B falls silent for longer than the TTL
+// (its heartbeat is 100 s away), so A's and C's records of it expire. Before, they then stopped sending
+// to B (each still knows a live peer, so neither knocks), B's records of them expired in turn, and B's
+// next change went to nobody: B never met them again without the DHT (read here only every 100 s). Now
+// their heartbeats still reach B, so B still knows them, and B's next step reaches them at once.
+TEST(SwarmDirectory, APeerWhoseRecordExpiredMeetsTheOthersAgainAtItsNextChange) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  p2p::DirectoryOptions d;
+  d.announce_s = 0.2;
+  d.record_ttl_s = 1;
+  d.dht_put_s = d.dht_read_s = d.dht_read_known_s = 100;
+  p2p::DirectoryOptions silent = d;
+  silent.announce_s = 100;
+  Peer a(run, 81, "", logs, d), c(run, 83, a.transport.address(), logs, d);
+  Peer b(run, 82, a.transport.address(), logs, silent);
+  for (auto* p : {&a, &b, &c}) p->directory.announce({{}, p->transport.address(), 1, 0, 1.0, false, false, 0});
+  const auto step_of = [](Peer& viewer, const Peer& seen) {
+    for (const auto& r : viewer.directory.peers())
+      if (r.key == seen.transport.key()) return r.step;
+    return int64_t{-1};
+  };
+  auto deadline = p2p::Clock::now() + 10s;
+  while (p2p::Clock::now() < deadline && !(step_of(a, b) == 1 && step_of(b, a) == 1 && step_of(b, c) == 1))
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(step_of(a, b) == 1 && step_of(b, a) == 1 && step_of(b, c) == 1);
+  std::this_thread::sleep_for(2500ms);  // B sent nothing since: its record at A and C is past the TTL
+  EXPECT_EQ(step_of(a, b), -1);
+  EXPECT_EQ(step_of(a, c), 1);
+  EXPECT_EQ(step_of(b, a), 1) << "A's heartbeat no longer reaches B";
+  b.directory.announce({{}, b.transport.address(), 2, 0, 1.0, false, false, 0});
+  deadline = p2p::Clock::now() + 3s;
+  while (p2p::Clock::now() < deadline && !(step_of(a, b) == 2 && step_of(c, b) == 2)) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(step_of(a, b), 2);
+  EXPECT_EQ(step_of(c, b), 2);
+}
+
+// Note [Readiness goes to the group] (p2p/Directory.cpp): with group keys, a peer's readiness reaches the
+// peers of its key at once and the others only with the heartbeat (none comes within the test: announce_s
+// is 30 s), while a change of step still reaches everyone; with key 0 (no swarm.group_size) readiness
+// reaches everyone as before.
+TEST(SwarmDirectory, ReadinessGoesToThePeersOfItsGroupKeyAndAStepToEveryone) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = no_heartbeat_within_a_test();
+  Peer a(run, 91, "", logs, d), b(run, 92, a.transport.address(), logs, d), c(run, 93, a.transport.address(), logs, d);
+  const auto record = [](Peer& p, int64_t step, bool ready, uint64_t group_key) {
+    p2p::PeerRecord r{{}, p.transport.address(), step, 0, 1.0, ready, false, 0};
+    r.group_key = group_key;
+    return r;
+  };
+  ASSERT_TRUE(meet({{&a, record(a, 5, false, 1)}, {&b, record(b, 5, false, 1)}, {&c, record(c, 5, false, 2)}}));
+  std::this_thread::sleep_for(300ms);  // meet's last announce, to everyone, goes out within 50 ms
+  // What `p` holds of a's record.
+  const auto of_a = [&](Peer& p) {
+    for (const auto& r : p.directory.peers())
+      if (r.key == a.transport.key()) return std::optional<p2p::PeerRecord>(r);
+    return std::optional<p2p::PeerRecord>();
+  };
+  const auto deadline = p2p::Clock::now() + 10s;
+  const auto wait_for = [&](const std::function<bool()>& done) {
+    while (p2p::Clock::now() < deadline && !done()) std::this_thread::sleep_for(20ms);
+    return done();
+  };
+  a.directory.announce(record(a, 5, true, 1), p2p::Directory::Reach::kGroup);
+  ASSERT_TRUE(wait_for([&] { return of_a(b) && of_a(b)->ready; })) << "b, of a's key, did not hear a was ready";
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(of_a(c));
+  EXPECT_FALSE(of_a(c)->ready) << "c, of another key, heard of a's readiness before a heartbeat";
+  // A step, asked for the group only, still goes to everyone: a leader waits for a peer a step behind.
+  a.directory.announce(record(a, 6, false, 1), p2p::Directory::Reach::kGroup);
+  ASSERT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->step == 6; })) << "c did not hear a's step";
+  // A digest of the weights goes to everyone: any peer compares them.
+  a.directory.announce_digest(6, 42);
+  ASSERT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->digest_step == 6; })) << "c did not hear a's digest";
+  // Without group keys readiness goes to everyone.
+  a.directory.announce(record(a, 6, false, 0));
+  ASSERT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->group_key == 0; }));
+  a.directory.announce(record(a, 6, true, 0), p2p::Directory::Reach::kGroup);
+  EXPECT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->ready; })) << "c did not hear a was ready, key 0";
+}
+
+#endif  // COHORT_HAVE_SWARM
+
+}  // namespace
+}  // namespace cohort::p2p
