@@ -179,8 +179,9 @@ void Directory::run() {
     const bool leaving_now = mine_urgent_ && mine_.leaving;
     std::vector<uint8_t> sealed;
     const bool group_only = !heartbeat && !mine_to_everyone_;
-    PeerRecord record = mine_;
+    PeerRecord record;  // as sealed: send_direct filters on its step and key
     if (direct_due) {
+      record = mine_;
       record.written_unix = detail::unix_now();
       mine_dirty_ = mine_urgent_ = false;
       if (!group_only) mine_to_everyone_ = false;
