@@ -20,8 +20,8 @@ global step (epoch to epoch), memory.
 --launch-workers 2,8,32 with --torch-python: cohort's launcher and DDP against torchrun and PyTorch's DDP
 (bench/peers/torchrun_ddp_mlp.py) on the same MLP, 32 samples a worker a step: wall (command start to
 exit) and training time. --faults 32:8:8: 8 of 32 peers in groups of 8 killed a third of the way into
---fault-steps (120), 8 newcomers started: who finishes, who downloaded the state, the rounds after the kill. --accuracy 16,32:
-test accuracy after --accuracy-steps of the same global batch, ddp against the swarm in one group and in
+--fault-steps (120), 8 newcomers started: who finishes, who downloaded the state, the rounds after the
+kill. --accuracy 16,32: test accuracy after --accuracy-steps of the same global batch, ddp against the swarm in one group and in
 groups of 8. The rendezvous store at 8 to 1,024 clients is build/bench/store_latency's.
 Every peer runs on the same cores, so past a few peers per core the machine, not the swarm, sets the
 round time: compare the counts with each other and group sizes at one count, not with a cluster.
@@ -106,6 +106,12 @@ class Memory:
         self.floor_mib, self.least_mib, self.stopped = floor_mib, mem_available_mib(), False
 
 
+def kill_running(procs):
+    for p in procs:
+        if p.poll() is None:
+            kill_tree(p)
+
+
 def wait_sampling(procs, limit_s, marks, all_done=None, pss_every_s=5.0, memory=None):
     """Waits for `procs` (SIGTERM past limit_s; killed when `memory` says the machine is out of it),
     sampling memory and watching each peer's file marks[i] =
@@ -126,16 +132,12 @@ def wait_sampling(procs, limit_s, marks, all_done=None, pss_every_s=5.0, memory=
         if all_done and done_at is None and all_done():
             done_at = time.time()
         if done_at and time.time() - done_at > 5:
-            for p in procs:
-                if p.poll() is None:
-                    kill_tree(p)
+            kill_running(procs)
         if memory:
             memory.least_mib = min(memory.least_mib, mem_available_mib())
             if memory.least_mib < memory.floor_mib and not memory.stopped:
                 memory.stopped = True
-                for p in procs:
-                    if p.poll() is None:
-                        kill_tree(p)
+                kill_running(procs)
         table = process_table()
         read_pss = time.time() - pss_at >= pss_every_s
         pss_at = time.time() if read_pss else pss_at
