@@ -1,6 +1,7 @@
 // swarm.group_size: rounds in groups smaller than the swarm, on a grid whose groups change from round to
 // round, with the weights averaged in the round's group every swarm.average_state_every steps (Note
-// [Groups on a grid] in p2p/Matchmaking.cpp).
+// [Groups on a grid] in p2p/Matchmaking.cpp; by default every step: Note [Weights averaged at every step in
+// bounded groups] in parallel/swarm/SwarmPeer.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,7 +32,7 @@ double relative_distance(const checkpoint::NamedTensors& a, const checkpoint::Na
 
 // Eight peers in groups of at most four: every round's groups are full or nearly, never larger, the
 // groups change (each peer's weights differ from the others' by a little, not by nothing: no group was
-// ever everyone), and averaging the weights every 5 steps keeps them close.
+// ever everyone), and averaging the weights at every step (the default) keeps them close.
 TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
   SKIP_WITHOUT_SWARM();
   constexpr int kPeers = 8;
@@ -39,20 +40,13 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
   const auto peers = start_peers(
       "swarm-groups", kPeers, 100,
       [](int i) -> std::vector<std::string> {
-        return {"swarm.sampler=partition",
-                "swarm.partitions=8",
-                "swarm.partition=" + std::to_string(i),
-                "swarm.min_peers_to_start=8",
-                "swarm.group_size=4",
-                "swarm.average_state_every=5",
-                "swarm.matchmaking_s=2",
-                "train.max_steps=30",
-                "train.epochs=100",
-                "train.threads=1",
+        return {"swarm.sampler=partition",    "swarm.partitions=8", "swarm.partition=" + std::to_string(i),
+                "swarm.min_peers_to_start=8", "swarm.group_size=4", "swarm.matchmaking_s=2",
+                "train.max_steps=30",         "train.epochs=100",   "train.threads=1",
                 "log.progress=plain"};
       },
       dirs);
-  double group_sum = 0;
+  double group_sum = 0, fewest_state_rounds = 1e9;
   int64_t rounds = 0;
   for (int i = 0; i < kPeers; ++i) {
     const auto r = peers[static_cast<size_t>(i)]->wait(300);
@@ -64,7 +58,10 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
       ++rounds;
     }
     const auto summary = read_json(dirs[static_cast<size_t>(i)] / "summary.json");
-    EXPECT_GE(summary["swarm_state_rounds"].get<double>(), 4) << r.output;
+    // By default at every step of 30 (every 5 steps: 6), but for a step the peer spent alone or whose
+    // round went wrong: at least 29 of 30 measured.
+    fewest_state_rounds = std::min(fewest_state_rounds, summary["swarm_state_rounds"].get<double>());
+    EXPECT_GE(summary["swarm_state_rounds"].get<double>(), 20) << r.output;
   }
   // Measured 3.9 of 4 (five runs): a round or two at the start, while eight processes on two cores come
   // up, can be short.
@@ -78,9 +75,11 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
       closest = std::min(closest, d);
       farthest = std::max(farthest, d);
     }
-  std::cout << "relative L2 distances between the peers' weights: " << closest << " to " << farthest << "\n";
-  // Measured: at most 0.0018 to 0.0023 apart (three runs); with the weights never averaged
-  // (swarm.average_state_every=1000), 0.007 to 0.014 apart after the same 30 steps.
+  std::cout << "relative L2 distances between the peers' weights: " << closest << " to " << farthest
+            << "; weights averaged in at least " << fewest_state_rounds << " of 30 steps\n";
+  // Measured: at most 0.0010 to 0.0012 apart (three runs, weights averaged at every step); 0.0018 to
+  // 0.0023 with them averaged every 5 steps; with them never averaged (swarm.average_state_every=1000),
+  // 0.007 to 0.014 apart after the same 30 steps.
   EXPECT_LT(farthest, 0.005);
   EXPECT_GT(farthest, 0.0) << "every peer ended with the same weights: the groups were never smaller than the swarm";
 }

@@ -161,8 +161,10 @@ struct SwarmConfig {
   double matchmaking_s = 5.0;
   double averaging_timeout_s = 30.0;
   int64_t min_group_size = 2;
-  int64_t group_size = 0;            // at most this many peers per round (0: every ready peer)
-  int64_t average_state_every = 10;  // with group_size: the round's group averages parameters every N steps
+  int64_t group_size = 0;  // at most this many peers per round (0: every ready peer)
+  // With group_size: the round's group averages parameters every N steps (0: the strategy's own,
+  // parallel/swarm/SwarmPeer.h's state_average_every).
+  int64_t average_state_every = 0;
   int64_t min_peers_to_start = 1;
   std::string sampler = "random";
   int64_t partitions = 1;

@@ -247,8 +247,9 @@ const std::vector<Field>& fields() {
       field("swarm.average_state_every", &T::swarm, &SwarmConfig::average_state_every,
             "swarm with swarm.group_size: every N steps the round's group also averages the parameters, which "
             "groups smaller than the swarm would otherwise let drift apart (hivemind.Optimizer's "
-            "average_state_every); diloco: every N outer rounds, its outer weights and momentum",
-            {}, positive<int64_t>()),
+            "average_state_every); diloco: every N outer rounds, its outer weights and momentum (0: every step "
+            "for swarm, as hivemind's default; every 10 outer rounds for diloco)",
+            {}, non_negative<int64_t>()),
       field("swarm.min_peers_to_start", &T::swarm, &SwarmConfig::min_peers_to_start,
             "swarm: the first step waits until this many peers (this one included) are in the swarm, at most "
             "dist.timeout_s (torchrun's minimum of --nnodes=MIN:MAX); later peers join at any time",

@@ -116,7 +116,11 @@ RoundOutcome Averager::all_reduce(uint64_t round, const std::vector<Member>& gro
   const auto mine_it =
       std::find_if(group.begin(), group.end(), [&](const Member& m) { return m.key == transport_.key(); });
   COHORT_ASSERT(mine_it != group.end(), "all_reduce: this peer is not in the group");
-  const Round r{round, group, mine_it - group.begin(), flat.contiguous(), options_.codec};
+  // Weights (a parameter round) go in fp32, whatever the gradients' codec: rounded to fp16 or int8 at every
+  // averaging, updates smaller than the rounding would be lost for good, with no error feedback to carry
+  // them (hivemind's state averaging is uncompressed by default too).
+  const Codec codec = (round & kParametersRound) ? Codec::kNone : options_.codec;
+  const Round r{round, group, mine_it - group.begin(), flat.contiguous(), codec};
   decline_other_groups(round, group);
   if (r.size() == 1) {
     out.averaged = r.values;

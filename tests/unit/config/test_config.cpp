@@ -124,6 +124,13 @@ TEST(Config, SwarmCompressTakesNoneFp16OrInt8AndNamesTheKeyOtherwise) {
   EXPECT_NE(m.find("fp16"), std::string::npos) << m;  // lists the choices
 }
 
+TEST(Config, SwarmAverageStateEveryTakesZeroForTheStrategysOwnAndRefusesNegatives) {
+  EXPECT_EQ(cfg::load(std::nullopt, {}).swarm.average_state_every, 0);
+  EXPECT_EQ(cfg::load(std::nullopt, {"swarm.average_state_every=5"}).swarm.average_state_every, 5);
+  const auto m = error_of([] { cfg::load(std::nullopt, {"swarm.average_state_every=-1"}); });
+  EXPECT_NE(m.find("swarm.average_state_every"), std::string::npos) << m;
+}
+
 TEST(Config, ShardingAndOptimizerKeysParseAndConflictsAreNamed) {
   const auto c = cfg::load(std::nullopt, {"dist.strategy=fsdp", "dist.fsdp_unit=child", "optim.name=adamw",
                                           "optim.beta2=0.95", "optim.clip_grad_norm=1.5"});

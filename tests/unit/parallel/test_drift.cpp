@@ -59,6 +59,18 @@ TEST(Drift, OnlyTheLatestStepBothSidesKnowIsCompared) {
   EXPECT_TRUE(drifted_from({}, key(9), {record(1, 9, 0x02)}).empty());
 }
 
+// Note [Weights averaged at every step in bounded groups]: swarm.average_state_every's default (0) is every
+// step for the swarm and every 10 outer rounds for DiLoCo; a value given is taken by both.
+TEST(Drift, WeightsAreAveragedEveryStepInBoundedGroupsUnlessSaidOtherwise) {
+  SwarmConfig c;
+  EXPECT_EQ(c.average_state_every, 0);
+  EXPECT_EQ(state_average_every(c, false), 1);
+  EXPECT_EQ(state_average_every(c, true), 10);
+  c.average_state_every = 7;
+  EXPECT_EQ(state_average_every(c, false), 7);
+  EXPECT_EQ(state_average_every(c, true), 7);
+}
+
 }  // namespace
 }  // namespace cohort::parallel::swarm
 

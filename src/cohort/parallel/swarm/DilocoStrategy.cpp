@@ -29,7 +29,7 @@ class DilocoStrategy : public Strategy {
         codec_(p2p::codec_from_name(cfg.diloco.compress, "diloco.compress")),
         samples_per_step_(cfg.data.batch_size * cfg.train.grad_accum_steps * comm->size()),
         averages_state_(cfg.swarm.group_size > 0),
-        average_state_every_(cfg.swarm.average_state_every) {
+        average_state_every_(state_average_every(cfg.swarm, true)) {
     inner_ = std::move(inner);  // the peer's own workers: a ddp job
     if (comm->rank() == 0) peer_ = std::make_unique<parallel::swarm::SwarmPeer>(cfg, codec_, "outer", comm->flight());
   }
@@ -228,7 +228,7 @@ class DilocoStrategy : public Strategy {
   void average_outer_state(int64_t round, bool last, int64_t& wire) {
     if (!averages_state_ || (!last && (round + 1) % average_state_every_ != 0)) return;
     auto both = at::cat({outer_, momentum_});
-    if (peer_) both = peer_->average_state(round, both, wire);
+    if (peer_) both = peer_->average_state(round, both, wire, false);  // every 10 rounds, and the last: never put off
     if (comm_->size() > 1) comm_->broadcast(both, 0, "diloco: the group's averaged outer state")->wait();
     const auto n = outer_.numel();
     outer_.copy_(both.slice(0, 0, n));

@@ -46,6 +46,10 @@ p2p::PeerIdentity identity_from_config(const SwarmConfig& cfg);
 // it announces nothing.
 std::vector<p2p::PeerRecord> survey(const SwarmConfig& cfg, const std::string& peers, double wait_s);
 
+// swarm.average_state_every with 0 resolved: every step for the swarm, every 10 outer rounds for DiLoCo
+// (Note [Weights averaged at every step in bounded groups] in SwarmPeer.cpp).
+int64_t state_average_every(const SwarmConfig& cfg, bool diloco);
+
 // Where a peer listens, as it writes at start to RUN_DIR/flight/swarm.json, for `cohort doctor --ask`
 // (Note [Asking swarm peers for their records] in SwarmPeer.cpp). read_peer_file: nullopt when the run
 // dir has none (not a swarm peer's, or one from before this file); throws Error naming a malformed one.
@@ -86,11 +90,11 @@ class SwarmPeer {
   // One round for `step`: the group's weighted mean of `flat` where it arrived (Note [What a round does
   // when a peer fails]); adds this round's bytes sent to `wire_bytes`. Logs what went wrong, if anything.
   at::Tensor average(int64_t step, const at::Tensor& flat, int64_t samples, int64_t& wire_bytes);
-  // With swarm.group_size: whether the weights after `step` are averaged (swarm.average_state_every), and
-  // that averaging: `flat` (the trainable parameters) averaged over the group of `step`'s round, equally
-  // weighted; adds the bytes sent to `wire_bytes`. A peer that averaged alone gets `flat` back.
-  bool averages_state_after(int64_t step) const;
-  at::Tensor average_state(int64_t step, const at::Tensor& flat, int64_t& wire_bytes);
+  // With swarm.group_size, every state_average_every steps: `flat` (the trainable parameters) averaged
+  // over the group of `step`'s round, equally weighted, in fp32; adds the bytes sent to `wire_bytes`. A
+  // peer that averaged alone gets `flat` back, and so does one whose round went wrong when `may_skip`
+  // (the weights are averaged again at the next step).
+  at::Tensor average_state(int64_t step, const at::Tensor& flat, int64_t& wire_bytes, bool may_skip);
 
   std::vector<std::pair<std::string, double>> figures() const;
 
@@ -116,6 +120,8 @@ class SwarmPeer {
   // another run answered it; warns when it has met nobody for long (Note [A peer that is alone says why]).
   // `peers`: the live peers as the directory lists them now.
   void check_membership(const std::vector<p2p::PeerRecord>& peers);
+  // Logs, once, that a swarm of `swarm` peers past 32 in one group would round faster in bounded ones.
+  void suggest_groups(size_t swarm);
   void announce_at(int64_t step, int64_t samples, bool leaving = false,
                    p2p::Directory::Reach reach = p2p::Directory::Reach::kEveryone);
   // Note [Groups on a grid] (p2p/Matchmaking.cpp): the group key this peer announces for `step`, and the
@@ -139,6 +145,7 @@ class SwarmPeer {
   std::unique_ptr<p2p::Averager> averager_;
   int64_t rounds_ = 0, failed_rounds_ = 0, group_size_sum_ = 0, last_group_size_ = 1;
   double last_round_s_ = 0, last_averaging_s_ = 0, samples_per_s_ = 0;
+  double last_state_s_ = 0;  // the last averaging of the weights (swarm.average_state_every)
   // The longest round since this process started: a metrics record carries its own step's round only, so
   // a log every 50 steps would show one round in 50 (a stall after a killed peer among the others).
   double longest_round_s_ = 0;
@@ -157,6 +164,8 @@ class SwarmPeer {
   const char* round_kind_;               // in the flight record: "average" (gradients), or "outer" (DiLoCo's)
   std::array<uint64_t, 2> grid_{0, 0};   // this peer's coordinates (Note [Groups on a grid])
   std::vector<p2p::Member> last_group_;  // the last round's group, in its order
+  bool last_round_whole_ = true;         // it went without a problem (no silent or declining member)
+  bool suggested_groups_ = false;        // suggest_groups has logged
   int64_t state_rounds_ = 0;
   double state_distance_ = 0;  // relative L2 distance of the weights from the group's average, last time
 };

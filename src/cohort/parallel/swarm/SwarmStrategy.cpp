@@ -29,7 +29,7 @@ class SwarmStrategy : public Strategy {
         samples_per_batch_(cfg.data.batch_size * comm->size()),
         codec_(p2p::codec_from_name(cfg.swarm.compress, "swarm.compress")),
         averages_state_(cfg.swarm.group_size > 0),
-        average_state_every_(cfg.swarm.average_state_every) {
+        average_state_every_(state_average_every(cfg.swarm, false)) {
     inner_ = std::move(inner);  // the peer's own workers: a ddp job
     if (comm->rank() == 0) peer_ = std::make_unique<parallel::swarm::SwarmPeer>(cfg, codec_, "average", comm->flight());
   }
@@ -160,7 +160,7 @@ class SwarmStrategy : public Strategy {
     std::vector<at::Tensor> flat;
     for (const auto& p : trainable_.params) flat.push_back(p.detach().reshape(-1).to(at::kFloat));
     auto weights = at::cat(flat);
-    if (peer_) weights = peer_->average_state(step, weights, wire_bytes_);
+    if (peer_) weights = peer_->average_state(step, weights, wire_bytes_, average_state_every_ == 1);
     if (comm_->size() > 1) comm_->broadcast(weights, 0, "swarm: the averaged weights")->wait();
     int64_t offset = 0;
     for (auto& p : trainable_.params) {
