@@ -491,6 +491,8 @@ def main():
     # user tuning ddp would; it is also the hardest case for groups, whose gradients are noisier.
     ap.add_argument("--accuracy-lr", type=float, default=0.4, help="optim.lr of every accuracy run (0: the default)")
     ap.add_argument("--accuracy-seed", type=int, default=None, help="train.seed of every accuracy run")
+    ap.add_argument("--port", type=int, default=27000, help="the first port (two runs at once need apart ones)")
+    ap.add_argument("--keep-work", action="store_true", help="keep the accuracy runs' directories (logs, metrics)")
     ap.add_argument("--accuracy-no-ddp", action="store_true", help="the swarm runs alone (--set applies to them)")
     ap.add_argument("--accuracy-group-sizes", default="0,8", help="swarm.group_size values beside ddp")
     ap.add_argument("--out")
@@ -504,7 +506,7 @@ def main():
                             cwd=HERE).stdout.strip()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     rows = []
-    port = 27000
+    port = a.port
     runs = [("cohort", n) for n in a.peers.split(",") if n]
     if a.hivemind_python:
         runs += [("hivemind", n) for n in (a.hivemind_peers or a.peers).split(",") if n]
@@ -540,7 +542,10 @@ def main():
                                      port, work, a.set, not a.accuracy_no_ddp, a.accuracy_seed))
         port += 1 + max(sizes)
         print(json.dumps(accuracy[-1]), file=sys.stderr)
-        shutil.rmtree(work, ignore_errors=True)
+        if a.keep_work:
+            accuracy[-1]["logs"] = work
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     if accuracy:
         launch_part.append("accuracy against ddp (cohort)")
     faults = []

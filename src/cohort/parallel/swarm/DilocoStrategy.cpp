@@ -228,7 +228,8 @@ class DilocoStrategy : public Strategy {
   void average_outer_state(int64_t round, bool last, int64_t& wire) {
     if (!averages_state_ || (!last && (round + 1) % average_state_every_ != 0)) return;
     auto both = at::cat({outer_, momentum_});
-    if (peer_) both = peer_->average_state(round, both, wire, false);  // every 10 rounds, and the last: never put off
+    // Outer rounds are far apart, and the run's last has no next one: never put off (may_skip false).
+    if (peer_) both = peer_->average_state(round, both, wire, false);
     if (comm_->size() > 1) comm_->broadcast(both, 0, "diloco: the group's averaged outer state")->wait();
     const auto n = outer_.numel();
     outer_.copy_(both.slice(0, 0, n));
