@@ -497,11 +497,12 @@ def main():
     ap.add_argument("--accuracy-group-sizes", default="0,8", help="swarm.group_size values beside ddp")
     ap.add_argument("--out")
     a = ap.parse_args()
-    # --set reaches the swarm's peers only: a key both sides must share has its own flag.
-    shared = [kv for kv in a.set if kv.split("=", 1)[0] in ("optim.lr", "train.seed", "train.epochs", "train.max_steps")]
-    if a.accuracy and shared:
+    # --set reaches the swarm's peers only: beside ddp, only the swarm's own keys (and the log's) may differ;
+    # the recipe both share has its own flags.
+    shared = [kv for kv in a.set if not kv.split("=", 1)[0].startswith(("swarm.", "log."))]
+    if a.accuracy and not a.accuracy_no_ddp and shared:
         ap.error(f"--set {shared[0]} would reach the swarm and not ddp: use --accuracy-lr, --accuracy-seed, "
-                 "--accuracy-epochs or --accuracy-steps")
+                 "--accuracy-epochs or --accuracy-steps, or --accuracy-no-ddp")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=HERE).stdout.strip()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
