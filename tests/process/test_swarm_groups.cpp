@@ -47,7 +47,7 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
       },
       dirs);
   double group_sum = 0, fewest_state_rounds = 1e9;
-  int64_t rounds = 0;
+  int64_t rounds = 0, timed_state_rounds = 0;
   for (int i = 0; i < kPeers; ++i) {
     const auto r = peers[static_cast<size_t>(i)]->wait(300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -56,6 +56,8 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
       EXPECT_LE(rec["swarm_group_size"].get<double>(), 4) << r.output;
       group_sum += rec["swarm_group_size"].get<double>();
       ++rounds;
+      // swarm_state_seconds: the step's averaging of the weights, timed (0 on a step without one).
+      if (rec.value("swarm_state_seconds", 0.0) > 0) ++timed_state_rounds;
     }
     const auto summary = read_json(dirs[static_cast<size_t>(i)] / "summary.json");
     // By default at every step of 30 (every 5 steps: 6), but for a step the peer spent alone or whose
@@ -66,6 +68,7 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
   // Measured 3.9 of 4 (five runs): a round or two at the start, while eight processes on two cores come
   // up, can be short.
   EXPECT_GE(group_sum / static_cast<double>(rounds), 0.8 * 4);
+  EXPECT_GE(timed_state_rounds, 20 * kPeers) << "the weights' averaging is not timed in metrics.jsonl";
   std::vector<checkpoint::NamedTensors> weights;
   for (const auto& d : dirs) weights.push_back(final_weights(d));
   double closest = 1e9, farthest = 0;
