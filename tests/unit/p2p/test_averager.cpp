@@ -391,7 +391,7 @@ TEST(SwarmAverager, ReadyPeersFormOneGroupThroughTheDht) {
 TEST(SwarmAverager, APeerThatComesToItsGroupKeyLateHearsTheReadyOneAtOnce) {
   Logs logs;
   const auto run = p2p::generate_run_key();
-  const auto d = no_heartbeat_within_a_test();
+  const auto d = never_in_the_dht();  // the latecomer hears the readiness by message only
   Peer p0(run, 95, "", logs, d), p1(run, 96, p0.transport.address(), logs, d);
   Peer& late = p0.transport.key() < p1.transport.key() ? p0 : p1;
   Peer& early = &late == &p0 ? p1 : p0;
