@@ -345,29 +345,38 @@ def swarm_predictions(c):
     """The swarm and DiLoCo at 100 and 1,000 peers on 100 Mbit/s: ResNet-50, one H200-class GPU per peer,
     local batch 256. Groups are bounded (swarm.group_size), so a round costs the same at 100 and 1,000
     peers; what grows is how many rounds a change needs to reach every peer (log_g of the peers, Moshpit
-    SGD's grid)."""
+    SGD's grid). In bounded groups the round's group also averages its weights, in fp32 whatever the
+    gradients' codec, with no matchmaking of its own (SwarmPeer::average_state): every step for the swarm,
+    every 10 outer rounds for DiLoCo's outer weights and momentum (swarm.average_state_every's defaults)."""
     m = MODELS["resnet50"]
     rate, eff, rtt = 100e6 / 8, c["link_efficiency"], 0.05  # 50 ms round trip between sites: unchecked
+    gamma = c["swarm_gamma_s_per_byte"]
     rows = []
     for peers in (100, 1000):
         for group in (16, 64):
             mix = math.ceil(math.log(peers) / math.log(group))
-            # swarm: gradients in fp16 once per global step. A peer computes while the others fill the
-            # target batch, so a round pays for target_batch_size / peers samples of each peer's compute;
-            # the target batch at which half a peer's time is compute is where the swarm stops working.
-            grad = swarm_round(2 * m["params"], group, rate, eff, 5.0, rtt, c["swarm_gamma_s_per_byte"])
+            # swarm: gradients in fp16 once per global step, then the weights in fp32. A peer computes while
+            # the others fill the target batch, so a round pays for target_batch_size / peers samples of each
+            # peer's compute; the target batch at which half a peer's time is compute is where the swarm
+            # stops working.
+            grad = swarm_round(2 * m["params"], group, rate, eff, 5.0, rtt, gamma)
+            weights = swarm_round(4 * m["params"], group, rate, eff, 0.0, rtt, gamma)
+            step = grad + weights
             per_sample = m["step_s_at_256"] / 256
-            rows.append({"system": "swarm (compress fp16)", "peers": peers, "group_size": group,
-                         "rounds_to_mix": mix, "round_s": grad,
-                         "target_batch_for_half_compute": peers * grad / per_sample,
+            rows.append({"system": "swarm (compress fp16, weights every step)", "peers": peers, "group_size": group,
+                         "rounds_to_mix": mix, "gradient_round_s": grad, "weights_round_s": weights,
+                         "round_s": step, "target_batch_for_half_compute": peers * step / per_sample,
                          "utilization_at_target_batch_65536": (65536 / peers * per_sample) /
-                                                              (65536 / peers * per_sample + grad)})
-            # DiLoCo: the parameters' change in int8 once every 500 inner steps of 256 samples
-            outer = swarm_round(m["params"], group, rate, eff, 5.0, rtt, c["swarm_gamma_s_per_byte"])
+                                                              (65536 / peers * per_sample + step)})
+            # DiLoCo: the parameters' change in int8 once every 500 inner steps of 256 samples, and the outer
+            # weights and momentum in fp32 (8 bytes a parameter) once every 10 outer rounds
+            outer = swarm_round(m["params"], group, rate, eff, 5.0, rtt, gamma)
+            state = swarm_round(8 * m["params"], group, rate, eff, 0.0, rtt, gamma) / 10
             compute = 500 * m["step_s_at_256"]
-            rows.append({"system": "diloco (inner_steps 500, compress int8)", "peers": peers, "group_size": group,
-                         "rounds_to_mix": mix, "round_s": outer, "compute_s_per_round": compute,
-                         "utilization": compute / (compute + outer)})
+            rows.append({"system": "diloco (inner_steps 500, compress int8, outer state every 10 rounds)",
+                         "peers": peers, "group_size": group, "rounds_to_mix": mix, "outer_round_s": outer,
+                         "state_round_s_amortized": state, "round_s": outer + state, "compute_s_per_round": compute,
+                         "utilization": compute / (compute + outer + state)})
     return rows
 
 
