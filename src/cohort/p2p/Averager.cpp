@@ -50,7 +50,38 @@ std::optional<std::pair<double, at::Tensor>> decode_values(const std::vector<uin
   return std::make_pair(weight, *values);
 }
 
+// A weight, then values decoded into `into`: the weight, or nullopt when malformed (as decode_values).
+std::optional<double> decode_weighted(const std::vector<uint8_t>& body, const at::Tensor& into, Codec codec) {
+  Reader r(body);
+  const double weight = r.f64();
+  if (!r.ok() || !(weight > 0) || !std::isfinite(weight)) return std::nullopt;
+  const size_t left = r.left();
+  if (!decode_into(r.take(left), left, into, codec)) return std::nullopt;
+  return weight;
+}
+
+// The topic's part of piece `q` of part `j`: piece 0 is the part's own topic, where a whole part and a
+// decline go too (Note [A part travels in pieces]).
+int64_t piece_topic(int64_t j, int64_t q) { return j + (q << 32); }
+
 }  // namespace
+
+// Note [A part travels in pieces]
+// A part went as one frame: its sender encoded and sealed all of it before the first byte left, and its
+// receiver opened and decoded all of it after the last arrived, so a round took the wire's time plus
+// the software's, one after the other (2 machines at 1 Gbit/s: 0.47 s for 0.38 s of wire,
+// docs/scaling.md). Now a part of more than kPieceBytes on the wire goes in up to kMaxPieces pieces, each
+// a frame with the weight and its own values, so that one piece is sealed while the last is on the wire
+// and decoded while the next one is (as Gloo's reduce-scatter goes in pieces on LibTorch 1.13: Note
+// [Reduce-scatter and all-gather in pieces on LibTorch 1.13]). Pieces start on the codec's blocks, so
+// they hold exactly the part's bytes, and the sum is taken over whole parts as before, so the bits do not
+// change. A receiver tells a whole part from a first piece by its size; a sender sends pieces only to the
+// peers whose record says they read them (PeerRecord::kPartPieces), and whole parts to peers of an
+// earlier release. A contribution or a result counts only when every piece of it arrived (Note [What a
+// round does when a peer fails]).
+int64_t piece_count(int64_t numel, Codec codec) {
+  return std::clamp<int64_t>((encoded_bytes(numel, codec) + kPieceBytes - 1) / kPieceBytes, 1, kMaxPieces);
+}
 
 std::pair<int64_t, int64_t> part_bounds(int64_t numel, int64_t n, int64_t j, int64_t align) {
   const int64_t blocks = (numel + align - 1) / align;
@@ -99,7 +130,13 @@ struct Averager::Round {
   at::Tensor values;
   Codec codec;
 
+  std::vector<bool> reads_pieces;  // by member: its record says it reads parts in pieces
+
   int64_t size() const { return static_cast<int64_t>(group.size()); }
+  // The pieces a part of `numel` elements goes to member j in.
+  int64_t pieces_to(int64_t j, int64_t numel) const {
+    return reads_pieces[static_cast<size_t>(j)] ? piece_count(numel, codec) : 1;
+  }
   const Member& member(int64_t j) const { return group[static_cast<size_t>(j)]; }
   // Member j's part of `t` (values, or a tensor of its shape), on the codec's block boundaries.
   at::Tensor part(const at::Tensor& t, int64_t j) const {
@@ -120,17 +157,17 @@ RoundOutcome Averager::all_reduce(uint64_t round, const std::vector<Member>& gro
   // averaging, updates smaller than the rounding would be lost for good, with no error feedback to carry
   // them (hivemind's state averaging is uncompressed by default too).
   const Codec codec = (round & kParametersRound) ? Codec::kNone : options_.codec;
-  const Round r{round, group, mine_it - group.begin(), flat.contiguous(), codec};
+  Round r{round, group, mine_it - group.begin(), flat.contiguous(), codec, std::vector<bool>(group.size())};
   decline_other_groups(round, group);
   if (r.size() == 1) {
     out.averaged = r.values;
     return out;
   }
-  // Every other member's part goes to it.
-  for (int64_t j = 0; j < r.size(); ++j)
-    if (j != r.me)
-      transport_.send(r.member(j).key, r.member(j).address, {MessageKind::kPart, round, j},
-                      encode_values(weight, r.part(r.values, j), r.codec));
+  if (options_.send_pieces)
+    for (const auto& p : directory_.peers())
+      for (size_t j = 0; j < group.size(); ++j)
+        if (group[j].key == p.key) r.reads_pieces[j] = (p.features & PeerRecord::kPartPieces) != 0;
+  send_contributions(r, weight);
   if (options_.fault_round == static_cast<int64_t>(round) && options_.fault_signal != 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the frames leave first
     ::raise(options_.fault_signal);
@@ -212,6 +249,66 @@ std::optional<Message> Averager::receive_in_round(const Round& r, Topic topic, C
   }
 }
 
+// Member `from`'s message of `kind` about part `j` (Note [A part travels in pieces]): whole, or piece
+// 0 on the part's own topic and the rest after it.
+std::optional<double> Averager::receive_part(const Round& r, MessageKind kind, int64_t j, int64_t from,
+                                             Clock::time_point by, const at::Tensor& into, bool& declined_out) {
+  const auto& key = r.member(from).key;
+  auto first = receive_in_round(r, {kind, r.number, j}, by, key);
+  if (!first) return std::nullopt;
+  if (declined(*first)) {
+    declined_out = true;
+    return std::nullopt;
+  }
+  if (auto weight = decode_weighted(first->body, into, r.codec)) return weight;
+  const int64_t n = piece_count(into.numel(), r.codec);
+  std::optional<double> weight;
+  for (int64_t q = 0; q < n; ++q) {
+    const auto [b, e] = part_bounds(into.numel(), n, q, codec_alignment(r.codec));
+    std::optional<Message> m;
+    if (q == 0)
+      m = std::move(first);
+    else
+      m = receive_in_round(r, {kind, r.number, piece_topic(j, q)}, by, key);
+    const auto w = m ? decode_weighted(m->body, into.slice(0, b, e), r.codec) : std::nullopt;
+    if (!w || (weight && *w != *weight)) return std::nullopt;
+    weight = w;
+  }
+  return weight;
+}
+
+void Averager::send_contributions(const Round& r, double weight) {
+  int64_t most = 1;
+  for (int64_t j = 0; j < r.size(); ++j) most = std::max(most, r.pieces_to(j, r.part(r.values, j).numel()));
+  for (int64_t q = 0; q < most; ++q)
+    for (int64_t j = 0; j < r.size(); ++j) {
+      const auto part = r.part(r.values, j);
+      const int64_t n = r.pieces_to(j, part.numel());
+      if (j == r.me || q >= n) continue;
+      const auto [b, e] = part_bounds(part.numel(), n, q, codec_alignment(r.codec));
+      transport_.send(r.member(j).key, r.member(j).address, {MessageKind::kPart, r.number, piece_topic(j, q)},
+                      encode_values(weight, part.slice(0, b, e), r.codec));
+    }
+}
+
+void Averager::send_result(const Round& r, double total, const at::Tensor& mean, const std::vector<uint8_t>& whole) {
+  const int64_t n = piece_count(mean.numel(), r.codec);
+  for (int64_t j = 0; j < r.size(); ++j)
+    if (j != r.me && r.pieces_to(j, mean.numel()) == 1)
+      transport_.send(r.member(j).key, r.member(j).address, {MessageKind::kResult, r.number, r.me}, whole);
+  if (n == 1) return;
+  for (int64_t q = 0; q < n; ++q) {
+    const auto [b, e] = part_bounds(mean.numel(), n, q, codec_alignment(r.codec));
+    std::vector<uint8_t> piece;  // encoded once, for every member that reads pieces
+    for (int64_t j = 0; j < r.size(); ++j) {
+      if (j == r.me || r.pieces_to(j, mean.numel()) == 1) continue;
+      if (piece.empty()) piece = encode_values(total, mean.slice(0, b, e), r.codec);
+      transport_.send(r.member(j).key, r.member(j).address, {MessageKind::kResult, r.number, piece_topic(r.me, q)},
+                      piece);
+    }
+  }
+}
+
 // Averages this member's own part over the contributions that arrived by `by`, puts it into
 // out.averaged and sends it to every other member. Returns the members whose contribution is missing.
 std::vector<std::string> Averager::reduce_own_part(const Round& r, double weight, Clock::time_point by,
@@ -228,19 +325,21 @@ std::vector<std::string> Averager::reduce_own_part(const Round& r, double weight
       weights.push_back(weight);
       continue;
     }
-    const auto m = receive_in_round(r, {MessageKind::kPart, r.number, r.me}, by, r.member(k).key);
-    const auto decoded = m ? decode_values(m->body, part_numel, r.codec) : std::nullopt;
-    if (!decoded) {
-      missing.push_back(peer_name(r.member(k).key) + (m && declined(*m) ? " (it joined another group)" : ""));
+    auto into = at::empty({part_numel}, at::kFloat);
+    bool declined_it = false;
+    const auto w = receive_part(r, MessageKind::kPart, r.me, k, by, into, declined_it);
+    if (!w) {
+      missing.push_back(peer_name(r.member(k).key) + (declined_it ? " (it joined another group)" : ""));
       continue;
     }
-    parts.push_back(decoded->second);
-    weights.push_back(decoded->first);
+    parts.push_back(into);
+    weights.push_back(*w);
   }
   out.contributions = static_cast<int64_t>(parts.size());
   double total = 0;
   for (double w : weights) total += w;
-  const auto result = encode_values(total, weighted_mean(parts, weights), r.codec);
+  const auto mean = weighted_mean(parts, weights);
+  const auto result = encode_values(total, mean, r.codec);
   const auto reduced = decode_values(result, part_numel, r.codec);  // as the others decode it
   if (!reduced) {
     // Only this peer's own contribution can be non-finite (the others' were checked on arrival): it
@@ -248,26 +347,23 @@ std::vector<std::string> Averager::reduce_own_part(const Round& r, double weight
     out.problem = "this peer's contribution is not finite";
     return missing;
   }
-  for (int64_t j = 0; j < r.size(); ++j)
-    if (j != r.me)
-      transport_.send(r.member(j).key, r.member(j).address, {MessageKind::kResult, r.number, r.me}, result);
+  send_result(r, total, mean, result);
   r.part(out.averaged, r.me).copy_(reduced->second);
   return missing;
 }
 
 // Puts every other member's averaged part that arrives by `by` into out.averaged; a part that does not
-// keeps this peer's own values. Returns the members whose result is missing.
+// (or does in part) keeps this peer's own values. Returns the members whose result is missing.
 std::vector<std::string> Averager::receive_results(const Round& r, Clock::time_point by, RoundOutcome& out) {
   std::vector<std::string> lost;
   for (int64_t j = 0; j < r.size(); ++j) {
     if (j == r.me) continue;
-    const auto m = receive_in_round(r, {MessageKind::kResult, r.number, j}, by, r.member(j).key);
-    const auto decoded = m ? decode_values(m->body, r.part(r.values, j).numel(), r.codec) : std::nullopt;
-    if (decoded) {
-      r.part(out.averaged, j).copy_(decoded->second);
-    } else {
+    const auto into = r.part(out.averaged, j);
+    bool declined_it = false;
+    if (!receive_part(r, MessageKind::kResult, j, j, by, into, declined_it)) {
+      into.copy_(r.part(r.values, j));
       ++out.parts_local;
-      lost.push_back(peer_name(r.member(j).key) + (m && declined(*m) ? " (it joined another group)" : ""));
+      lost.push_back(peer_name(r.member(j).key) + (declined_it ? " (it joined another group)" : ""));
     }
   }
   return lost;

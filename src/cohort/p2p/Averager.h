@@ -40,6 +40,11 @@ struct Member {
 // in member order, starting on multiples of `align` (the codec's block), sizes differing by at most one
 // block. Pure, the same on every member.
 std::pair<int64_t, int64_t> part_bounds(int64_t numel, int64_t n, int64_t j, int64_t align = 1);
+// How many pieces a part of `numel` elements travels in to a peer that reads pieces (Note [A part travels
+// in pieces]): one up to kPieceBytes on the wire, at most kMaxPieces. Pure, the same on every member.
+constexpr int64_t kPieceBytes = int64_t{1} << 20;
+constexpr int64_t kMaxPieces = 8;
+int64_t piece_count(int64_t numel, Codec codec);
 // How many groups `ready` peers of one key form with swarm.group_size `group_size` > 0 (Note [Groups on a
 // grid]): ceil(ready / group_size), fewer where the smallest would hold one peer or fewer than
 // `min_group_size`.
@@ -57,6 +62,9 @@ struct AveragingOptions {
   // (PeerRecord::group_key) group together (Note [Groups on a grid]).
   int64_t group_size = 0;
   Codec codec = Codec::kNone;  // how contributions and results travel (p2p/Codec.h)
+  // Parts go in pieces to the peers that read them (Note [A part travels in pieces] in p2p/Averager.cpp);
+  // false: whole, as a release before pieces sent them (tests of a mixed swarm).
+  bool send_pieces = true;
   // True once this peer is leaving (Ctrl-C): it withdraws from a round it has not yet said it is ready
   // for; a round it said it was ready for still ends (Note [Leaving a swarm] in train/Trainer.cpp).
   std::function<bool()> leaving = nullptr;
@@ -123,6 +131,15 @@ class Averager {
   void decline_other_groups(uint64_t round, const std::vector<Member>& mine);
   void decline_late_groups();
   std::optional<Message> receive_in_round(const Round& r, Topic topic, Clock::time_point by, const PeerKey& from);
+  // Member `from`'s message of `kind` about part `j`, whole or in pieces, decoded into `into` by `by`: its
+  // weight, or nullopt when a piece is missing or malformed or the member declined (`declined_out`).
+  std::optional<double> receive_part(const Round& r, MessageKind kind, int64_t j, int64_t from, Clock::time_point by,
+                                     const at::Tensor& into, bool& declined_out);
+  // Each other member's part of this peer's values, piece q to every member before piece q + 1 to any.
+  void send_contributions(const Round& r, double weight);
+  // This peer's reduced part to every other member: `whole` (encoded already) to those that read no
+  // pieces, `mean`'s pieces to those that do.
+  void send_result(const Round& r, double total, const at::Tensor& mean, const std::vector<uint8_t>& whole);
   std::vector<std::string> reduce_own_part(const Round& r, double weight, Clock::time_point by, RoundOutcome& out);
   std::vector<std::string> receive_results(const Round& r, Clock::time_point by, RoundOutcome& out);
 

@@ -60,8 +60,16 @@ void encode(const at::Tensor& values, Codec codec, std::vector<uint8_t>& out) {
 }
 
 std::optional<at::Tensor> decode(const uint8_t* data, size_t size, int64_t numel, Codec codec) {
-  if (numel < 0 || static_cast<int64_t>(size) != encoded_bytes(numel, codec)) return std::nullopt;
+  if (numel < 0) return std::nullopt;
   auto out = at::empty({numel}, at::kFloat);
+  if (!decode_into(data, size, out, codec)) return std::nullopt;
+  return out;
+}
+
+bool decode_into(const uint8_t* data, size_t size, const at::Tensor& out, Codec codec) {
+  COHORT_ASSERT(out.scalar_type() == at::kFloat && out.is_contiguous(), "decode_into: a contiguous float32 tensor");
+  const int64_t numel = out.numel();
+  if (static_cast<int64_t>(size) != encoded_bytes(numel, codec)) return false;
   if (codec == Codec::kNone) {
     std::memcpy(out.data_ptr<float>(), data, size);
   } else if (codec == Codec::kFp16) {
@@ -72,14 +80,13 @@ std::optional<at::Tensor> decode(const uint8_t* data, size_t size, int64_t numel
     const int64_t blocks = (numel + kInt8Block - 1) / kInt8Block;
     auto scales = at::empty({blocks}, at::kFloat);
     std::memcpy(scales.data_ptr<float>(), data, static_cast<size_t>(blocks) * 4);
-    if (!at::isfinite(scales).all().item<bool>()) return std::nullopt;
+    if (!at::isfinite(scales).all().item<bool>()) return false;
     auto q = at::zeros({blocks * kInt8Block}, at::kChar);
     std::memcpy(q.data_ptr<int8_t>(), data + blocks * 4, static_cast<size_t>(numel));
     const auto values = q.to(at::kFloat).view({blocks, kInt8Block}).mul_(scales.unsqueeze(1));
     out.copy_(values.view(-1).slice(0, 0, numel));
   }
-  if (!at::isfinite(out).all().item<bool>()) return std::nullopt;
-  return out;
+  return at::isfinite(out).all().item<bool>();
 }
 
 at::Tensor roundtrip(const at::Tensor& values, Codec codec) {

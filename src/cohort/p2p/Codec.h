@@ -32,6 +32,9 @@ std::vector<uint8_t> encode(const at::Tensor& values, Codec codec);
 void encode(const at::Tensor& values, Codec codec, std::vector<uint8_t>& out);
 // Exactly `numel` float32 values from `size` bytes, or nullopt when the size is wrong or a scale is not finite.
 std::optional<at::Tensor> decode(const uint8_t* data, size_t size, int64_t numel, Codec codec);
+// The same into `out` (float32, contiguous: a slice of a flat vector, say) with no copy of its own; false
+// when malformed, `out` then holding anything.
+bool decode_into(const uint8_t* data, size_t size, const at::Tensor& out, Codec codec);
 // decode(encode(values)): what a peer receives of `values`.
 at::Tensor roundtrip(const at::Tensor& values, Codec codec);
 

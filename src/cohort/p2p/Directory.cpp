@@ -108,7 +108,7 @@ void Directory::announce(PeerRecord mine, Reach reach) {
   mine.digest = mine_.digest;
   mine.session = session_;
   mine.started_unix = started_unix_;
-  mine.features = PeerRecord::kPairFrames | PeerRecord::kPolyPairFrames;
+  mine.features = PeerRecord::kPairFrames | PeerRecord::kPolyPairFrames | PeerRecord::kPartPieces;
   mine_ = std::move(mine);
   mine_dirty_ = true;
   changed_.notify_all();

@@ -81,6 +81,7 @@ struct PeerRecord {
   uint64_t features = 0;
   static constexpr uint64_t kPairFrames = 1;      // frames for it may carry a MAC (p2p/Auth.h's seal_for)
   static constexpr uint64_t kPolyPairFrames = 2;  // that MAC may be a Poly1305 tag ("CSW3", PairMac::kPoly1305)
+  static constexpr uint64_t kPartPieces = 4;      // it reads parts in pieces (Note [A part travels in pieces])
 };
 
 // A peer of another run that refused this one (Note [A peer of another run is told so]).

@@ -11,9 +11,11 @@ namespace cohort::p2p {
 
 namespace {
 
-// A full send queue drops the frame (Note [A swarm round never waits without a deadline]); 16 frames of
-// a round are far more than one peer ever has in flight to another.
-constexpr int kSendQueueFrames = 16;
+// A full send queue drops the frame (Note [A swarm round never waits without a deadline]). A peer has at
+// most 2 kMaxPieces frames of a round in flight to another (its contribution and its result, in pieces:
+// Note [A part travels in pieces] in p2p/Averager.cpp), and a round's weights may follow the gradients'
+// before they left on a slow link: 64 leaves room for both rounds and the records.
+constexpr int kSendQueueFrames = 64;
 // The largest frame a peer accepts: a guard against a peer that announces an absurd size.
 constexpr int64_t kMaxFrameBytes = int64_t{1} << 31;
 
@@ -245,7 +247,7 @@ void Transport::flush_outgoing() {
   }
   // Counted when a frame leaves, as bytes_sent is: counted when queued, the records of frames dropped at a
   // full queue made "bytes sent less record bytes" negative (bench/scale.py at 64 peers).
-  int64_t sent = 0, record_sent = 0, dropped = 0;
+  int64_t sent = 0, record_sent = 0, dropped = 0, frames = 0;
   for (auto& out : batch) {
     auto& sockets = sockets_->outbound;
     auto it = sockets.find(out.address);
@@ -266,6 +268,7 @@ void Transport::flush_outgoing() {
     held.release();  // the message owns it now
     if (it->second.send(message, zmq::send_flags::dontwait)) {
       sent += size;
+      ++frames;
       if (out.record) record_sent += size;
     } else {
       ++dropped;
@@ -273,6 +276,7 @@ void Transport::flush_outgoing() {
   }
   std::lock_guard lock(mutex_);
   stats_.bytes_sent += sent;
+  stats_.frames_sent += frames;
   stats_.record_bytes_sent += record_sent;
   stats_.frames_dropped += dropped;
 }

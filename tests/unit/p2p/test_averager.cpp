@@ -2,6 +2,7 @@
 // the directory's tests are test_directory.cpp).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <ctime>
@@ -260,6 +261,75 @@ TEST(SwarmAverager, Fp16RoundsSendHalfTheBytesAndEveryMemberGetsTheSameBits) {
     EXPECT_LT(half_sent[i], plain_sent[i] * 0.55) << half_sent[i] << " against " << plain_sent[i];
     EXPECT_GT(half_sent[i], plain_sent[i] * 0.45) << half_sent[i] << " against " << plain_sent[i];
   }
+}
+
+// Note [A part travels in pieces] (p2p/Averager.cpp): a part past kPieceBytes on the wire goes in
+// pieces to the peers whose record says they read them, and every member gets the bits a round of whole
+// parts gives, under each codec; a peer that sends whole parts (an earlier release) averages with the
+// others as before.
+TEST(SwarmAverager, PartsPastAPieceTravelInPiecesAndGiveTheBitsOfWholeParts) {
+  EXPECT_EQ(p2p::piece_count(1000, p2p::Codec::kNone), 1);
+  EXPECT_EQ(p2p::piece_count(p2p::kPieceBytes / 4 + 1, p2p::Codec::kNone), 2);
+  EXPECT_EQ(p2p::piece_count(p2p::kPieceBytes / 4 + 1, p2p::Codec::kFp16), 1);
+  EXPECT_EQ(p2p::piece_count(int64_t{1} << 30, p2p::Codec::kInt8), p2p::kMaxPieces);
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = no_heartbeat_within_a_test();
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 101 + i, i ? peers[0]->transport.address() : "", logs, d));
+  // Each peer must hold the others' records (their features) for pieces to go.
+  std::vector<std::pair<Peer*, p2p::PeerRecord>> records;
+  for (auto& p : peers) records.push_back({p.get(), {{}, p->transport.address(), 0, 0, 1.0, false, false, 0}});
+  ASSERT_TRUE(meet(records));
+  const auto group = sorted({peers[0]->member(), peers[1]->member(), peers[2]->member()});
+  torch::manual_seed(5);
+  // Parts of about 2.5 MB in fp32 (3 pieces), 1.2 MB in fp16 (2) and 0.6 MB in int8 (1: whole).
+  const int64_t n = 3 * 630'000;
+  const std::vector<at::Tensor> values = {torch::randn({n}), torch::randn({n}), torch::randn({n})};
+  const auto frames = [&](int i) { return peers[i]->transport.stats().frames_sent; };
+  // One round of all three; `whole[i]`: peer i sends whole parts. Returns the outcomes and each peer's
+  // frames sent in the round (read after the outboxes drained).
+  const auto round = [&](p2p::Codec codec, uint64_t step, std::array<bool, 3> whole) {
+    std::vector<p2p::RoundOutcome> out(3);
+    std::vector<int64_t> sent(3);
+    for (int i = 0; i < 3; ++i) sent[i] = -frames(i);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 3; ++i)
+      threads.emplace_back([&, i] {
+        p2p::AveragingOptions options{1.0, 10.0, 2};
+        options.codec = codec;
+        options.send_pieces = !whole[i];
+        p2p::Averager averager(peers[i]->transport, peers[i]->directory, options);
+        out[i] = averager.all_reduce(step, group, values[i], i + 1);
+      });
+    for (auto& t : threads) t.join();
+    std::this_thread::sleep_for(300ms);
+    for (int i = 0; i < 3; ++i) sent[i] += frames(i);
+    return std::make_pair(out, sent);
+  };
+  uint64_t step = 1;
+  for (const auto codec : {p2p::Codec::kNone, p2p::Codec::kFp16, p2p::Codec::kInt8}) {
+    const auto [whole, whole_frames] = round(codec, step++, {true, true, true});
+    const auto [pieces, pieces_frames] = round(codec, step++, {false, false, false});
+    const auto [mixed, mixed_frames] = round(codec, step++, {false, true, false});
+    // Each peer sends 2 contributions and 2 results: 4 frames whole, 4 times the pieces in pieces.
+    const int64_t per_part = p2p::piece_count(n / 3, codec);
+    for (int i = 0; i < 3; ++i) {
+      for (const auto* out : {&whole[i], &pieces[i], &mixed[i]}) {
+        EXPECT_TRUE(out->problem.empty()) << out->problem;
+        EXPECT_EQ(out->parts_local, 0);
+      }
+      EXPECT_TRUE(torch::equal(pieces[i].averaged, whole[i].averaged)) << "codec " << int(codec) << ", member " << i;
+      EXPECT_TRUE(torch::equal(mixed[i].averaged, whole[i].averaged)) << "codec " << int(codec) << ", member " << i;
+      EXPECT_TRUE(torch::equal(whole[i].averaged, whole[0].averaged)) << "codec " << int(codec) << ", member " << i;
+      EXPECT_EQ(whole_frames[i], 4);
+      EXPECT_EQ(pieces_frames[i], 4 * per_part) << "codec " << int(codec) << ", member " << i;
+      EXPECT_EQ(mixed_frames[i], i == 1 ? 4 : 4 * per_part) << "codec " << int(codec) << ", member " << i;
+    }
+  }
+  EXPECT_TRUE(torch::allclose(std::get<0>(round(p2p::Codec::kNone, step, {false, false, false}))[0].averaged,
+                              p2p::weighted_mean(values, {1, 2, 3}), 1e-6, 1e-6));
 }
 
 // A member that never sends (dead, frozen or cut off): the others finish within the timeout with the
