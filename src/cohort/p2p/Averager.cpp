@@ -38,19 +38,8 @@ bool declined(const Message& m) {
   return r.f64() == 0.0 && r.ok() && r.left() == 0;
 }
 
-// A contribution or a result: a positive weight and exactly `numel` finite values, or nothing (malformed).
-std::optional<std::pair<double, at::Tensor>> decode_values(const std::vector<uint8_t>& body, int64_t numel,
-                                                           Codec codec) {
-  Reader r(body);
-  const double weight = r.f64();
-  if (!r.ok() || !(weight > 0) || !std::isfinite(weight)) return std::nullopt;
-  const size_t left = r.left();
-  auto values = decode(r.take(left), left, numel, codec);
-  if (!values) return std::nullopt;
-  return std::make_pair(weight, *values);
-}
-
-// A weight, then values decoded into `into`: the weight, or nullopt when malformed (as decode_values).
+// A contribution or a result decoded into `into`: its weight (positive), or nullopt when malformed (a
+// weight that is not, or not exactly `into`'s count of finite values).
 std::optional<double> decode_weighted(const std::vector<uint8_t>& body, const at::Tensor& into, Codec codec) {
   Reader r(body);
   const double weight = r.f64();
@@ -77,8 +66,9 @@ int64_t piece_topic(int64_t j, int64_t q) { return j + (q << 32); }
 // they hold exactly the part's bytes, and the sum is taken over whole parts as before, so the bits do not
 // change. A receiver tells a whole part from a first piece by its size; a sender sends pieces only to the
 // peers whose record says they read them (PeerRecord::kPartPieces), and whole parts to peers of an
-// earlier release. A contribution or a result counts only when every piece of it arrived (Note [What a
-// round does when a peer fails]).
+// earlier release. The bit names this rule (kPieceBytes, kMaxPieces): a release that changes them takes a
+// new bit, or its pieces would not fit the bounds an earlier reader expects. A contribution or a result counts only
+// when every piece of it arrived (Note [What a round does when a peer fails]).
 int64_t piece_count(int64_t numel, Codec codec) {
   return std::clamp<int64_t>((encoded_bytes(numel, codec) + kPieceBytes - 1) / kPieceBytes, 1, kMaxPieces);
 }
@@ -291,22 +281,33 @@ void Averager::send_contributions(const Round& r, double weight) {
     }
 }
 
-void Averager::send_result(const Round& r, double total, const at::Tensor& mean, const std::vector<uint8_t>& whole) {
+bool Averager::send_result(const Round& r, double total, const at::Tensor& mean, const at::Tensor& mine) {
   const int64_t n = piece_count(mean.numel(), r.codec);
-  for (int64_t j = 0; j < r.size(); ++j)
-    if (j != r.me && r.pieces_to(j, mean.numel()) == 1)
-      transport_.send(r.member(j).key, r.member(j).address, {MessageKind::kResult, r.number, r.me}, whole);
-  if (n == 1) return;
-  for (int64_t q = 0; q < n; ++q) {
-    const auto [b, e] = part_bounds(mean.numel(), n, q, codec_alignment(r.codec));
-    std::vector<uint8_t> piece;  // encoded once, for every member that reads pieces
-    for (int64_t j = 0; j < r.size(); ++j) {
-      if (j == r.me || r.pieces_to(j, mean.numel()) == 1) continue;
-      if (piece.empty()) piece = encode_values(total, mean.slice(0, b, e), r.codec);
-      transport_.send(r.member(j).key, r.member(j).address, {MessageKind::kResult, r.number, piece_topic(r.me, q)},
-                      piece);
-    }
+  bool whole_wanted = n == 1, pieces_wanted = false;
+  for (int64_t j = 0; j < r.size(); ++j) {
+    if (j == r.me) continue;
+    if (r.pieces_to(j, mean.numel()) == 1)
+      whole_wanted = true;
+    else
+      pieces_wanted = true;
   }
+  if (whole_wanted) {
+    const auto whole = encode_values(total, mean, r.codec);
+    if (!decode_weighted(whole, mine, r.codec)) return false;
+    for (int64_t j = 0; j < r.size(); ++j)
+      if (j != r.me && r.pieces_to(j, mean.numel()) == 1)
+        transport_.send(r.member(j).key, r.member(j).address, {MessageKind::kResult, r.number, r.me}, whole);
+  }
+  for (int64_t q = 0; pieces_wanted && q < n; ++q) {
+    const auto [b, e] = part_bounds(mean.numel(), n, q, codec_alignment(r.codec));
+    const auto piece = encode_values(total, mean.slice(0, b, e), r.codec);  // once, for every member that reads pieces
+    if (!whole_wanted && !decode_weighted(piece, mine.slice(0, b, e), r.codec)) return false;
+    for (int64_t j = 0; j < r.size(); ++j)
+      if (j != r.me && r.pieces_to(j, mean.numel()) > 1)
+        transport_.send(r.member(j).key, r.member(j).address, {MessageKind::kResult, r.number, piece_topic(r.me, q)},
+                        piece);
+  }
+  return true;
 }
 
 // Averages this member's own part over the contributions that arrived by `by`, puts it into
@@ -339,16 +340,14 @@ std::vector<std::string> Averager::reduce_own_part(const Round& r, double weight
   double total = 0;
   for (double w : weights) total += w;
   const auto mean = weighted_mean(parts, weights);
-  const auto result = encode_values(total, mean, r.codec);
-  const auto reduced = decode_values(result, part_numel, r.codec);  // as the others decode it
-  if (!reduced) {
-    // Only this peer's own contribution can be non-finite (the others' were checked on arrival): it
-    // keeps its values, and its step finds the inf or NaN. The others keep theirs for this part.
+  // Only this peer's own contribution can be non-finite (the others' were checked on arrival): it keeps
+  // its values, and its step finds the inf or NaN. Nothing is sent, so the others keep theirs for this
+  // part. (A finite mean encodes finite: fp16 clamps, and an int8 scale is finite when its values are.)
+  const auto mine = r.part(out.averaged, r.me);
+  if (!at::isfinite(mean).all().item<bool>() || !send_result(r, total, mean, mine)) {
+    mine.copy_(r.part(r.values, r.me));
     out.problem = "this peer's contribution is not finite";
-    return missing;
   }
-  send_result(r, total, mean, result);
-  r.part(out.averaged, r.me).copy_(reduced->second);
   return missing;
 }
 

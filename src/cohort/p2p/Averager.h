@@ -137,9 +137,10 @@ class Averager {
                                      const at::Tensor& into, bool& declined_out);
   // Each other member's part of this peer's values, piece q to every member before piece q + 1 to any.
   void send_contributions(const Round& r, double weight);
-  // This peer's reduced part to every other member: `whole` (encoded already) to those that read no
-  // pieces, `mean`'s pieces to those that do.
-  void send_result(const Round& r, double total, const at::Tensor& mean, const std::vector<uint8_t>& whole);
+  // This peer's reduced part, `mean`, to every other member: whole to those that read no pieces, in pieces
+  // to the others, each encoding made once; `mine` gets what they decode (the same bits). False when that
+  // decode fails.
+  bool send_result(const Round& r, double total, const at::Tensor& mean, const at::Tensor& mine);
   std::vector<std::string> reduce_own_part(const Round& r, double weight, Clock::time_point by, RoundOutcome& out);
   std::vector<std::string> receive_results(const Round& r, Clock::time_point by, RoundOutcome& out);
 

@@ -247,7 +247,7 @@ void Transport::flush_outgoing() {
   }
   // Counted when a frame leaves, as bytes_sent is: counted when queued, the records of frames dropped at a
   // full queue made "bytes sent less record bytes" negative (bench/scale.py at 64 peers).
-  int64_t sent = 0, record_sent = 0, dropped = 0, frames = 0;
+  int64_t sent = 0, record_sent = 0, dropped = 0, frames = 0, record_frames = 0;
   for (auto& out : batch) {
     auto& sockets = sockets_->outbound;
     auto it = sockets.find(out.address);
@@ -269,7 +269,10 @@ void Transport::flush_outgoing() {
     if (it->second.send(message, zmq::send_flags::dontwait)) {
       sent += size;
       ++frames;
-      if (out.record) record_sent += size;
+      if (out.record) {
+        record_sent += size;
+        ++record_frames;
+      }
     } else {
       ++dropped;
     }
@@ -277,6 +280,7 @@ void Transport::flush_outgoing() {
   std::lock_guard lock(mutex_);
   stats_.bytes_sent += sent;
   stats_.frames_sent += frames;
+  stats_.record_frames_sent += record_frames;
   stats_.record_bytes_sent += record_sent;
   stats_.frames_dropped += dropped;
 }

@@ -71,11 +71,12 @@ struct Message {
 
 struct TransportStats {
   int64_t bytes_sent = 0, bytes_received = 0;
-  int64_t record_bytes_sent = 0;  // of bytes_sent, the directory's records (kRecord), not averaging or state
-  int64_t frames_sent = 0;        // frames that left, records included
-  int64_t frames_with_mac = 0;    // frames sealed for one peer with a MAC rather than signed (seal_for)
-  int64_t frames_dropped = 0;     // not sent: the peer's queue was full (dead, frozen or unreachable)
-  int64_t frames_refused = 0;     // received and refused: a bad token, signature, replay or address
+  int64_t record_bytes_sent = 0;   // of bytes_sent, the directory's records (kRecord), not averaging or state
+  int64_t frames_sent = 0;         // frames that left, records included
+  int64_t record_frames_sent = 0;  // of frames_sent, the directory's records
+  int64_t frames_with_mac = 0;     // frames sealed for one peer with a MAC rather than signed (seal_for)
+  int64_t frames_dropped = 0;      // not sent: the peer's queue was full (dead, frozen or unreachable)
+  int64_t frames_refused = 0;      // received and refused: a bad token, signature, replay or address
 };
 
 // "HOST:PORT" split; throws ConfigError naming `key` when it is not that.
