@@ -4,6 +4,8 @@
 // bounded groups] in parallel/swarm/SwarmPeer.cpp).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -85,6 +87,71 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
   // 0.007 to 0.014 apart after the same 30 steps.
   EXPECT_LT(farthest, 0.005);
   EXPECT_GT(farthest, 0.0) << "every peer ended with the same weights: the groups were never smaller than the swarm";
+}
+
+// Four peers in groups of two; the last sends its contributions to round 5 and dies (SIGKILL). Its
+// partner's gradient round fails, and it leaves its weights to the next step rather than waiting out the
+// averaging timeout a second time for the dead member (SwarmPeer::average_state); every other round of a
+// group of two averages the weights too (the default, every step). Both show in metrics.jsonl: a step
+// whose round failed has no weights' averaging, every other step in a group does.
+TEST(SwarmLong, AGroupWhoseRoundWentWrongLeavesItsWeightsToTheNextStep) {
+  SKIP_WITHOUT_SWARM();
+  constexpr int kPeers = 4;
+  const double matchmaking = 2, timeout = 4;
+  std::vector<fs::path> dirs;
+  const auto peers = start_peers(
+      "swarm-groups-fault", kPeers, 120,
+      [&](int i) -> std::vector<std::string> {
+        return {"swarm.sampler=partition",
+                "swarm.partitions=4",
+                "swarm.partition=" + std::to_string(i),
+                "swarm.min_peers_to_start=4",
+                "swarm.group_size=2",
+                "swarm.matchmaking_s=" + std::to_string(matchmaking),
+                "swarm.averaging_timeout_s=" + std::to_string(timeout),
+                "swarm.peer_ttl_s=3",
+                "train.max_steps=16",
+                "train.epochs=100",
+                "train.threads=1",
+                "log.every_steps=1",
+                "log.progress=plain"};
+      },
+      dirs,
+      [](int i) {
+        return i == kPeers - 1 ? std::map<std::string, std::string>{{"COHORT_FAULT_SWARM_ROUND", "5"},
+                                                                    {"COHORT_FAULT_SWARM_SIGNAL", "KILL"}}
+                               : std::map<std::string, std::string>{};
+      });
+  int64_t failed_steps = 0, weighed_steps = 0;
+  for (int i = 0; i + 1 < kPeers; ++i) {
+    const auto r = peers[static_cast<size_t>(i)]->wait(300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    double failed_before = 0;
+    for (const auto& rec : read_jsonl(dirs[static_cast<size_t>(i)] / "metrics.jsonl")) {
+      if (!rec.contains("swarm_failed_rounds")) continue;
+      const double failed = rec["swarm_failed_rounds"].get<double>(),
+                   state_s = rec["swarm_state_seconds"].get<double>();
+      if (failed > failed_before) {
+        ++failed_steps;
+        EXPECT_EQ(state_s, 0.0) << "peer " << i
+                                << " averaged the weights after a round that went wrong: " << rec.dump();
+        // One averaging timeout at most, not two: the matchmaking bound and the round's timeout.
+        EXPECT_LE(rec["swarm_round_seconds"].get<double>() + state_s, 2 * matchmaking + 1 + timeout + 2) << rec.dump();
+      } else if (rec["swarm_group_size"].get<double>() > 1) {
+        ++weighed_steps;
+        EXPECT_GT(state_s, 0.0) << "peer " << i
+                                << " in a group, its round whole, did not average the weights: " << rec.dump();
+      }
+      failed_before = failed;
+    }
+  }
+  std::cout << "steps whose round went wrong: " << failed_steps
+            << "; steps in a group that averaged the weights: " << weighed_steps << "\n";
+  // The dead peer's partner, at least, lost a round; the others averaged their weights at most steps.
+  EXPECT_GE(failed_steps, 1);
+  EXPECT_GE(weighed_steps, 20);
+  ::kill(peers[kPeers - 1]->pid(), SIGKILL);
+  peers[kPeers - 1]->wait(30);
 }
 
 // Four DiLoCo peers in groups of two (Note [DiLoCo in bounded groups] in
