@@ -214,9 +214,12 @@ int64_t group_count(int64_t ready, int64_t group_size, int64_t min_group_size) {
 // who is ready. The peers of one key form one group, or, past M, ceil(n / M) groups of nearly equal size,
 // in an order shuffled per round (shuffle_rank); fewer where the smallest would be one peer or below
 // swarm.min_group_size (with M = 2 three ready peers form one group of three, not a pair and a peer alone). After the
-// round each member sets c[d] to its place in its group modulo G = round(N / M) for the N peers it knows: the members
-// of one group spread over G keys for the next round, which gathers members from different groups. Mixing: on a full
-// grid (N = G x M, no failures) round r averages the rows and round r + 1 the columns, so after two rounds every peer
+// round each member sets c[d] to its place in its group modulo G = round(N / M) for the N peers it knows, but at most
+// N / 2: with M = 2 and N = 3, G = 2 dealt one peer a key of its own at every round, where it waited out
+// swarm.matchmaking_s alone (13 and 14 of the 3 survivors' 48 steps failed in SwarmLong.AGroupWhoseRoundWentWrong...
+// once the fourth peer had died; 6 to 8 with the bound). The members of one group spread over G keys for the next
+// round, which gathers members from different groups. Mixing: on a full grid (N = G x M, no failures) round r
+// averages the rows and round r + 1 the columns, so after two rounds every peer
 // holds the global average of what the first round started from. With N not G x M, with peers late or lost, or with
 // views of N that differ (G is rounded, so a few peers more or less seldom change it), groups are uneven and some peers
 // miss a round; simulated (64 peers, M = 8, 5% missing each round) the spread of values between peers still fell about
