@@ -313,9 +313,10 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
 // in outer rounds whose pseudo-gradients travel in int8, so there every outer round would take 9 times
 // the bytes; it keeps every 10 outer rounds. That costs accuracy: 32 DiLoCo peers, 10 inner steps at a
 // rate for their 32-sample batch, 16 outer rounds, groups of 8 (one seed): every outer round 77.94% and
-// 78.08% at peak 0.05 and 0.1, every 10 rounds 76.84% and 72.21%, one group 78.56% and 79.33%. A run that
-// can afford the bytes sets swarm.average_state_every=1 (docs/scaling.md); the default is not changed on
-// one seed of a short run.
+// 78.08% at peak 0.05 and 0.1, every 10 rounds 76.84% and 72.21%, one group 78.56% and 79.33%; at 0.1
+// over 3 seeds, 78.13% against 74.01%. A run that can afford the bytes sets swarm.average_state_every=1
+// (docs/scaling.md); the default is not changed on 16 outer rounds of an MLP, since the bytes fall on
+// DiLoCo's own case, slow links.
 int64_t state_average_every(const SwarmConfig& cfg, bool diloco) {
   if (cfg.average_state_every > 0) return cfg.average_state_every;
   return diloco ? 10 : 1;
