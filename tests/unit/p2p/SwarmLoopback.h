@@ -11,6 +11,7 @@
 #include <ctime>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -118,6 +119,36 @@ inline bool meet(const std::vector<std::pair<Peer*, p2p::PeerRecord>>& peers) {
     for (const auto& [peer, record] : peers) peer->directory.announce(record);
     std::this_thread::sleep_for(100ms);
   }
+}
+
+// A group in the order every member must hold it in (the averager's test peers agree on it this way).
+inline std::vector<p2p::Member> sorted(std::vector<p2p::Member> group) {
+  std::sort(group.begin(), group.end(), [](const p2p::Member& a, const p2p::Member& b) { return a.key < b.key; });
+  return group;
+}
+
+// One all_reduce of `round` by every peer at once, peer i with `options_of(i)` and values[i] weighted
+// i + 1. Returns the outcomes and what `count(i)` grew by in the round, read 300 ms after the last one
+// ended: the transport counts a frame once its I/O thread has sent it, which can be after the round.
+inline std::pair<std::vector<p2p::RoundOutcome>, std::vector<int64_t>> all_reduce_together(
+    std::vector<std::unique_ptr<Peer>>& peers, const std::vector<p2p::Member>& group,
+    const std::vector<at::Tensor>& values, uint64_t round, const std::function<int64_t(int)>& count,
+    const std::function<p2p::AveragingOptions(int)>& options_of) {
+  const int n = static_cast<int>(peers.size());
+  std::vector<p2p::RoundOutcome> out(peers.size());
+  std::vector<int64_t> grew(peers.size());
+  for (int i = 0; i < n; ++i) grew[static_cast<size_t>(i)] = -count(i);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      const auto k = static_cast<size_t>(i);
+      p2p::Averager averager(peers[k]->transport, peers[k]->directory, options_of(i));
+      out[k] = averager.all_reduce(round, group, values[k], i + 1);
+    });
+  for (auto& t : threads) t.join();
+  std::this_thread::sleep_for(300ms);
+  for (int i = 0; i < n; ++i) grew[static_cast<size_t>(i)] += count(i);
+  return {out, grew};
 }
 
 #endif  // COHORT_HAVE_SWARM

@@ -71,6 +71,19 @@ TEST(Drift, WeightsAreAveragedEveryStepInBoundedGroupsUnlessSaidOtherwise) {
   EXPECT_EQ(state_average_every(c, true), 7);
 }
 
+// Note [Groups on a grid]: about one key per group_size peers, never more than one per two peers, so no
+// key is dealt a peer alone (three peers in groups of 2 had two keys, one of them a peer's own).
+TEST(Drift, TheGridHasAboutOneKeyPerGroupAndNeverOneForALonePeer) {
+  EXPECT_EQ(grid_keys(64, 8), 8);
+  EXPECT_EQ(grid_keys(60, 8), 8);
+  EXPECT_EQ(grid_keys(24, 8), 3);
+  EXPECT_EQ(grid_keys(4, 2), 2);
+  EXPECT_EQ(grid_keys(3, 2), 1);  // round(1.5) = 2 before the bound
+  EXPECT_EQ(grid_keys(5, 2), 2);  // round(2.5) = 3: a key of one
+  EXPECT_EQ(grid_keys(1, 8), 1);
+  EXPECT_EQ(grid_keys(2, 8), 1);
+}
+
 }  // namespace
 }  // namespace cohort::parallel::swarm
 

@@ -365,15 +365,17 @@ uint64_t SwarmPeer::group_key_for(int64_t step) const {
   return 1 + (d << 32) + grid_[1 - d];  // never 0: that is "any group"
 }
 
+int64_t grid_keys(int64_t known, int64_t group_size) {
+  const auto rounded = std::llround(static_cast<double>(known) / static_cast<double>(group_size));
+  return std::max<int64_t>(1, std::min<int64_t>(rounded, known / 2));
+}
+
 // The peers of one key are dealt round-robin over the next round's keys, from a start that depends on the
 // key and the round, so that the next round's keys get equal shares of every key's peers.
 void SwarmPeer::move_on_grid(int64_t step, int64_t place) {
   if (cfg_.group_size <= 0) return;
-  const auto known = static_cast<int64_t>(directory_->peers().size() + 1);
-  // At most one key for every two peers: a key dealt a single peer leaves it alone (Note [Groups on a grid]).
-  const auto keys = static_cast<uint64_t>(std::max<int64_t>(
-      1,
-      std::min<int64_t>(std::llround(static_cast<double>(known) / static_cast<double>(cfg_.group_size)), known / 2)));
+  const auto keys =
+      static_cast<uint64_t>(grid_keys(static_cast<int64_t>(directory_->peers().size() + 1), cfg_.group_size));
   const uint64_t start = (group_key_for(step) * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step)) >> 33;
   grid_[static_cast<size_t>(step % 2)] = (start + static_cast<uint64_t>(place)) % keys;
 }

@@ -50,6 +50,11 @@ std::vector<p2p::PeerRecord> survey(const SwarmConfig& cfg, const std::string& p
 // (Note [Weights averaged at every step in bounded groups] in SwarmPeer.cpp).
 int64_t state_average_every(const SwarmConfig& cfg, bool diloco);
 
+// The grid's keys for the next round, for `known` peers (this one included) in groups of `group_size`:
+// about known / group_size, at least 1, and at most known / 2, so that no key is dealt a peer alone (Note
+// [Groups on a grid] in p2p/Matchmaking.cpp).
+int64_t grid_keys(int64_t known, int64_t group_size);
+
 // Where a peer listens, as it writes at start to RUN_DIR/flight/swarm.json, for `cohort doctor --ask`
 // (Note [Asking swarm peers for their records] in SwarmPeer.cpp). read_peer_file: nullopt when the run
 // dir has none (not a swarm peer's, or one from before this file); throws Error naming a malformed one.
