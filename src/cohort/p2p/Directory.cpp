@@ -103,7 +103,10 @@ void Directory::announce(PeerRecord mine, Reach reach) {
   if (mine.step != mine_.step || mine.ready != mine_.ready || mine.leaving != mine_.leaving) mine_urgent_ = true;
   const bool everyone = reach == Reach::kEveryone || mine.group_key == 0 || mine.step != mine_.step ||
                         mine.leaving != mine_.leaving || mine.group_key != mine_.group_key;
-  if (everyone) mine_to_everyone_ = true;
+  if (everyone) {
+    mine_to_everyone_ = true;
+    ++everyone_version_;
+  }
   mine.digest_step = mine_.digest_step;
   mine.digest = mine_.digest;
   mine.session = session_;
@@ -120,6 +123,7 @@ void Directory::announce_digest(int64_t step, uint64_t digest) {
   mine_.digest = digest;
   mine_dirty_ = true;
   mine_to_everyone_ = true;  // any peer on the step or behind compares digests (SwarmCatchUp.cpp's drifted_from)
+  ++everyone_version_;
   changed_.notify_all();
 }
 
@@ -180,6 +184,7 @@ void Directory::run() {
     std::vector<uint8_t> sealed;
     const bool group_only = !heartbeat && !mine_to_everyone_;
     PeerRecord record;  // as sealed: send_direct filters on its step and key
+    const uint64_t version = everyone_version_;
     if (direct_due) {
       record = mine_;
       record.written_unix = detail::unix_now();
@@ -203,7 +208,7 @@ void Directory::run() {
       }
     }
     if (!sealed.empty()) {
-      send_direct(sealed, heartbeat, group_only ? &record : nullptr);
+      send_direct(sealed, version, heartbeat, group_only ? &record : nullptr);
       if (heartbeat && peers().empty()) knock(sealed);
       last_direct = steady_clock::now();
       if (heartbeat) last_heartbeat = last_direct;
@@ -230,9 +235,10 @@ void Directory::run() {
 // target batch does not change when it turns ready: a peer on the step that is not ready counts as its
 // samples plus a batch, one that is ready as its samples (SwarmPeer::ready), and a peer turns ready when
 // its batch is in. (The batch counted is the reader's own: with peers of unequal batches the count is
-// off by the difference until the heartbeat, where before it was exact within milliseconds.) So a change
-// announced with Reach::kGroup (readiness, and the samples that make a peer
-// ready) goes to those peers only, and to the others with the next heartbeat. A change of step, leaving or
+// off by the difference until the next heartbeat or step, where before it was exact within milliseconds.)
+// So a change announced with Reach::kGroup (readiness, and the samples that make a peer ready) goes to
+// those peers only, and to the others with the next heartbeat that goes to them (Note [A heartbeat skips
+// the peers that heard this one lately]) or the next change of step. A change of step, leaving or
 // group key still goes to everyone at once: a leader waits for any peer one step behind, which may come
 // to its key. A peer that comes to the key after the ready one announced is told by matchmaking's ready
 // message (Averager::tell_ready). Without swarm.group_size every key is 0 and every change goes to
@@ -240,7 +246,8 @@ void Directory::run() {
 //
 // To every peer in `to` a kRecord frame of this peer's record and, on a heartbeat to a few of them, some
 // others' (Note [The heartbeat passes on a few records]).
-void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others, const PeerRecord* group_of) {
+void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, bool with_others,
+                            const PeerRecord* group_of) {
   std::vector<PeerRecord> to = with_others ? heartbeat_peers() : peers();
   if (group_of) {
     const auto elsewhere = [&](const PeerRecord& p) {
@@ -248,39 +255,18 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others, 
     };
     to.erase(std::remove_if(to.begin(), to.end(), elsewhere), to.end());
   }
+  const double now = detail::unix_now(), live_since = now - options_.record_ttl_s;
   std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
   std::set<PeerKey> gossip_to;
   if (with_others) {
-    std::lock_guard lock(mutex_);
-    const double now = detail::unix_now(), oldest = now - options_.record_ttl_s;
-    for (const auto& [key, entry] : records_)
-      if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest) {
-        others.emplace_back(key, entry.sealed);
-        if (entry.met_unix >= now - kWelcomeBeats * options_.announce_s) gossip_to.insert(key);
-      }
-    // Note [The heartbeat passes on a few records]
-    // Every record it knew went to every peer it knew, so
-    // each peer checked the signatures of every other's records once a second from every other peer:
-    // N^2 a peer, N^3 in all. At 32 peers on 2 cores that took most of the machine, and rounds failed for
-    // want of CPU (bench/scale.py, issue 41). So a heartbeat passes on a random kGossipRecords of them,
-    // drawn anew at each beat, and only to some peers: those it met in the last kWelcomeBeats beats (a
-    // newcomer, or a peer back after its record expired here, learns the swarm from every peer that meets
-    // it within a beat or two) and kGossipFanout others drawn at random (views that differ still merge).
-    // Passed to every peer, the 8 records made the heartbeat 9 records a peer a second from each of N - 1
-    // peers: 183 kB/s a peer at 64 peers against 67 at 8 (bench/scale.py); passed to a few, a peer at 64
-    // sends 0.67 times what one at 8 does (paired runs: bench/results/scale.json). Every peer still hears
-    // each live peer's own record from that peer every beat, which keeps each record live where it is known.
-    if (others.size() > kGossipRecords) {
-      std::shuffle(others.begin(), others.end(), gossip_random_);
-      others.resize(kGossipRecords);
-    }
-    std::vector<PeerKey> live;
-    for (const auto& peer : to)
-      if (!gossip_to.count(peer.key) && peer.written_unix >= oldest) live.push_back(peer.key);
-    std::shuffle(live.begin(), live.end(), gossip_random_);
-    for (size_t i = 0; i < live.size() && i < kGossipFanout; ++i) gossip_to.insert(live[i]);
+    others = gossip(to, gossip_to);
+    to.erase(std::remove_if(to.begin(), to.end(),
+                            [&](const PeerRecord& p) {
+                              return !gossip_to.count(p.key) && p.written_unix >= live_since &&
+                                     heard_lately(p.key, version, now);
+                            }),
+             to.end());
   }
-  const double live_since = detail::unix_now() - options_.record_ttl_s;
   for (const auto& peer : to) {
     std::vector<detail::SealedRecord> records{{mine.data(), mine.size()}};
     if (gossip_to.count(peer.key))
@@ -291,7 +277,61 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, bool with_others, 
     const bool live = peer.written_unix >= live_since;
     transport_->send(live ? peer.key : PeerKey{}, peer.address, {MessageKind::kRecord, 0, 0},
                      detail::records_body(records));
+    sent_[peer.key] = {now, version};
   }
+}
+
+// Note [A heartbeat skips the peers that heard this one lately]
+// The heartbeat went to every live peer every announce_s, on top of each change of step, which also goes
+// to every live peer: with steps shorter than announce_s it told each peer nothing a step had not told it
+// half a second before, and it was N - 1 frames a peer a second, about half a peer's record frames at 64
+// peers (bench/scale.py, issue 41). So it skips a live peer that, within record_ttl_s / 2 - announce_s,
+// was sent this peer's record with every change meant for everyone (everyone_version_): that peer's copy
+// is then never older than half a TTL when the next beat is due, and it holds all that a heartbeat would
+// tell it but the changes sent to the group only (Note [Readiness goes to the group]), which the others do
+// not read. Still sent the heartbeat: the peers it passes records on to (the newly met among them), the
+// peers whose record here expired (Note [A peer whose record expired still hears the heartbeat]), and
+// every peer while this one's steps are slower than that: a swarm stepping once a second or faster sends
+// heartbeats only to the few it gossips to.
+bool Directory::heard_lately(const PeerKey& peer, uint64_t version, double now) const {
+  const auto sent = sent_.find(peer);
+  const double window = options_.record_ttl_s / 2 - options_.announce_s;
+  return sent != sent_.end() && sent->second.version == version && now - sent->second.at_unix < window;
+}
+
+// Note [The heartbeat passes on a few records]
+// Every record it knew went to every peer it knew, so
+// each peer checked the signatures of every other's records once a second from every other peer:
+// N^2 a peer, N^3 in all. At 32 peers on 2 cores that took most of the machine, and rounds failed for
+// want of CPU (bench/scale.py, issue 41). So a heartbeat passes on a random kGossipRecords of them,
+// drawn anew at each beat, and only to some peers: those it met in the last kWelcomeBeats beats (a
+// newcomer, or a peer back after its record expired here, learns the swarm from every peer that meets
+// it within a beat or two) and kGossipFanout others drawn at random (views that differ still merge).
+// Passed to every peer, the 8 records made the heartbeat 9 records a peer a second from each of N - 1
+// peers: 183 kB/s a peer at 64 peers against 67 at 8 (bench/scale.py); passed to a few, a peer at 64
+// sends 0.67 times what one at 8 does (paired runs: bench/results/scale.json). Every peer still hears
+// each live peer's own record from that peer at least every half TTL, which keeps each record live where
+// it is known (Note [A heartbeat skips the peers that heard this one lately]).
+std::vector<std::pair<PeerKey, std::vector<uint8_t>>> Directory::gossip(const std::vector<PeerRecord>& to,
+                                                                        std::set<PeerKey>& gossip_to) {
+  std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
+  std::lock_guard lock(mutex_);
+  const double now = detail::unix_now(), oldest = now - options_.record_ttl_s;
+  for (const auto& [key, entry] : records_)
+    if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest) {
+      others.emplace_back(key, entry.sealed);
+      if (entry.met_unix >= now - kWelcomeBeats * options_.announce_s) gossip_to.insert(key);
+    }
+  if (others.size() > kGossipRecords) {
+    std::shuffle(others.begin(), others.end(), gossip_random_);
+    others.resize(kGossipRecords);
+  }
+  std::vector<PeerKey> live;
+  for (const auto& peer : to)
+    if (!gossip_to.count(peer.key) && peer.written_unix >= oldest) live.push_back(peer.key);
+  std::shuffle(live.begin(), live.end(), gossip_random_);
+  for (size_t i = 0; i < live.size() && i < kGossipFanout; ++i) gossip_to.insert(live[i]);
+  return others;
 }
 
 // Note [A peer whose record expired still hears the heartbeat]

@@ -21,7 +21,8 @@
 // every `dht_read_s`), and each change of a record goes to the known peers as one frame over the swarm's
 // transport (at once when the step, readiness or leaving changes; other changes
 // at most every 50 ms; with group keys, readiness only to the peers of its key: Note [Readiness goes to
-// the group] in Directory.cpp). The heartbeat, every announce_s, goes to every known peer; to a few of them (the
+// the group] in Directory.cpp). The heartbeat, every announce_s, goes to every known peer that did not hear
+// this one's record lately (Note [A heartbeat skips the peers that heard this one lately]); to a few of them (the
 // peers met in the last beats, and two drawn at random) it also carries up to 8 live records of the other
 // peers this one knows, drawn anew each beat (each still sealed by its own peer), so that two peers who
 // found each other in the DHT learn everyone the other knows within a few beats, whatever their own view
@@ -138,9 +139,17 @@ class Directory {
  private:
   void run();
   bool has_contact() const;  // Note [No DHT request before the first contact]
-  // Sends `mine` (sealed) to every live peer, with the others' records when `with_others` (the heartbeat),
-  // or, given `group_of` (the record sealed in `mine`), only to the live peers on its step with its group key.
-  void send_direct(const std::vector<uint8_t>& mine, bool with_others, const PeerRecord* group_of);
+  // Sends `mine` (sealed; `version`: everyone_version_ when it was) to every live peer, or, given
+  // `group_of` (the record sealed in `mine`), only to the live peers on its step with its group key. The
+  // heartbeat (`with_others`) passes on others' records to a few and skips the peers heard_lately.
+  void send_direct(const std::vector<uint8_t>& mine, uint64_t version, bool with_others, const PeerRecord* group_of);
+  // Whether `peer` was sent this peer's record at `version` recently enough to skip a heartbeat (Note [A
+  // heartbeat skips the peers that heard this one lately]).
+  bool heard_lately(const PeerKey& peer, uint64_t version, double now) const;
+  // Up to kGossipRecords of the other live records, drawn at random, and the peers of `to` the heartbeat
+  // passes them on to, into `gossip_to` (Note [The heartbeat passes on a few records]).
+  std::vector<std::pair<PeerKey, std::vector<uint8_t>>> gossip(const std::vector<PeerRecord>& to,
+                                                               std::set<PeerKey>& gossip_to);
   // The live peers and those whose record expired less than kHeartbeatAfterDeathS ago (Note [A peer whose
   // record expired still hears the heartbeat]).
   std::vector<PeerRecord> heartbeat_peers() const;
@@ -179,6 +188,14 @@ class Directory {
   bool mine_dirty_ = false;        // changed since it was last sent
   bool mine_urgent_ = false;       // its step, readiness or leaving changed: send it now
   bool mine_to_everyone_ = false;  // a change since it was last sent to everyone is not Reach::kGroup's
+  uint64_t everyone_version_ = 0;  // counts the changes of this peer's record meant for everyone
+  // What send_direct last sent each peer: when (Unix seconds) and at which everyone_version_. The
+  // directory's thread alone reads and writes it.
+  struct Sent {
+    double at_unix = 0;
+    uint64_t version = 0;
+  };
+  std::map<PeerKey, Sent> sent_;
   bool read_in_flight_ = false;
   // Addresses of peers met, to make DHT contacts of (Note [Every peer is a DHT contact]).
   std::vector<std::string> to_contact_;

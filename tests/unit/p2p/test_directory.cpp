@@ -2,6 +2,7 @@
 // find each other, and which record changes reach which peers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -183,6 +184,60 @@ TEST(SwarmDirectory, ReadinessGoesToThePeersOfItsGroupKeyAndAStepToEveryone) {
   ASSERT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->group_key == 0; }));
   a.directory.announce(record(a, 6, true, 0), p2p::Directory::Reach::kGroup);
   EXPECT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->ready; })) << "c did not hear a was ready, key 0";
+}
+
+// Note [A heartbeat skips the peers that heard this one lately]: a peer whose steps (each sent to every
+// live peer) come every 0.3 s, faster than announce_s, sends its heartbeat only to the peers it passes
+// records on to (kGossipFanout of them, once the others were met more than three beats ago). Every other
+// peer still holds its record live throughout, and again once it stops stepping and the heartbeat alone
+// keeps it live.
+TEST(SwarmDirectory, AHeartbeatSkipsThePeersThatHeardAStepLately) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  p2p::DirectoryOptions d;  // announce_s 1, record_ttl_s 4: a heartbeat skips peers sent a record within 1 s
+  d.dht_put_s = 100;
+  d.dht_read_known_s = 100;
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 6; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 141 + i, i ? peers[0]->transport.address() : "", logs, d));
+  Peer& stepper = *peers[0];
+  const auto record = [](Peer& p, int64_t step) { return p2p::PeerRecord{{}, p.transport.address(), step, 0, 1.0}; };
+  for (auto& p : peers) p->directory.announce(record(*p, 0));
+  const auto everyone_sees_the_stepper = [&] {
+    for (size_t i = 1; i < peers.size(); ++i) {
+      const auto seen = peers[i]->directory.peers();
+      if (std::none_of(seen.begin(), seen.end(), [&](const auto& r) { return r.key == stepper.transport.key(); }))
+        return false;
+    }
+    return stepper.directory.peers().size() == 5;
+  };
+  const auto deadline = p2p::Clock::now() + 10s;
+  while (p2p::Clock::now() < deadline && !everyone_sees_the_stepper()) std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(everyone_sees_the_stepper());
+  std::this_thread::sleep_for(3500ms);  // past kWelcomeBeats: the heartbeat now passes records to 2 peers only
+  // Steps for 6 s (about 6 beats), counting what the stepper sends and checking the others' view of it.
+  const int64_t frames_before = stepper.transport.stats().record_frames_sent;
+  int64_t steps = 0;
+  bool always_seen = true;
+  const auto stepping_until = p2p::Clock::now() + 6s;
+  while (p2p::Clock::now() < stepping_until) {
+    stepper.directory.announce(record(stepper, ++steps));
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(100ms);
+      always_seen = always_seen && everyone_sees_the_stepper();
+    }
+  }
+  const int64_t beyond_steps = stepper.transport.stats().record_frames_sent - frames_before - 5 * steps;
+  EXPECT_TRUE(always_seen) << "a peer lost the stepper's record while it stepped";
+  // Each of about 6 beats: 2 frames (the gossip's peers) with the skip, 5 (every peer) without it.
+  EXPECT_GE(beyond_steps, 4);
+  EXPECT_LE(beyond_steps, 19) << steps << " steps";
+  // Stopped, it is kept live by the heartbeat alone: past a TTL (4 s) every peer still sees it.
+  for (int i = 0; i < 23; ++i) {
+    std::this_thread::sleep_for(200ms);
+    always_seen = always_seen && everyone_sees_the_stepper();
+  }
+  EXPECT_TRUE(always_seen) << "a peer lost the stepper's record once it stopped stepping";
 }
 
 #endif  // COHORT_HAVE_SWARM
