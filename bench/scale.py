@@ -492,7 +492,7 @@ def main():
     ap.add_argument("--accuracy-lr", type=float, default=0.4, help="optim.lr of every accuracy run (0: the default)")
     ap.add_argument("--accuracy-seed", type=int, default=None, help="train.seed of every accuracy run")
     ap.add_argument("--port", type=int, default=27000, help="the first port (two runs at once need apart ones)")
-    ap.add_argument("--keep-work", action="store_true", help="keep the accuracy runs' directories (logs, metrics)")
+    ap.add_argument("--keep-work", action="store_true", help="keep every run's directory (logs, metrics)")
     ap.add_argument("--accuracy-no-ddp", action="store_true", help="the swarm runs alone (--set applies to them)")
     ap.add_argument("--accuracy-group-sizes", default="0,8", help="swarm.group_size values beside ddp")
     ap.add_argument("--out")
@@ -521,10 +521,10 @@ def main():
             port += 1
             print(json.dumps(row), file=sys.stderr)
             rows.append(row)
-            if row["peers_finished"] == peers:
+            if row["peers_finished"] == peers and not a.keep_work:
                 shutil.rmtree(work, ignore_errors=True)
             else:
-                row["logs"] = work  # kept: some peers failed
+                row["logs"] = work  # kept: some peers failed, or --keep-work
     launch = []
     for strategy in a.launch_strategies.split(",") if a.torch_python else []:
         for workers in [int(x) for x in a.launch_workers.split(",") if x]:

@@ -277,7 +277,7 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
     const bool live = peer.written_unix >= live_since;
     transport_->send(live ? peer.key : PeerKey{}, peer.address, {MessageKind::kRecord, 0, 0},
                      detail::records_body(records));
-    sent_[peer.key] = {now, version};
+    if (!with_others) sent_[peer.key] = {now, version};  // a heartbeat never excuses the next one
   }
 }
 
@@ -286,7 +286,8 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
 // to every live peer: with steps shorter than announce_s it told each peer nothing a step had not told it
 // half a second before, and it was N - 1 frames a peer a second, about half a peer's record frames at 64
 // peers (bench/scale.py, issue 41). So it skips a live peer that, within record_ttl_s / 2 - announce_s,
-// was sent this peer's record with every change meant for everyone (everyone_version_): that peer's copy
+// was sent a change of this peer's record (not a heartbeat: each beat would then excuse the next, halving
+// the rate of an idle peer's) with every change meant for everyone (everyone_version_): that peer's copy
 // is then never older than half a TTL when the next beat is due, and it holds all that a heartbeat would
 // tell it but the changes sent to the group only (Note [Readiness goes to the group]), which the others do
 // not read. Still sent the heartbeat: the peers it passes records on to (the newly met among them), the

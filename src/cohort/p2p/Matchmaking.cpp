@@ -22,6 +22,16 @@ struct Survey {
   int64_t ahead_at = -1;        // the furthest step a live peer is at, when one is past the round
 };
 
+// Note [A starting peer names no group key]
+// A peer announces step 0 as it starts, before it trains its first batch (parallel/swarm/SwarmPeer.cpp),
+// and names its group key only when it announces that batch: until then its key is 0. With
+// swarm.group_size every key in a round is above 0, and a leader took key 0 for another group's: the
+// first peers to see swarm.min_peers_to_start peers (up to half a second before the rest: the wait reads
+// the DHT every 0.5 s) closed the first round among themselves, and the rest found the swarm a step ahead,
+// downloaded its state, and one of them was left to take the first step alone (bench/scale.py at 8 peers
+// in a group of 8: a failed first round in 8 of 51 runs of two builds, 2026-12-06). So a peer on the round
+// that names no key counts as one that may come to this key, as one a step behind does: the leader waits
+// for it, up to swarm.matchmaking_s. Without swarm.group_size every key is 0, as before.
 Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member& me,
               const std::map<PeerKey, std::string>& said_ready, uint64_t group_key) {
   Survey s;
@@ -41,8 +51,13 @@ Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member&
     if (p.step > round) s.ahead_at = std::max(s.ahead_at, p.step);
     if (p.step != round) continue;
     anyone_on_round = true;
-    // Another group's peer is neither ready for this one nor coming (Note [Groups on a grid]).
-    if (said_ready.count(p.key) || p.group_key != group_key) continue;
+    if (said_ready.count(p.key)) continue;
+    // Another group's peer is neither ready for this one nor coming (Note [Groups on a grid]); a peer that
+    // names no key yet may be (Note [A starting peer names no group key]).
+    if (p.group_key != group_key) {
+      if (p.group_key == 0 && !p.ready) s.anyone_waiting = true;
+      continue;
+    }
     if (p.ready)
       s.ready.push_back({p.key, p.address});
     else

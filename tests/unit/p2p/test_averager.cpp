@@ -407,6 +407,48 @@ TEST(SwarmAverager, APeerThatComesToItsGroupKeyLateHearsTheReadyOneAtOnce) {
   EXPECT_LT(out_late.matchmaking_s, 2.0) << "the latecomer waited for swarm.matchmaking_s";
 }
 
+// Note [A starting peer names no group key]: the leader and another peer of key 7 are ready for the first
+// round while a third still starts (its record: step 0, key 0, not ready, as SwarmPeer announces before
+// its first batch). The leader waits for it, and the round holds all three.
+TEST(SwarmAverager, ALeaderWaitsForAPeerThatStillStartsAndNamesNoGroupKey) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = no_heartbeat_within_a_test();  // they meet through the DHT
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 97 + i, i ? peers[0]->transport.address() : "", logs, d));
+  // The one starting late is not the leader (the smallest key leads).
+  std::sort(peers.begin(), peers.end(), [](const auto& a, const auto& b) { return a->transport.key() < b->transport.key(); });
+  Peer& starting = *peers[2];
+  constexpr uint64_t kKey = 7;
+  const auto record = [](Peer& p, uint64_t key) {
+    p2p::PeerRecord r{{}, p.transport.address(), 0, 0, 1.0, false, false, 0};
+    r.group_key = key;
+    return r;
+  };
+  ASSERT_TRUE(meet({{peers[0].get(), record(*peers[0], kKey)},
+                    {peers[1].get(), record(*peers[1], kKey)},
+                    {&starting, record(starting, 0)}}));
+  const p2p::AveragingOptions options{5.0, 5.0, 2, 8};
+  std::vector<p2p::RoundOutcome> out(3);
+  const auto average = [&](size_t i) {
+    p2p::Averager averager(peers[i]->transport, peers[i]->directory, options);
+    p2p::PeerRecord mine;
+    mine.samples = 10;
+    mine.group_key = kKey;
+    out[i] = averager.average(0, torch::full({64}, float(i)), 10, mine);
+  };
+  std::thread first([&] { average(0); }), second([&] { average(1); });
+  std::this_thread::sleep_for(500ms);  // its first batch
+  average(2);
+  first.join();
+  second.join();
+  for (const auto& o : out) {
+    EXPECT_EQ(o.group.size(), 3u) << o.problem;
+    EXPECT_TRUE(torch::allclose(o.averaged, torch::full({64}, 1.0f)));
+  }
+}
+
 #endif  // COHORT_HAVE_SWARM
 
 }  // namespace
