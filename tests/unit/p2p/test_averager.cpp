@@ -418,7 +418,8 @@ TEST(SwarmAverager, ALeaderWaitsForAPeerThatStillStartsAndNamesNoGroupKey) {
   for (int i = 0; i < 3; ++i)
     peers.push_back(std::make_unique<Peer>(run, 97 + i, i ? peers[0]->transport.address() : "", logs, d));
   // The one starting late is not the leader (the smallest key leads).
-  std::sort(peers.begin(), peers.end(), [](const auto& a, const auto& b) { return a->transport.key() < b->transport.key(); });
+  std::sort(peers.begin(), peers.end(),
+            [](const auto& a, const auto& b) { return a->transport.key() < b->transport.key(); });
   Peer& starting = *peers[2];
   constexpr uint64_t kKey = 7;
   const auto record = [](Peer& p, uint64_t key) {
