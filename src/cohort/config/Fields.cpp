@@ -264,8 +264,8 @@ const std::vector<Field>& fields() {
       field("swarm.partition", &T::swarm, &SwarmConfig::partition,
             "swarm.sampler=partition: this peer's shard, 0 .. swarm.partitions - 1", {}, non_negative<int64_t>()),
       field("swarm.announce_s", &T::swarm, &SwarmConfig::announce_s,
-            "swarm: this peer's record goes to the peers it knows at every change and at least this often (into the "
-            "DHT every twice this)",
+            "swarm: this peer's record goes to the peers it knows at every change, and at least this often to each "
+            "that no change reached in the last peer_ttl_s / 2 - this (into the DHT every twice this)",
             {}, positive<double>()),
       field("swarm.peer_ttl_s", &T::swarm, &SwarmConfig::peer_ttl_s,
             "swarm: a peer whose record is older than this is gone", {}, positive<double>()),

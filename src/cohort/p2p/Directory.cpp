@@ -185,6 +185,7 @@ void Directory::run() {
     const bool group_only = !heartbeat && !mine_to_everyone_;
     PeerRecord record;  // as sealed: send_direct filters on its step and key
     const uint64_t version = everyone_version_;
+    const bool news = mine_dirty_;  // a heartbeat that carries a change skips nobody
     if (direct_due) {
       record = mine_;
       record.written_unix = detail::unix_now();
@@ -208,7 +209,7 @@ void Directory::run() {
       }
     }
     if (!sealed.empty()) {
-      send_direct(sealed, version, heartbeat, group_only ? &record : nullptr);
+      send_direct(sealed, version, heartbeat, heartbeat && !news, group_only ? &record : nullptr);
       if (heartbeat && peers().empty()) knock(sealed);
       last_direct = steady_clock::now();
       if (heartbeat) last_heartbeat = last_direct;
@@ -246,7 +247,7 @@ void Directory::run() {
 //
 // To every peer in `to` a kRecord frame of this peer's record and, on a heartbeat to a few of them, some
 // others' (Note [The heartbeat passes on a few records]).
-void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, bool with_others,
+void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, bool with_others, bool skip_heard,
                             const PeerRecord* group_of) {
   std::vector<PeerRecord> to = with_others ? heartbeat_peers() : peers();
   if (group_of) {
@@ -255,18 +256,18 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
     };
     to.erase(std::remove_if(to.begin(), to.end(), elsewhere), to.end());
   }
-  const double now = detail::unix_now(), live_since = now - options_.record_ttl_s;
+  const double live_since = detail::unix_now() - options_.record_ttl_s;
+  const auto now = steady_clock::now();
   std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
   std::set<PeerKey> gossip_to;
-  if (with_others) {
-    others = gossip(to, gossip_to);
+  if (with_others) others = gossip(to, gossip_to);
+  if (skip_heard)
     to.erase(std::remove_if(to.begin(), to.end(),
                             [&](const PeerRecord& p) {
                               return !gossip_to.count(p.key) && p.written_unix >= live_since &&
                                      heard_lately(p.key, version, now);
                             }),
              to.end());
-  }
   for (const auto& peer : to) {
     std::vector<detail::SealedRecord> records{{mine.data(), mine.size()}};
     if (gossip_to.count(peer.key))
@@ -291,13 +292,15 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
 // is then never older than half a TTL when the next beat is due, and it holds all that a heartbeat would
 // tell it but the changes sent to the group only (Note [Readiness goes to the group]), which the others do
 // not read. Still sent the heartbeat: the peers it passes records on to (the newly met among them), the
-// peers whose record here expired (Note [A peer whose record expired still hears the heartbeat]), and
-// every peer while this one's steps are slower than that: a swarm stepping once a second or faster sends
-// heartbeats only to the few it gossips to.
-bool Directory::heard_lately(const PeerKey& peer, uint64_t version, double now) const {
+// peers whose record here expired (Note [A peer whose record expired still hears the heartbeat]), every
+// peer when the heartbeat carries a change not yet sent (readiness due to the group would otherwise wait
+// for the next beat), and every peer while this one's steps are slower than that: a swarm stepping once a
+// second or faster sends heartbeats only to the few it gossips to. The window is on the steady clock, so a
+// step of the wall clock neither stretches nor cuts it.
+bool Directory::heard_lately(const PeerKey& peer, uint64_t version, steady_clock::time_point now) const {
   const auto sent = sent_.find(peer);
-  const double window = options_.record_ttl_s / 2 - options_.announce_s;
-  return sent != sent_.end() && sent->second.version == version && now - sent->second.at_unix < window;
+  const duration<double> window(options_.record_ttl_s / 2 - options_.announce_s);
+  return sent != sent_.end() && sent->second.version == version && now - sent->second.at < window;
 }
 
 // Note [The heartbeat passes on a few records]

@@ -11,7 +11,8 @@
 //
 // Every record is sealed with its peer's token (p2p/Auth.h): a record from a peer without a valid,
 // unexpired token of this run is refused and named in the log. A record expires `record_ttl_s` after it
-// was written; a peer resends its own every `announce_s`, so a dead peer drops out within the TTL.
+// was written; a peer resends its own at least every `announce_s` + record_ttl_s / 2 (every `announce_s`
+// unless a change went out lately), so a dead peer drops out within the TTL.
 //
 // Note [Records go to the peers directly]
 // Progress records change at every local step. Read back from the DHT, a record lagged its peer by up to a
@@ -93,7 +94,7 @@ struct Refusal {
 };
 
 struct DirectoryOptions {
-  double announce_s = 1.0;        // a peer sends its record to the peers it knows at least this often
+  double announce_s = 1.0;        // a peer's heartbeat: its record to each peer it knows that no change reached lately
   double dht_put_s = 2.0;         // and puts it into the DHT this often (and when it leaves)
   double dht_read_s = 1.0;        // and reads the run's records from the DHT this often while it knows no peer
   double dht_read_known_s = 5.0;  // and this often once it does (newcomers announce themselves directly)
@@ -119,7 +120,9 @@ class Directory {
     kGroup,
   };
   // This peer's record: sent to the known peers now (a change of step, readiness or leaving) or within
-  // 50 ms (other changes), and again every announce_s (Note [Records go to the peers directly]).
+  // 50 ms (other changes), and again with the heartbeat every announce_s to the peers no change reached
+  // lately (Notes [Records go to the peers directly], [A heartbeat skips the peers that heard this one
+  // lately]).
   void announce(PeerRecord mine, Reach reach = Reach::kEveryone);
   // Adds to this peer's record the digest of its weights after `step` (sent with its next record).
   void announce_digest(int64_t step, uint64_t digest);
@@ -142,10 +145,12 @@ class Directory {
   // Sends `mine` (sealed; `version`: everyone_version_ when it was) to every live peer, or, given
   // `group_of` (the record sealed in `mine`), only to the live peers on its step with its group key. The
   // heartbeat (`with_others`) passes on others' records to a few and skips the peers heard_lately.
-  void send_direct(const std::vector<uint8_t>& mine, uint64_t version, bool with_others, const PeerRecord* group_of);
+  // `skip_heard`: a heartbeat that carries no change not yet sent.
+  void send_direct(const std::vector<uint8_t>& mine, uint64_t version, bool with_others, bool skip_heard,
+                   const PeerRecord* group_of);
   // Whether `peer` was sent this peer's record at `version` recently enough to skip a heartbeat (Note [A
   // heartbeat skips the peers that heard this one lately]).
-  bool heard_lately(const PeerKey& peer, uint64_t version, double now) const;
+  bool heard_lately(const PeerKey& peer, uint64_t version, std::chrono::steady_clock::time_point now) const;
   // Up to kGossipRecords of the other live records, drawn at random, and the peers of `to` the heartbeat
   // passes them on to, into `gossip_to` (Note [The heartbeat passes on a few records]).
   std::vector<std::pair<PeerKey, std::vector<uint8_t>>> gossip(const std::vector<PeerRecord>& to,
@@ -189,10 +194,10 @@ class Directory {
   bool mine_urgent_ = false;       // its step, readiness or leaving changed: send it now
   bool mine_to_everyone_ = false;  // a change since it was last sent to everyone is not Reach::kGroup's
   uint64_t everyone_version_ = 0;  // counts the changes of this peer's record meant for everyone
-  // What send_direct last sent each peer: when (Unix seconds) and at which everyone_version_. The
-  // directory's thread alone reads and writes it.
+  // What send_direct last sent each peer, other than a heartbeat: when and at which everyone_version_.
+  // The directory's thread alone reads and writes it.
   struct Sent {
-    double at_unix = 0;
+    std::chrono::steady_clock::time_point at;
     uint64_t version = 0;
   };
   std::map<PeerKey, Sent> sent_;

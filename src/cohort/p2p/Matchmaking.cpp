@@ -32,7 +32,10 @@ struct Survey {
 // in a group of 8: a failed first round in 3 of 24 runs, and 13 of 39 once the heartbeat skipped peers,
 // 2026-12-06; 0 of 16 since). So a peer on the round
 // that names no key counts as one that may come to this key, as one a step behind does: the leader waits
-// for it, up to swarm.matchmaking_s. Without swarm.group_size every key is 0, as before.
+// for it, up to swarm.matchmaking_s. Only one that has not averaged yet (its record's group_size is 0): a
+// peer that names no key after its rounds runs without swarm.group_size (or is of an earlier release) and
+// never comes to a key, so no leader waits on it at every round. Without swarm.group_size every key is 0,
+// as before.
 Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member& me,
               const std::map<PeerKey, std::string>& said_ready, uint64_t group_key) {
   Survey s;
@@ -56,7 +59,7 @@ Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member&
     // Another group's peer is neither ready for this one nor coming (Note [Groups on a grid]); a peer that
     // names no key yet may be (Note [A starting peer names no group key]).
     if (p.group_key != group_key) {
-      if (p.group_key == 0 && !p.ready) s.anyone_waiting = true;
+      if (p.group_key == 0 && p.group_size == 0 && !p.ready) s.anyone_waiting = true;
       continue;
     }
     if (p.ready)
