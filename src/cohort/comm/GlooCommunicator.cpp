@@ -1,5 +1,7 @@
 #include "cohort/comm/GlooCommunicator.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <memory>
 #include <sstream>
@@ -346,9 +348,30 @@ class GlooCommunicatorImpl : public Communicator {
 
 }  // namespace
 
+// Note [A write to a dead rank must not kill this one]
+// Gloo writes to its sockets with writev, which has no MSG_NOSIGNAL, and handles EPIPE as a closed
+// connection. That relies on SIGPIPE being ignored, as Python does for PyTorch. A C++ program keeps the
+// default, which ends the process: a rank that wrote to a rank that had just died was killed without a
+// word (seen once in make test: Failures.ABrokenConnectionStillNamesTheRankThatIsGone, where rank 0 must
+// name the dead rank and instead vanished at its next step). So before the first Gloo pair is made,
+// SIGPIPE gets a handler that does nothing, unless the program chose its own: the write then fails with
+// EPIPE, and the peer watch names the rank that is gone. A handler rather than SIG_IGN, because a handler
+// is reset by exec: programs this one starts keep the default.
+namespace {
+void keep_sigpipe_from_killing() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+  struct sigaction quiet {};
+  quiet.sa_handler = [](int) {};
+  sigemptyset(&quiet.sa_mask);
+  sigaction(SIGPIPE, &quiet, nullptr);
+}
+}  // namespace
+
 CommunicatorPtr GlooCommunicator::create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                          const std::string& local_address, std::chrono::milliseconds timeout,
                                          int threads) {
+  keep_sigpipe_from_killing();
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->timeout = timeout;
   try {

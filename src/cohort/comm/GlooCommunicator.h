@@ -16,7 +16,9 @@ namespace cohort::comm {
 class GlooCommunicator {
  public:
   // `local_address` is the address this rank's Gloo pairs bind to: the interface that reaches the
-  // other ranks (loopback for single-machine jobs). `threads`: collectives Gloo runs at once.
+  // other ranks (loopback for single-machine jobs). `threads`: collectives Gloo runs at once. A program
+  // that left SIGPIPE at its default gets a handler that does nothing (Note [A write to a dead rank must
+  // not kill this one]): a write to a dead rank then fails rather than ending the process.
   static CommunicatorPtr create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                 const std::string& local_address, std::chrono::milliseconds timeout, int threads = 2);
 };

@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -149,4 +153,20 @@ TEST(GlooCommunicator, DebugModeNamesAMismatchedCollective) {
     EXPECT_NE(errors[0].find(other), std::string::npos) << errors[0];
     EXPECT_NE(errors[1].find("rank 0 called all_reduce on 10 x Float"), std::string::npos) << errors[1];
   }
+}
+
+// Note [A write to a dead rank must not kill this one]: once a Gloo communicator exists, a write to a
+// socket whose reader has gone (what Gloo's writev meets when a rank dies) fails with EPIPE rather than
+// ending this process with SIGPIPE, which would take this whole test binary down.
+TEST(GlooCommunicator, AWriteToARankThatIsGoneFailsInsteadOfEndingTheProcess) {
+  SKIP_WITHOUT_GLOO();
+  run_ranks(1, [](int, CommunicatorPtr) {});
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  close(fds[1]);
+  const char byte = 1;
+  errno = 0;
+  EXPECT_EQ(::write(fds[0], &byte, 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  close(fds[0]);
 }
