@@ -1,0 +1,140 @@
+// The swarm's matchmaking with real sockets and a real OpenDHT on loopback (SwarmLoopback.h): which ready
+// peers form a group, and whom a leader waits for (p2p/Matchmaking.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "cohort/p2p/Averager.h"
+#include "cohort/p2p/Directory.h"
+#include "unit/p2p/SwarmLoopback.h"
+
+namespace cohort::p2p {
+namespace {
+
+using namespace loopback;
+
+#if COHORT_HAVE_SWARM
+
+// Matchmaking through the DHT: three peers ready for the same step form one group and average.
+TEST(SwarmAverager, ReadyPeersFormOneGroupThroughTheDht) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  p2p::DirectoryOptions d;
+  d.announce_s = 0.3;
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 41 + i, i ? peers[0]->transport.address() : "", logs, d));
+  for (auto& p : peers) p->directory.announce({{}, p->transport.address(), 3, 0, 0, false, false, 0});
+  const auto deadline = p2p::Clock::now() + 10s;
+  while (p2p::Clock::now() < deadline)
+    if (std::all_of(peers.begin(), peers.end(), [](auto& p) { return p->directory.peers().size() == 2; }))
+      break;
+    else
+      std::this_thread::sleep_for(50ms);
+  std::vector<p2p::RoundOutcome> out(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&, i] {
+      p2p::Averager averager(peers[i]->transport, peers[i]->directory, {5.0, 5.0, 3});
+      p2p::PeerRecord mine;
+      mine.samples = 10;
+      out[i] = averager.average(3, torch::full({64}, float(i)), 10, mine);
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].group.size(), 3u) << out[i].problem;
+    EXPECT_TRUE(torch::allclose(out[i].averaged, torch::full({64}, 1.0f)));
+    EXPECT_LT(out[i].matchmaking_s, 4.0);  // everyone was ready: no wait for the deadline
+  }
+}
+
+// A peer that comes to its group key after another of the key said it was ready, with no heartbeat in
+// between, still hears it at once from that peer's matchmaking (Averager::tell_ready), and the two form
+// their group without waiting for swarm.matchmaking_s. The latecomer has the smaller key, so it leads.
+TEST(SwarmAverager, APeerThatComesToItsGroupKeyLateHearsTheReadyOneAtOnce) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = never_in_the_dht();  // the latecomer hears the readiness by message only
+  Peer p0(run, 95, "", logs, d), p1(run, 96, p0.transport.address(), logs, d);
+  Peer& late = p0.transport.key() < p1.transport.key() ? p0 : p1;
+  Peer& early = &late == &p0 ? p1 : p0;
+  constexpr uint64_t kKey = 7;
+  p2p::PeerRecord on_round{{}, early.transport.address(), 3, 0, 1.0, false, false, 0};
+  on_round.group_key = kKey;
+  ASSERT_TRUE(meet({{&early, on_round}, {&late, {{}, late.transport.address(), 2, 0, 1.0, false, false, 0}}}));
+  const p2p::AveragingOptions options{5.0, 5.0, 2, 8};
+  p2p::RoundOutcome out_early, out_late;
+  std::thread first([&] {
+    p2p::Averager averager(early.transport, early.directory, options);
+    p2p::PeerRecord mine;
+    mine.samples = 10;
+    mine.group_key = kKey;
+    out_early = averager.average(3, torch::full({64}, 0.0f), 10, mine);
+  });
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(late.directory.peers()[0].ready) << "the latecomer, a step behind, heard of the readiness";
+  p2p::Averager averager(late.transport, late.directory, options);
+  p2p::PeerRecord mine;
+  mine.samples = 10;
+  mine.group_key = kKey;
+  out_late = averager.average(3, torch::full({64}, 2.0f), 10, mine);
+  first.join();
+  for (const auto* out : {&out_early, &out_late}) {
+    EXPECT_EQ(out->group.size(), 2u) << out->problem;
+    EXPECT_TRUE(torch::allclose(out->averaged, torch::full({64}, 1.0f)));
+  }
+  EXPECT_LT(out_late.matchmaking_s, 2.0) << "the latecomer waited for swarm.matchmaking_s";
+}
+
+// Note [A starting peer names no group key]: the leader and another peer of key 7 are ready for the first
+// round while a third still starts (its record: step 0, key 0, not ready, as SwarmPeer announces before
+// its first batch). The leader waits for it, and the round holds all three.
+TEST(SwarmAverager, ALeaderWaitsForAPeerThatStillStartsAndNamesNoGroupKey) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = no_heartbeat_within_a_test();  // they meet through the DHT
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 3; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 97 + i, i ? peers[0]->transport.address() : "", logs, d));
+  // The one starting late is not the leader (the smallest key leads).
+  std::sort(peers.begin(), peers.end(),
+            [](const auto& a, const auto& b) { return a->transport.key() < b->transport.key(); });
+  Peer& starting = *peers[2];
+  constexpr uint64_t kKey = 7;
+  const auto record = [](Peer& p, uint64_t key) {
+    p2p::PeerRecord r{{}, p.transport.address(), 0, 0, 1.0, false, false, 0};
+    r.group_key = key;
+    return r;
+  };
+  ASSERT_TRUE(meet({{peers[0].get(), record(*peers[0], kKey)},
+                    {peers[1].get(), record(*peers[1], kKey)},
+                    {&starting, record(starting, 0)}}));
+  const p2p::AveragingOptions options{5.0, 5.0, 2, 8};
+  std::vector<p2p::RoundOutcome> out(3);
+  const auto average = [&](size_t i) {
+    p2p::Averager averager(peers[i]->transport, peers[i]->directory, options);
+    p2p::PeerRecord mine;
+    mine.samples = 10;
+    mine.group_key = kKey;
+    out[i] = averager.average(0, torch::full({64}, float(i)), 10, mine);
+  };
+  std::thread first([&] { average(0); }), second([&] { average(1); });
+  std::this_thread::sleep_for(500ms);  // its first batch
+  average(2);
+  first.join();
+  second.join();
+  for (const auto& o : out) {
+    EXPECT_EQ(o.group.size(), 3u) << o.problem;
+    EXPECT_TRUE(torch::allclose(o.averaged, torch::full({64}, 1.0f)));
+  }
+}
+
+#endif  // COHORT_HAVE_SWARM
+
+}  // namespace
+}  // namespace cohort::p2p
