@@ -394,7 +394,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     wall, trained, peak, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks)
     codes = [p.returncode for p in procs]
     rounds, failed, sizes, times, avg_bytes, record_rate, distances, state_rounds = 0, [], [], [], [], [], [], 0
-    state_times = []
+    state_times, record_frames = [], []
     for d in dirs:
         try:
             with open(os.path.join(d, "summary.json")) as f:
@@ -409,6 +409,8 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         if s["swarm_rounds"]:
             avg_bytes.append((s["swarm_bytes_sent"] - s.get("swarm_record_bytes_sent", 0)) / s["swarm_rounds"])
         record_rate.append(s.get("swarm_record_bytes_sent", 0) / wall)
+        if "swarm_record_frames_sent" in s:
+            record_frames.append(s["swarm_record_frames_sent"] / wall)
         with open(os.path.join(d, "metrics.jsonl")) as f:
             for line in f:
                 r = json.loads(line)
@@ -441,6 +443,8 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         "round_s_p95": round(times[int(0.95 * (len(times) - 1))], 3) if times else None,
         "averaging_bytes_per_peer_per_round": round(statistics.mean(avg_bytes)) if avg_bytes else None,
         "record_bytes_per_peer_per_s": round(statistics.mean(record_rate)) if record_rate else None,
+        # The frames behind those bytes: each costs a send, a seal and a wake-up at both ends.
+        "record_frames_per_peer_per_s": round(statistics.mean(record_frames), 1) if record_frames else None,
         # With swarm.group_size: the weight (DiLoCo: outer state) averagings, and the largest relative L2
         # distance of a peer from its group's average at its last one.
         "state_rounds": state_rounds,

@@ -435,6 +435,7 @@ std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
           {"swarm_bytes_received", static_cast<double>(s.bytes_received)},
           // Of swarm_bytes_sent, the directory's records: background traffic, not averaging or state.
           {"swarm_record_bytes_sent", static_cast<double>(s.record_bytes_sent)},
+          {"swarm_record_frames_sent", static_cast<double>(s.record_frames_sent)},
           {"swarm_frames_refused", static_cast<double>(s.frames_refused)},
           {"swarm_peers_seen", static_cast<double>(directory_->peers_seen())},
           {"swarm_state_rounds", static_cast<double>(state_rounds_)},
