@@ -96,6 +96,9 @@ RoundOutcome Averager::average(uint64_t round, const at::Tensor& flat, double we
   const auto start = Clock::now();
   std::string problem;
   first_place_ = 0;
+  dealt_keys_ = 0;
+  round_ = round;
+  claimed_twice_ = false;
   const auto group = match(round, std::move(mine), problem);
   const double matchmaking = seconds_since(start);
   auto out = all_reduce(round, group, flat, weight);
@@ -105,6 +108,8 @@ RoundOutcome Averager::average(uint64_t round, const at::Tensor& flat, double we
   out.matchmaking_s = matchmaking;
   for (size_t j = 0; j < group.size(); ++j)
     if (group[j].key == transport_.key()) out.place = static_cast<int64_t>(first_place_ + j);
+  out.keys = group.size() > 1 ? dealt_keys_ : 0;
+  out.claimed_twice = claimed_twice_;
   if (out.problem.empty()) out.problem = problem;
   // Late groups of the last rounds are declined while the next ones run (decline_late_groups), then
   // forgotten.
@@ -203,10 +208,13 @@ void Averager::decline_late_groups() {
 }
 
 void Averager::decline_other_groups(uint64_t round, const std::vector<Member>& mine) {
-  const auto first_place = first_place_;  // group_from sets it; this peer's group's is the one to keep
+  // group_from sets them; this peer's group's are the ones to keep
+  const auto first_place = first_place_;
+  const auto dealt_keys = dealt_keys_;
   while (auto m = transport_.receive({MessageKind::kGroup, round, 0}, Clock::now())) {
     const auto other = group_from(*m);
     if (!other) continue;
+    if (round == round_) claimed_twice_ = true;
     const auto in_mine = [&](const Member& x) {
       return std::any_of(mine.begin(), mine.end(), [&](const Member& y) { return y.key == x.key; });
     };
@@ -224,6 +232,7 @@ void Averager::decline_other_groups(uint64_t round, const std::vector<Member>& m
     }
   }
   first_place_ = first_place;
+  dealt_keys_ = dealt_keys;
 }
 
 // A message of round `r` from `from` by `by`, declining other groups of the round meanwhile (Note [A peer

@@ -49,6 +49,13 @@ int64_t piece_count(int64_t numel, Codec codec);
 // grid]): ceil(ready / group_size), fewer where the smallest would hold one peer or fewer than
 // `min_group_size`.
 int64_t group_count(int64_t ready, int64_t group_size, int64_t min_group_size);
+// How many keys a grid dimension has for `known` peers (this one included) in groups of `group_size`:
+// round(known / group_size), at most known / 2, at least 1 (Note [Groups on a grid]).
+int64_t grid_keys(int64_t known, int64_t group_size);
+// The group key a member of key `key` goes to after round `round`, from its `place` among the round's
+// ready peers of its key, on a grid of `keys` keys a dimension (Note [Groups on a grid]). Never 0.
+uint64_t next_group_key(uint64_t key, uint64_t round, int64_t place, int64_t keys);
+inline constexpr uint64_t kMaxGridKeys = uint64_t{1} << 20;  // a grid dimension's keys, at most
 
 // The weighted mean of `values` (each weighted by `weights`), summed in the order given so every member
 // that reduces the same contributions gets the same bits.
@@ -85,6 +92,13 @@ struct RoundOutcome {
   // This peer's place among every peer of its group key in the round, in the leader's order: its place in
   // its group plus the places of the groups before it (Note [Groups on a grid]).
   int64_t place = 0;
+  // The key count of the next round's grid dimension its leader dealt with (0: a leader that did not say,
+  // or no group): members take their next key from it (Note [A leader deals its groups over the next
+  // round's keys]).
+  int64_t keys = 0;
+  // Another leader's group for the same round named this peer too (Note [A peer in two groups declines the
+  // other]): two deals may name it, with different keys.
+  bool claimed_twice = false;
   double matchmaking_s = 0, averaging_s = 0;
   std::string problem;  // what went wrong, empty when nothing did
   // The members (peer names) that sent no contribution or no result within the averaging timeout.
@@ -118,11 +132,18 @@ class Averager {
   void hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, std::string>& said_ready);
   // `first`: the place of the group's first member among all the ready peers of its key, in the leader's
   // order (Note [Groups on a grid]).
-  void send_group(uint64_t round, const std::vector<Member>& group, uint64_t first);
-  // The leader's decision: the ready peers of its key as one group, or, past swarm.group_size, as several
-  // (each sent its own); returns this peer's group.
-  std::vector<Member> send_groups(uint64_t round, std::vector<Member> ready);
-  // The group a kGroup message names, when it is well formed and names this peer; sets first_place_.
+  // `keys`: the next round's key count (grid_keys) it dealt with, 0 without swarm.group_size.
+  void send_group(uint64_t round, const std::vector<Member>& group, uint64_t first, uint64_t keys);
+  // The leader's decision: the ready peers of its key `group_key` as one group, or, past swarm.group_size,
+  // as several (each sent its own, and the deal to the other peers); returns this peer's group.
+  std::vector<Member> send_groups(uint64_t round, std::vector<Member> ready, uint64_t group_key);
+  // To this peer's directory and every live peer, where the leader dealt each member of its groups (Note
+  // [A leader deals its groups over the next round's keys]).
+  void send_deal(uint64_t round, const std::vector<PeerRecord>& peers, const std::vector<Dealt>& dealt);
+  // Whether the live peer `key` (or this one) takes its key from its leader's count (PeerRecord::kTakesDeals).
+  bool takes_deals(const std::vector<PeerRecord>& peers, const PeerKey& key) const;
+  // The group a kGroup message names, when it is well formed and names this peer; sets first_place_ and
+  // dealt_keys_.
   std::optional<std::vector<Member>> group_from(const Message& m);
 
   // The all-reduce (Averager.cpp).
@@ -147,7 +168,10 @@ class Averager {
   Transport& transport_;
   Directory& directory_;
   AveragingOptions options_;
-  uint64_t first_place_ = 0;  // the last group's `first` (send_group)
+  uint64_t first_place_ = 0;    // the last group's `first` (send_group)
+  int64_t dealt_keys_ = 0;      // and its `keys`
+  uint64_t round_ = 0;          // the round average() is in
+  bool claimed_twice_ = false;  // a group of round_ other than this peer's came (decline_other_groups)
   // The last rounds this peer averaged in, with its group in each: a group of one of them that arrives
   // late is declined (Note [A peer in two groups declines the other]).
   static constexpr size_t kRecentRounds = 4;

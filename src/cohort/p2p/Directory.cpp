@@ -82,11 +82,13 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
     });
   if (transport_)
     transport_->on_foreign([this](const Message& m, const PeerKey& run_key) { take_in_foreign(m, run_key); });
+  if (transport_) transport_->on_arrival(MessageKind::kDeal, [this](const Message& m) { take_in_deal(m); });
   thread_ = std::thread([this] { run(); });
 }
 
 Directory::~Directory() {
   if (transport_) transport_->on_arrival(MessageKind::kRecord, nullptr);
+  if (transport_) transport_->on_arrival(MessageKind::kDeal, nullptr);
   if (transport_) transport_->on_foreign(nullptr);
   {
     std::lock_guard lock(mutex_);
@@ -101,8 +103,11 @@ void Directory::announce(PeerRecord mine, Reach reach) {
   std::lock_guard lock(mutex_);
   mine.key = me_.token.peer_public_key;
   if (mine.step != mine_.step || mine.ready != mine_.ready || mine.leaving != mine_.leaving) mine_urgent_ = true;
-  const bool everyone = reach == Reach::kEveryone || mine.group_key == 0 || mine.step != mine_.step ||
-                        mine.leaving != mine_.leaving || mine.group_key != mine_.group_key;
+  // A change of step or key goes to everyone, but for one the last round's leader dealt (Note [A leader
+  // deals its groups over the next round's keys] in p2p/Matchmaking.cpp): the others heard of it there.
+  const bool moved = mine.step != mine_.step || mine.group_key != mine_.group_key;
+  const bool everyone = reach == Reach::kEveryone || mine.group_key == 0 || mine.leaving != mine_.leaving ||
+                        (moved && reach != Reach::kDealt);
   if (everyone) {
     mine_to_everyone_ = true;
     ++everyone_version_;
@@ -111,7 +116,8 @@ void Directory::announce(PeerRecord mine, Reach reach) {
   mine.digest = mine_.digest;
   mine.session = session_;
   mine.started_unix = started_unix_;
-  mine.features = PeerRecord::kPairFrames | PeerRecord::kPolyPairFrames | PeerRecord::kPartPieces;
+  mine.features =
+      PeerRecord::kPairFrames | PeerRecord::kPolyPairFrames | PeerRecord::kPartPieces | PeerRecord::kTakesDeals;
   mine_ = std::move(mine);
   mine_dirty_ = true;
   changed_.notify_all();
@@ -133,8 +139,12 @@ std::vector<PeerRecord> Directory::written_since(double oldest_unix) const {
   std::lock_guard lock(mutex_);
   std::vector<PeerRecord> out;
   for (const auto& [key, entry] : records_)
-    if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest_unix && !entry.record.leaving)
+    if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest_unix && !entry.record.leaving) {
       out.push_back(entry.record);
+      const auto deal = dealt_.find(key);
+      if (deal != dealt_.end() && deal->second.key != 0 && deal->second.step > entry.record.step)
+        out.back().dealt_step = deal->second.step, out.back().dealt_key = deal->second.key;
+    }
   return out;
 }
 
@@ -240,10 +250,11 @@ void Directory::run() {
 // So a change announced with Reach::kGroup (readiness, and the samples that make a peer ready) goes to
 // those peers only, and to the others with the next heartbeat that goes to them (Note [A heartbeat skips
 // the peers that heard this one lately]) or the next change of step. A change of step, leaving or
-// group key still goes to everyone at once: a leader waits for any peer one step behind, which may come
-// to its key. A peer that comes to the key after the ready one announced is told by matchmaking's ready
-// message (Averager::tell_ready). Without swarm.group_size every key is 0 and every change goes to
-// everyone, as before.
+// group key still goes to everyone at once (a leader waits for any peer one step behind, which may come
+// to its key), but for one its last round's leader dealt and told the others of (Reach::kDealt: Note [A
+// leader deals its groups over the next round's keys] in p2p/Matchmaking.cpp). A peer that comes to the key after the
+// ready one announced is told by matchmaking's ready message (Averager::tell_ready). Without swarm.group_size every key
+// is 0 and every change goes to everyone, as before.
 //
 // To every peer in `to` a kRecord frame of this peer's record and, on a heartbeat to a few of them, some
 // others' (Note [The heartbeat passes on a few records]).
@@ -251,7 +262,9 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
                             const PeerRecord* group_of) {
   std::vector<PeerRecord> to = with_others ? heartbeat_peers() : peers();
   if (group_of) {
-    const auto elsewhere = [&](const PeerRecord& p) {
+    // A peer dealt to this step and key is on its way there, whatever its record says yet.
+    const auto elsewhere = [&](const PeerRecord& record) {
+      const auto p = as_dealt(record);
       return p.step != group_of->step || p.group_key != group_of->group_key;
     };
     to.erase(std::remove_if(to.begin(), to.end(), elsewhere), to.end());
@@ -439,12 +452,56 @@ void Directory::take_in(const uint8_t* data, size_t size, const PeerKey& carrier
             rec->key, rec->features & PeerRecord::kPolyPairFrames ? PairMac::kPoly1305 : PairMac::kBlake2b);
       const double now = detail::unix_now();
       const bool met = slot.record.written_unix < now - options_.record_ttl_s;
+      // A deal is done once the record gets there, and void once another process writes it (a restart).
+      const auto deal = dealt_.find(rec->key);
+      if (deal != dealt_.end() && (rec->step >= deal->second.step || rec->session != slot.record.session))
+        dealt_.erase(deal);
       slot = {o.counter, std::move(*rec), std::vector<uint8_t>(data, data + size), met ? now : slot.met_unix};
     }
   }
   if (transport_)
     for (const auto& [address, body] : replies)
       transport_->send(PeerKey{}, address, {MessageKind::kRecord, 0, 0}, body);
+}
+
+// Note [A leader deals its groups over the next round's keys] (p2p/Matchmaking.cpp). Only from a live
+// peer of the run (the frame is sealed by its sender, as any); a member whose record already reached the
+// dealt step needs no deal, and one dealt two keys for a step by two leaders (two groups claimed it, and
+// it kept one) is marked unknown, so that every leader waits for it as before.
+void Directory::take_in_deal(const Message& m) {
+  if (m.topic.round & kParametersRound) return;
+  {
+    std::lock_guard lock(mutex_);
+    const auto sender = records_.find(m.sender);
+    if (sender == records_.end() || sender->second.record.written_unix < detail::unix_now() - options_.record_ttl_s)
+      return;
+  }
+  take_deal(static_cast<int64_t>(m.topic.round) + 1, detail::dealt_from(m.body));
+}
+
+void Directory::take_deal(int64_t step, const std::vector<Dealt>& dealt) {
+  std::lock_guard lock(mutex_);
+  // The deals of peers whose record expired go, now and then: a dead peer's would stay for good.
+  const auto now = steady_clock::now();
+  if (now - deals_pruned_ > std::chrono::seconds(10)) {
+    deals_pruned_ = now;
+    const double oldest = detail::unix_now() - options_.record_ttl_s;
+    for (auto it = dealt_.begin(); it != dealt_.end();) {
+      const auto held = records_.find(it->first);
+      it = held == records_.end() || held->second.record.written_unix < oldest ? dealt_.erase(it) : std::next(it);
+    }
+  }
+  for (const auto& d : dealt) {
+    const auto held = records_.find(d.key);
+    if (d.key == me_.token.peer_public_key || d.next_key == 0 ||
+        (held != records_.end() && held->second.record.step >= step))
+      continue;
+    auto& deal = dealt_[d.key];
+    if (deal.step == step && deal.key != d.next_key)
+      deal.key = 0;
+    else if (deal.step < step)
+      deal = {step, d.next_key};
+  }
 }
 
 }  // namespace cohort::p2p

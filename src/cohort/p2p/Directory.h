@@ -84,6 +84,24 @@ struct PeerRecord {
   static constexpr uint64_t kPairFrames = 1;      // frames for it may carry a MAC (p2p/Auth.h's seal_for)
   static constexpr uint64_t kPolyPairFrames = 2;  // that MAC may be a Poly1305 tag ("CSW3", PairMac::kPoly1305)
   static constexpr uint64_t kPartPieces = 4;      // it reads parts in pieces (Note [A part travels in pieces])
+  // It takes its next group key from its leader's count, and reads deals (Note [A leader deals its groups
+  // over the next round's keys] in p2p/Matchmaking.cpp).
+  static constexpr uint64_t kTakesDeals = 8;
+  // Not in the sealed record: set by the directory from the deal of its last round's leader (Note [A leader
+  // deals its groups over the next round's keys] in p2p/Matchmaking.cpp), where that deal is ahead of
+  // `step`: the step it goes to and the group key it will name there. -1 and 0 without one.
+  int64_t dealt_step = -1;
+  uint64_t dealt_key = 0;
+};
+
+// `p` as matchmaking should see it: on its dealt step with its dealt key, not ready and with no samples
+// yet, and out of a group of more than one, where a deal is ahead of its record; as it is otherwise.
+PeerRecord as_dealt(PeerRecord p);
+
+// One member of a round's groups and the group key the leader dealt it for the next step.
+struct Dealt {
+  PeerKey key{};
+  uint64_t next_key = 0;
 };
 
 // A peer of another run that refused this one (Note [A peer of another run is told so]).
@@ -118,12 +136,19 @@ class Directory {
     // Only the peers on its step with its group key (PeerRecord::group_key; everyone where that is 0):
     // readiness, which only its group's matchmaking reads (Note [Readiness goes to the group]).
     kGroup,
+    // As kGroup, for a change of step and key that the last round's leader already told the others of
+    // (Note [A leader deals its groups over the next round's keys] in p2p/Matchmaking.cpp).
+    kDealt,
   };
   // This peer's record: sent to the known peers now (a change of step, readiness or leaving) or within
   // 50 ms (other changes), and again with the heartbeat every announce_s to the peers no change reached
   // lately (Notes [Records go to the peers directly], [A heartbeat skips the peers that heard this one
   // lately]).
   void announce(PeerRecord mine, Reach reach = Reach::kEveryone);
+  // Where a leader (this peer, or the sender of a kDeal frame) dealt its groups' members for `step`: their
+  // records then show it (PeerRecord::dealt_step) until they get there (Note [A leader deals its groups
+  // over the next round's keys] in p2p/Matchmaking.cpp).
+  void take_deal(int64_t step, const std::vector<Dealt>& dealt);
   // Adds to this peer's record the digest of its weights after `step` (sent with its next record).
   void announce_digest(int64_t step, uint64_t digest);
   // The live peers other than this one, as of the last read; newest record of each.
@@ -169,6 +194,8 @@ class Directory {
   void take_in(const uint8_t* data, size_t size, const PeerKey& carrier);
   // A record or a refusal from a peer of another run (Note [A peer of another run is told so]).
   void take_in_foreign(const Message& m, const PeerKey& run_key);
+  // A leader's deal (a kDeal frame from a live peer): where its groups' members of `round` go next.
+  void take_in_deal(const Message& m);
 
   static constexpr double kMinDirectGapS = 0.05;       // non-urgent record changes go out at most this often
   static constexpr size_t kGossipRecords = 8;          // others' records a heartbeat passes on, at most
@@ -211,6 +238,14 @@ class Directory {
     double met_unix = 0;          // when its record last became live here (first seen, or back after its TTL)
   };
   std::map<PeerKey, Entry> records_;  // the newest record of each peer
+  // The newest deal of each peer: the step and key a leader dealt it (key 0: two leaders dealt it
+  // different keys for that step, so nobody knows). Dropped once its record reaches the step.
+  struct Deal {
+    int64_t step = -1;
+    uint64_t key = 0;
+  };
+  std::map<PeerKey, Deal> dealt_;
+  std::chrono::steady_clock::time_point deals_pruned_{};
 
   // The parts of take_in for a record of this peer's own key, and for a record whose key another live
   // process holds too (Note [One identity, one process]). Called under mutex_; what to send goes to
@@ -247,6 +282,10 @@ using SealedRecord = std::pair<const uint8_t*, size_t>;
 std::vector<uint8_t> records_body(const std::vector<SealedRecord>& records);
 // The sealed records of a kRecord body, up to the first that is cut short (pointing into `body`).
 std::vector<SealedRecord> sealed_records(const std::vector<uint8_t>& body);
+// A kDeal body: the members a leader dealt for the step after its round, and the keys it dealt them.
+std::vector<uint8_t> deal_body(const std::vector<Dealt>& dealt);
+// Its members, or nothing when the body is malformed.
+std::vector<Dealt> dealt_from(const std::vector<uint8_t>& body);
 }  // namespace detail
 
 }  // namespace cohort::p2p

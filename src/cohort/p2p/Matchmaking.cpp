@@ -3,6 +3,7 @@
 // round to round (Note [Groups on a grid]). The all-reduce a group then runs is Averager.cpp's; both
 // halves of the Averager are declared in p2p/Averager.h.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -42,14 +43,16 @@ Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member&
   // A peer that said it was ready but whose record is now past this step has closed the round in another
   // group: it is no longer here (counted, it kept a late peer waiting for a group that never came).
   std::map<PeerKey, int64_t> step_of;
-  for (const auto& p : peers) step_of[p.key] = p.step;
+  for (const auto& p : peers) step_of[p.key] = as_dealt(p).step;
   s.ready = {me};
   for (const auto& [key, address] : said_ready) {
     const auto at = step_of.find(key);
     if (at == step_of.end() || at->second <= round) s.ready.push_back({key, address});
   }
   bool anyone_on_round = false;
-  for (const auto& p : peers) {
+  // A peer dealt to the next step is seen there (Note [A leader deals its groups over the next round's keys]).
+  for (const auto& record : peers) {
+    const auto p = as_dealt(record);
     // A peer one step behind is finishing the last round and about to be ready for this one.
     if (p.step + 1 == round) s.anyone_waiting = true;
     if (p.step > round) s.ahead_at = std::max(s.ahead_at, p.step);
@@ -83,11 +86,12 @@ uint64_t shuffle_rank(const PeerKey& key, uint64_t round) {
 
 }  // namespace
 
-void Averager::send_group(uint64_t round, const std::vector<Member>& group, uint64_t first) {
+void Averager::send_group(uint64_t round, const std::vector<Member>& group, uint64_t first, uint64_t keys) {
   Writer w;
   w.u64(group.size());
   for (const auto& m : group) w.raw(m.key.data(), m.key.size()).str(m.address);
   w.u64(first);  // appended: a reader that stops before it takes 0
+  w.u64(keys);   // appended: the next round's key count the leader dealt with (0: none dealt)
   const auto body = w.take();
   for (const auto& m : group)
     if (m.key != transport_.key()) transport_.send(m.key, m.address, {MessageKind::kGroup, round, 0}, body);
@@ -106,6 +110,8 @@ std::optional<std::vector<Member>> Averager::group_from(const Message& m) {
   }
   if (!r.ok() || !has_me) return std::nullopt;
   first_place_ = r.left() >= 8 ? r.u64() : 0;
+  const uint64_t keys = r.left() >= 8 ? r.u64() : 0;
+  dealt_keys_ = keys <= kMaxGridKeys ? static_cast<int64_t>(keys) : 0;  // past that, not a count: its own
   return group;
 }
 
@@ -133,6 +139,11 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
     const auto peers = directory_.peers();
     tell_ready(round, me, group_key, peers, told);
     const auto s = survey(peers, static_cast<int64_t>(round), me, said_ready, group_key);
+    // A leader sends a member its group before the deal that shows the others past this step (Note [A
+    // leader deals its groups over the next round's keys]): on one connection, so the group is here if
+    // the deal was in `peers`. Taken first, it is not mistaken for the others leaving this peer behind.
+    if (auto m = transport_.receive({MessageKind::kGroup, round, 0}, Clock::now()))
+      if (auto group = group_from(*m)) return *group;
     // Note [A straggler does not wait for a group]
     // Every other live peer is past this step (they closed
     // its round without this peer, which came late: a newcomer whose download landed a step behind, a slow
@@ -155,7 +166,7 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
                   std::to_string(options_.min_group_size) + ")";
         return {me};
       }
-      return send_groups(round, s.ready);
+      return send_groups(round, s.ready, group_key);
     }
     if (auto m = transport_.receive({MessageKind::kGroup, round, 0}, after(Clock::now(), 0.005)))
       if (auto group = group_from(*m)) return *group;
@@ -196,7 +207,8 @@ Member Averager::say_ready(uint64_t round, PeerRecord mine) {
 void Averager::tell_ready(uint64_t round, const Member& me, uint64_t group_key, const std::vector<PeerRecord>& peers,
                           std::set<PeerKey>& told) {
   std::vector<uint8_t> body;
-  for (const auto& p : peers) {
+  for (const auto& record : peers) {
+    const auto p = as_dealt(record);  // one dealt to this key is on its way (a deal comes before its step)
     if (p.step != static_cast<int64_t>(round) || p.group_key != group_key || !told.insert(p.key).second) continue;
     if (body.empty()) {
       Writer hello;
@@ -233,35 +245,93 @@ int64_t group_count(int64_t ready, int64_t group_size, int64_t min_group_size) {
 // who is ready. The peers of one key form one group, or, past M, ceil(n / M) groups of nearly equal size,
 // in an order shuffled per round (shuffle_rank); fewer where the smallest would be one peer or below
 // swarm.min_group_size (with M = 2 three ready peers form one group of three, not a pair and a peer alone). After the
-// round each member sets c[d] to its place in its group modulo G = round(N / M) for the N peers it knows, but at most
-// N / 2: with M = 2 and N = 3, G = 2 dealt one peer a key of its own at every round, where it waited out
-// swarm.matchmaking_s alone (13 and 14 of the 3 survivors' 48 steps failed in SwarmLong.AGroupWhoseRoundWentWrong...
-// once the fourth peer had died; 6 to 8 with the bound). The members of one group spread over G keys for the next
-// round, which gathers members from different groups. Mixing: on a full grid (N = G x M, no failures) round r
-// averages the rows and round r + 1 the columns, so after two rounds every peer
-// holds the global average of what the first round started from. With N not G x M, with peers late or lost, or with
-// views of N that differ (G is rounded, so a few peers more or less seldom change it), groups are uneven and some peers
-// miss a round; simulated (64 peers, M = 8, 5% missing each round) the spread of values between peers still fell about
-// tenfold every two rounds, and the mean group was 6.6 of 8. With M = 0 every key is 0: one group of every ready peer,
-// as before.
-std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> ready) {
+// round each member sets c[d] to its place in its group modulo G = round(N / M) for the N peers its leader knows, but
+// at most N / 2 (the leader sends G: Note [A leader deals its groups over the next round's keys]): with M = 2 and N =
+// 3, G = 2 dealt one peer a key of its own at every round, where it waited out swarm.matchmaking_s alone (13 and 14 of
+// the 3 survivors' 48 steps failed in SwarmLong.AGroupWhoseRoundWentWrong... once the fourth peer had died; 6 to 8 with
+// the bound). The members of one group spread over G keys for the next round, which gathers members from different
+// groups. Mixing: on a full grid (N = G x M, no failures) round r averages the rows and round r + 1 the columns, so
+// after two rounds every peer holds the global average of what the first round started from. With N not G x M, with
+// peers late or lost, or with views of N that differ (G is rounded, so a few peers more or less seldom change it),
+// groups are uneven and some peers miss a round; simulated (64 peers, M = 8, 5% missing each round) the spread of
+// values between peers still fell about tenfold every two rounds, and the mean group was 6.6 of 8. With M = 0 every key
+// is 0: one group of every ready peer, as before.
+std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> ready, uint64_t group_key) {
   const auto m = options_.group_size;
   if (m <= 0) {
-    send_group(round, ready, 0);
+    send_group(round, ready, 0, 0);
     return ready;
   }
   std::sort(ready.begin(), ready.end(),
             [&](const Member& a, const Member& b) { return shuffle_rank(a.key, round) < shuffle_rank(b.key, round); });
   const int64_t n = static_cast<int64_t>(ready.size()), groups = group_count(n, m, options_.min_group_size);
+  const auto peers = directory_.peers();
+  const int64_t keys = grid_keys(static_cast<int64_t>(peers.size()) + 1, m);
   std::vector<Member> mine;
+  std::vector<Dealt> dealt;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t first = n * g / groups;
     const std::vector<Member> group(ready.begin() + first, ready.begin() + n * (g + 1) / groups);
-    send_group(round, group, static_cast<uint64_t>(first));
-    for (const auto& member : group)
-      if (member.key == transport_.key()) mine = group, first_place_ = static_cast<uint64_t>(first);
+    send_group(round, group, static_cast<uint64_t>(first), static_cast<uint64_t>(keys));
+    for (size_t j = 0; j < group.size(); ++j) {
+      if (group[j].key == transport_.key()) mine = group, first_place_ = static_cast<uint64_t>(first);
+      const int64_t place = first + static_cast<int64_t>(j);
+      if (group.size() > 1 && takes_deals(peers, group[j].key))
+        dealt.push_back({group[j].key, next_group_key(group_key, round, place, keys)});
+    }
   }
+  dealt_keys_ = keys;
+  send_deal(round, peers, dealt);
   return mine;
+}
+
+int64_t grid_keys(int64_t known, int64_t group_size) {
+  const auto rounded = std::llround(static_cast<double>(known) / static_cast<double>(group_size));
+  return std::max<int64_t>(1, std::min<int64_t>(rounded, known / 2));
+}
+
+// The peers of one key are dealt round-robin over the next round's keys, from a start that depends on the
+// key and the round, so that the next round's keys get equal shares of every key's peers. The next round
+// averages along the other dimension: its key is the coordinate this round sets.
+uint64_t next_group_key(uint64_t key, uint64_t round, int64_t place, int64_t keys) {
+  const uint64_t start = (key * 0x9E3779B97F4A7C15ULL + round) >> 33;
+  const uint64_t coordinate =
+      (start + static_cast<uint64_t>(place)) % static_cast<uint64_t>(std::max<int64_t>(1, keys));
+  return 1 + (((round + 1) % 2) << 32) + coordinate;  // never 0: that is "any group"
+}
+
+// A peer of an earlier release counts the grid's keys itself, so its key may not be the one a deal names.
+bool Averager::takes_deals(const std::vector<PeerRecord>& peers, const PeerKey& key) const {
+  if (key == transport_.key()) return true;
+  return std::any_of(peers.begin(), peers.end(),
+                     [&](const PeerRecord& p) { return p.key == key && (p.features & PeerRecord::kTakesDeals); });
+}
+
+// Note [A leader deals its groups over the next round's keys]
+// With swarm.group_size a leader waited for every live peer one step behind, whatever its key: such a peer
+// may be dealt to the leader's key when its own round ends (Note [Groups on a grid]). So each step was a
+// barrier for the whole swarm, and each change of step had to reach every peer at once: N frames a peer a
+// step (issue 41; docs/scaling.md, "Where it stops"). But the deal is the leader's: it knows each member's
+// place, and it now sends the key count it dealt with in the group message, so that its members take the
+// keys it computed (next_group_key) rather than each its own count of the swarm. So it tells the other live
+// peers it knows, in one kDeal frame, which key each member of its groups goes to for the next step; their
+// directories show such a member on that step with that key (as_dealt) until its record gets there. A
+// leader of the next step then waits only for the peers dealt its key and for those whose deal it did not
+// hear (as before), and a member's change of step goes to its new key's peers only (Reach::kDealt), the
+// rest learning it from the deal and the next heartbeat. A peer hears G = N / M deals a step instead of N
+// changes of step. What can go wrong is waiting: a member in two groups (two leaders claimed it: Note [A
+// peer in two groups declines the other]) is dealt twice, and the directory then forgets both deals; a
+// member whose round ended alone (it gave up before the group came) takes another key and announces it to
+// everyone, as does a member that declined another group for the round; a peer the leader did not know
+// hears no deal and waits for the member's heartbeat. A peer of an earlier release is not dealt (its key
+// may differ), and while one is live nobody announces a dealt step to the new key alone. The members
+// hear the deal too: those dealt to one key (a group larger than the grid's keys, or groups of one key
+// dealt together) send each other their new step and readiness at once.
+void Averager::send_deal(uint64_t round, const std::vector<PeerRecord>& peers, const std::vector<Dealt>& dealt) {
+  if (dealt.empty()) return;
+  directory_.take_deal(static_cast<int64_t>(round) + 1, dealt);
+  const auto body = detail::deal_body(dealt);
+  for (const auto& p : peers) transport_.send(p.key, p.address, {MessageKind::kDeal, round, 0}, body);
 }
 
 }  // namespace cohort::p2p

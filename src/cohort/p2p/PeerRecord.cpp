@@ -1,6 +1,8 @@
-// A peer's record in bytes, and the body of a kRecord frame that carries sealed records: the one owner of
-// both formats (the directory seals, sends, stores and opens them: p2p/Directory.cpp). A record's fields are
+// A peer's record in bytes, the body of a kRecord frame that carries sealed records, and the body of a
+// leader's kDeal frame: the one owner of these formats (the directory seals, sends, stores and opens
+// records: p2p/Directory.cpp; matchmaking sends deals: p2p/Matchmaking.cpp). A record's fields are
 // only ever appended, so a peer of an earlier release reads the fields it knows and ignores the rest.
+#include <algorithm>
 #include <chrono>
 
 #include "cohort/p2p/Directory.h"
@@ -62,4 +64,38 @@ std::vector<SealedRecord> sealed_records(const std::vector<uint8_t>& body) {
   return out;
 }
 
+std::vector<uint8_t> deal_body(const std::vector<Dealt>& dealt) {
+  Writer w;
+  w.u64(dealt.size());
+  for (const auto& d : dealt) w.raw(d.key.data(), d.key.size()).u64(d.next_key);
+  return w.take();
+}
+
+std::vector<Dealt> dealt_from(const std::vector<uint8_t>& body) {
+  Reader r(body);
+  const uint64_t n = r.u64();
+  if (!r.ok() || n > 4096) return {};
+  std::vector<Dealt> out(n);
+  for (auto& d : out) {
+    r.raw(d.key.data(), d.key.size());
+    d.next_key = r.u64();
+  }
+  if (!r.ok()) return {};
+  return out;
+}
+
 }  // namespace cohort::p2p::detail
+
+namespace cohort::p2p {
+
+PeerRecord as_dealt(PeerRecord p) {
+  if (p.dealt_step <= p.step) return p;
+  p.step = p.dealt_step;
+  p.group_key = p.dealt_key;
+  p.ready = false;
+  p.samples = 0;
+  p.group_size = std::max<int64_t>(p.group_size, 2);  // only members of a group are dealt
+  return p;
+}
+
+}  // namespace cohort::p2p

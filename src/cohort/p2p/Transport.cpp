@@ -116,7 +116,9 @@ void Transport::send(const PeerKey& to, const std::string& address, Topic topic,
     seal_in_place(me_, to, next_counter(), frame);
   std::lock_guard lock(mutex_);
   stats_.frames_with_mac += mac ? 1 : 0;
-  outbox_.push_back({address, std::move(frame), topic.kind == MessageKind::kRecord});
+  // The directory's traffic, records and deals, is counted apart from the rounds' (TransportStats).
+  const bool directory = topic.kind == MessageKind::kRecord || topic.kind == MessageKind::kDeal;
+  outbox_.push_back({address, std::move(frame), directory});
   sockets_->wake_out.send(zmq::message_t(), zmq::send_flags::dontwait);
 }
 

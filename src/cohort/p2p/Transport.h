@@ -48,7 +48,8 @@ enum class MessageKind : uint8_t {
   kStateChunk = 6,  // the answer; `round` is the step of the state
   kRecord = 7,      // a peer's sealed directory record, sent straight to the peers it knows (p2p/Directory.h)
   kRefused = 8,     // a peer of another run refuses this one (Note [A peer of another run is told so])
-  kRecordAsk = 9    // cohort doctor --ask: write your flight record (parallel/swarm/SwarmPeer.h, ask_for_records)
+  kRecordAsk = 9,   // cohort doctor --ask: write your flight record (parallel/swarm/SwarmPeer.h, ask_for_records)
+  kDeal = 10        // a leader tells the other peers which step and group key it dealt its groups' members
 };
 
 // A round number with this bit set is a parameter averaging (swarm.average_state_every), numbered by the
@@ -71,9 +72,10 @@ struct Message {
 
 struct TransportStats {
   int64_t bytes_sent = 0, bytes_received = 0;
-  int64_t record_bytes_sent = 0;   // of bytes_sent, the directory's records (kRecord), not averaging or state
-  int64_t frames_sent = 0;         // frames that left, records included
-  int64_t record_frames_sent = 0;  // of frames_sent, the directory's records
+  int64_t record_bytes_sent =
+      0;                    // of bytes_sent, the directory's records and deals (kRecord, kDeal), not averaging or state
+  int64_t frames_sent = 0;  // frames that left, records included
+  int64_t record_frames_sent = 0;  // of frames_sent, the directory's records and deals
   int64_t frames_with_mac = 0;     // frames sealed for one peer with a MAC rather than signed (seal_for)
   int64_t frames_dropped = 0;      // not sent: the peer's queue was full (dead, frozen or unreachable)
   int64_t frames_refused = 0;      // received and refused: a bad token, signature, replay or address
@@ -124,7 +126,7 @@ class Transport {
   struct Outgoing {
     std::string address;
     std::vector<uint8_t> frame;
-    bool record = false;  // a kRecord frame (TransportStats::record_bytes_sent)
+    bool record = false;  // a kRecord or kDeal frame (TransportStats::record_bytes_sent)
   };
   void run_io();
   void deliver(const uint8_t* data, size_t size);

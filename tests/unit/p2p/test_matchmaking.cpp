@@ -134,6 +134,114 @@ TEST(SwarmAverager, ALeaderWaitsForAPeerThatStillStartsAndNamesNoGroupKey) {
   }
 }
 
+// Note [A leader deals its groups over the next round's keys]: two peers a step behind average their round
+// in groups of 2, and their leader tells the two peers of the next step where it dealt them: to keys the
+// next step's leader does not have. That leader then closes its group at once, where it waited out
+// swarm.matchmaking_s for every peer a step behind (they might have come to its key).
+TEST(SwarmAverager, ALeaderDoesNotWaitForPeersTheLastRoundDealtAnotherKey) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = no_heartbeat_within_a_test();  // they meet through the DHT; no beat moves a record on
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 4; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 150 + i, i ? peers[0]->transport.address() : "", logs, d));
+  Peer &behind0 = *peers[0], &behind1 = *peers[1], &leader = *peers[2], &member = *peers[3];
+  const uint64_t behind_key = 1 + 4;                      // step 2: dimension 0
+  const uint64_t next_key = 1 + (uint64_t{1} << 32) + 7;  // step 3: dimension 1, a coordinate nobody is dealt
+  const auto record = [](Peer& p, int64_t step, uint64_t key) {
+    p2p::PeerRecord r{{}, p.transport.address(), step, 0, 1.0, false, false, 0};
+    r.group_key = key;
+    return r;
+  };
+  ASSERT_TRUE(meet({{&behind0, record(behind0, 2, behind_key)},
+                    {&behind1, record(behind1, 2, behind_key)},
+                    {&leader, record(leader, 3, next_key)},
+                    {&member, record(member, 3, next_key)}}));
+  const p2p::AveragingOptions options{5.0, 5.0, 2, 2};
+  const auto average = [&](Peer& p, uint64_t step, uint64_t key, float value) {
+    p2p::Averager averager(p.transport, p.directory, options);
+    p2p::PeerRecord mine;
+    mine.samples = 10;
+    mine.group_key = key;
+    return averager.average(step, torch::full({64}, value), 10, mine);
+  };
+  p2p::RoundOutcome round_behind[2];
+  std::thread t0([&] { round_behind[0] = average(behind0, 2, behind_key, 0); });
+  round_behind[1] = average(behind1, 2, behind_key, 2);
+  t0.join();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(round_behind[i].group.size(), 2u) << round_behind[i].problem;
+    EXPECT_EQ(round_behind[i].keys, p2p::grid_keys(4, 2)) << "the leader's key count, sent with the group";
+  }
+  // The deal reached both peers of the next step, with the keys the members themselves take.
+  for (Peer* p : {&leader, &member})
+    for (int i = 0; i < 2; ++i) {
+      const auto key = peers[static_cast<size_t>(i)]->transport.key();
+      const auto view = [&] {
+        const auto seen = p->directory.peers();
+        const auto it = std::find_if(seen.begin(), seen.end(), [&](const p2p::PeerRecord& r) { return r.key == key; });
+        return it == seen.end() ? p2p::PeerRecord{} : *it;
+      };
+      const auto deadline = p2p::Clock::now() + 10s;
+      while (view().dealt_step != 3 && p2p::Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+      EXPECT_EQ(view().step, 2) << "its record is still a step behind";
+      EXPECT_EQ(view().dealt_step, 3);
+      EXPECT_EQ(view().dealt_key, p2p::next_group_key(behind_key, 2, round_behind[i].place, round_behind[i].keys));
+    }
+  p2p::RoundOutcome next[2];
+  std::thread t1([&] { next[0] = average(member, 3, next_key, 4); });
+  next[1] = average(leader, 3, next_key, 6);
+  t1.join();
+  for (const auto& o : next) {
+    EXPECT_EQ(o.group.size(), 2u) << o.problem;
+    EXPECT_TRUE(torch::allclose(o.averaged, torch::full({64}, 5.0f)));
+    EXPECT_LT(o.matchmaking_s, 2.5) << "a leader waited for the peers dealt elsewhere";
+  }
+}
+
+// Note [A leader deals its groups over the next round's keys]: a deal shows on the member's record until
+// its own record gets to the dealt step, and two leaders that dealt it different keys for one step (it was
+// in two groups and kept one) leave it as its record says, so that every leader waits for it.
+TEST(SwarmDirectory, ADealShowsUntilTheRecordGetsThereAndTwoDifferentDealsShowNone) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = never_in_the_dht();
+  Peer a(run, 154, "", logs, d), b(run, 155, a.transport.address(), logs, d);
+  const auto record = [](Peer& p, int64_t step) {
+    p2p::PeerRecord r{{}, p.transport.address(), step, 0, 1.0, false, false, 0};
+    r.group_key = 5;
+    return r;
+  };
+  ASSERT_TRUE(meet({{&a, record(a, 2)}, {&b, record(b, 2)}}));
+  const auto seen = [&] { return a.directory.peers().at(0); };
+  const uint64_t x = 1 + (uint64_t{1} << 32), y = x + 1;
+  a.directory.take_deal(3, {{b.transport.key(), x}});
+  EXPECT_EQ(seen().dealt_step, 3);
+  EXPECT_EQ(seen().dealt_key, x);
+  EXPECT_EQ(p2p::as_dealt(seen()).step, 3);
+  EXPECT_EQ(p2p::as_dealt(seen()).group_key, x);
+  EXPECT_FALSE(p2p::as_dealt(seen()).ready);
+  a.directory.take_deal(3, {{b.transport.key(), x}});  // the same deal again changes nothing
+  EXPECT_EQ(seen().dealt_key, x);
+  a.directory.take_deal(4, {{b.transport.key(), x}});
+  a.directory.take_deal(3, {{b.transport.key(), y}});  // a late deal of an earlier round
+  EXPECT_EQ(seen().dealt_step, 4);
+  EXPECT_EQ(seen().dealt_key, x);
+  a.directory.take_deal(4, {{b.transport.key(), y}});
+  EXPECT_EQ(seen().dealt_step, -1) << "two leaders dealt it different keys";
+  EXPECT_EQ(p2p::as_dealt(seen()).step, 2);
+  a.directory.take_deal(5, {{b.transport.key(), y}});
+  EXPECT_EQ(seen().dealt_step, 5);
+  auto there = record(b, 5);
+  there.group_key = y;
+  b.directory.announce(there);
+  const auto deadline = p2p::Clock::now() + 10s;
+  while (seen().step != 5 && p2p::Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(seen().step, 5);
+  EXPECT_EQ(seen().dealt_step, -1) << "its own record is there: the deal is dropped";
+  EXPECT_EQ(p2p::as_dealt(seen()).group_key, y);
+}
+
 #endif  // COHORT_HAVE_SWARM
 
 }  // namespace

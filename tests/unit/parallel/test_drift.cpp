@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include "cohort/p2p/Averager.h"
 #include "cohort/parallel/swarm/SwarmPeer.h"
 
 namespace cohort::parallel::swarm {
@@ -74,14 +75,36 @@ TEST(Drift, WeightsAreAveragedEveryStepInBoundedGroupsUnlessSaidOtherwise) {
 // Note [Groups on a grid]: about one key per group_size peers, never more than one per two peers, so no
 // key is dealt a peer alone (three peers in groups of 2 had two keys, one of them a peer's own).
 TEST(Drift, TheGridHasAboutOneKeyPerGroupAndNeverOneForALonePeer) {
-  EXPECT_EQ(grid_keys(64, 8), 8);
-  EXPECT_EQ(grid_keys(60, 8), 8);
-  EXPECT_EQ(grid_keys(24, 8), 3);
-  EXPECT_EQ(grid_keys(4, 2), 2);
-  EXPECT_EQ(grid_keys(3, 2), 1);  // round(1.5) = 2 before the bound
-  EXPECT_EQ(grid_keys(5, 2), 2);  // round(2.5) = 3: a key of one
-  EXPECT_EQ(grid_keys(1, 8), 1);
-  EXPECT_EQ(grid_keys(2, 8), 1);
+  EXPECT_EQ(p2p::grid_keys(64, 8), 8);
+  EXPECT_EQ(p2p::grid_keys(60, 8), 8);
+  EXPECT_EQ(p2p::grid_keys(24, 8), 3);
+  EXPECT_EQ(p2p::grid_keys(4, 2), 2);
+  EXPECT_EQ(p2p::grid_keys(3, 2), 1);  // round(1.5) = 2 before the bound
+  EXPECT_EQ(p2p::grid_keys(5, 2), 2);  // round(2.5) = 3: a key of one
+  EXPECT_EQ(p2p::grid_keys(1, 8), 1);
+  EXPECT_EQ(p2p::grid_keys(2, 8), 1);
+}
+
+// Note [Groups on a grid]: the members of one key, in their places, are dealt every key of the next
+// round's dimension in turn, never key 0 ("any group"), and the dimension alternates with the round.
+TEST(Drift, AKeysPlacesAreDealtEveryKeyOfTheNextDimensionInTurn) {
+  constexpr int64_t kKeys = 5;
+  for (const uint64_t round : {6u, 7u}) {
+    const uint64_t key = 1 + ((round % 2) << 32) + 3;
+    std::map<uint64_t, int> dealt;
+    for (int64_t place = 0; place < 2 * kKeys; ++place) {
+      const auto next = p2p::next_group_key(key, round, place, kKeys);
+      EXPECT_NE(next, 0u);
+      EXPECT_EQ((next - 1) >> 32, (round + 1) % 2) << "the next round averages along the other dimension";
+      EXPECT_LT((next - 1) & 0xFFFFFFFFu, static_cast<uint64_t>(kKeys));
+      ++dealt[next];
+      if (place >= kKeys) {
+        EXPECT_EQ(next, p2p::next_group_key(key, round, place - kKeys, kKeys));
+      }
+    }
+    EXPECT_EQ(dealt.size(), static_cast<size_t>(kKeys));
+    for (const auto& [next, n] : dealt) EXPECT_EQ(n, 2) << "key " << next;
+  }
 }
 
 }  // namespace

@@ -235,8 +235,14 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
   int64_t total = samples;
   for (const auto& p : peers) {
     if (p.leaving) continue;
-    if (p.step == step) total += p.samples + (p.ready ? 0 : batch);
-    if (p.step + 1 == step) total += batch;
+    // Where its last round's leader dealt it, when its own record is not there yet (Note [A leader deals its
+    // groups over the next round's keys] in p2p/Matchmaking.cpp): dealt to this step it trains a batch for
+    // it, dealt past it it is in a round of this step (its samples unknown here: a batch).
+    const int64_t at = std::max(p.step, p.dealt_step);
+    if (p.step == step)
+      total += p.samples + (p.ready ? 0 : batch);
+    else if (at == step || at + 1 == step || (p.step < step && at > step))
+      total += batch;
     if (p.step > step && behind_logged_ != step) {
       behind_logged_ = step;
       log("swarm: peer " + p2p::peer_name(p.key) + " is at step " + std::to_string(p.step) + ", this peer at " +
@@ -264,7 +270,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   wire_bytes = (after.bytes_sent - after.record_bytes_sent) - (before.bytes_sent - before.record_bytes_sent);
   ++rounds_;
   last_group_ = out.group;
-  move_on_grid(step, out.group.size() > 1 ? out.place : 0);
+  move_on_grid(step, out.group.size() > 1 ? out.place : 0, out.keys);
   last_group_size_ = static_cast<int64_t>(out.group.size());
   group_size_sum_ += last_group_size_;
   last_round_s_ = out.matchmaking_s + out.averaging_s;
@@ -293,7 +299,11 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   // A peer told to stop leaves after this step (Note [Leaving a swarm]): the others stop counting on it now.
   const bool leaving = util::stop_signal() != 0;
   if (out.group.size() <= 1) join_smallest_group(step + 1);
-  announce_at(step + 1, 0, leaving);
+  // The leader told the others where it dealt this peer (Note [A leader deals its groups over the next
+  // round's keys] in p2p/Matchmaking.cpp): the new step goes to the new key's peers, the rest hear it with
+  // the next heartbeat.
+  const bool dealt = out.keys > 0 && out.group.size() > 1 && !out.claimed_twice && !leaving && all_take_deals();
+  announce_at(step + 1, 0, leaving, dealt ? p2p::Directory::Reach::kDealt : p2p::Directory::Reach::kEveryone);
   if (leaving) log("swarm: leaving after step " + std::to_string(step + 1) + "; the others go on without this peer");
   return out.averaged;
 }
@@ -365,19 +375,13 @@ uint64_t SwarmPeer::group_key_for(int64_t step) const {
   return 1 + (d << 32) + grid_[1 - d];  // never 0: that is "any group"
 }
 
-int64_t grid_keys(int64_t known, int64_t group_size) {
-  const auto rounded = std::llround(static_cast<double>(known) / static_cast<double>(group_size));
-  return std::max<int64_t>(1, std::min<int64_t>(rounded, known / 2));
-}
-
-// The peers of one key are dealt round-robin over the next round's keys, from a start that depends on the
-// key and the round, so that the next round's keys get equal shares of every key's peers.
-void SwarmPeer::move_on_grid(int64_t step, int64_t place) {
+// The next round's key is the coordinate this round sets (p2p::next_group_key, the leader's deal); a peer
+// whose leader did not say how many keys it dealt over counts them itself.
+void SwarmPeer::move_on_grid(int64_t step, int64_t place, int64_t keys) {
   if (cfg_.group_size <= 0) return;
-  const auto keys =
-      static_cast<uint64_t>(grid_keys(static_cast<int64_t>(directory_->peers().size() + 1), cfg_.group_size));
-  const uint64_t start = (group_key_for(step) * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step)) >> 33;
-  grid_[static_cast<size_t>(step % 2)] = (start + static_cast<uint64_t>(place)) % keys;
+  if (keys <= 0) keys = p2p::grid_keys(static_cast<int64_t>(directory_->peers().size() + 1), cfg_.group_size);
+  const uint64_t next = p2p::next_group_key(group_key_for(step), static_cast<uint64_t>(step), place, keys);
+  grid_[static_cast<size_t>(step % 2)] = (next - 1) & 0xFFFFFFFFULL;
 }
 
 // Note [A lone peer joins the smallest group]
@@ -394,9 +398,11 @@ void SwarmPeer::join_smallest_group(int64_t step) {
   const auto d = static_cast<uint64_t>(step % 2);
   // Others per key; a key nobody else announces is no group to join.
   std::map<uint64_t, int64_t> others;
-  for (const auto& p : directory_->peers())
+  for (const auto& record : directory_->peers()) {
+    const auto p = p2p::as_dealt(record);  // a peer dealt to the step is there already
     if (p.step == step && !p.leaving && p.group_size > 1 && p.group_key > 0 && ((p.group_key - 1) >> 32) == d)
       ++others[p.group_key];
+  }
   if (others.empty()) return;
   const uint64_t mine = group_key_for(step);
   uint64_t best = others.count(mine) ? mine : others.begin()->first;
@@ -412,6 +418,13 @@ void SwarmPeer::announce_at(int64_t step, int64_t samples, bool leaving, p2p::Di
   p2p::PeerRecord r{{}, transport_->address(), step, samples, samples_per_s_, false, leaving, 0, last_group_size_};
   r.group_key = group_key_for(step);
   directory_->announce(r, reach);
+}
+
+// A live peer of an earlier release reads no deal: it learns a change of step only from the change itself.
+bool SwarmPeer::all_take_deals() const {
+  const auto peers = directory_->peers();
+  return std::all_of(peers.begin(), peers.end(),
+                     [](const p2p::PeerRecord& p) { return (p.features & p2p::PeerRecord::kTakesDeals) != 0; });
 }
 
 int64_t SwarmPeer::others_progress(int64_t step) const {

@@ -50,11 +50,6 @@ std::vector<p2p::PeerRecord> survey(const SwarmConfig& cfg, const std::string& p
 // (Note [Weights averaged at every step in bounded groups] in SwarmPeer.cpp).
 int64_t state_average_every(const SwarmConfig& cfg, bool diloco);
 
-// The grid's keys for the next round, for `known` peers (this one included) in groups of `group_size`:
-// about known / group_size, at least 1, and at most known / 2, so that no key is dealt a peer alone (Note
-// [Groups on a grid] in p2p/Matchmaking.cpp).
-int64_t grid_keys(int64_t known, int64_t group_size);
-
 // Where a peer listens, as it writes at start to RUN_DIR/flight/swarm.json, for `cohort doctor --ask`
 // (Note [Asking swarm peers for their records] in SwarmPeer.cpp). read_peer_file: nullopt when the run
 // dir has none (not a swarm peer's, or one from before this file); throws Error naming a malformed one.
@@ -130,10 +125,12 @@ class SwarmPeer {
   void announce_at(int64_t step, int64_t samples, bool leaving = false,
                    p2p::Directory::Reach reach = p2p::Directory::Reach::kEveryone);
   // Note [Groups on a grid] (p2p/Matchmaking.cpp): the group key this peer announces for `step`, and the
-  // move of its coordinate after that round, where it had `place` among its key's peers.
+  // move of its coordinate after that round, where it had `place` among its key's peers on a grid of
+  // `keys` keys (its leader's count; 0: this peer's own).
   uint64_t group_key_for(int64_t step) const;
-  void move_on_grid(int64_t step, int64_t place);
+  void move_on_grid(int64_t step, int64_t place, int64_t keys);
   void join_smallest_group(int64_t step);  // Note [A lone peer joins the smallest group]
+  bool all_take_deals() const;             // every live peer reads deals (PeerRecord::kTakesDeals)
   void record_round(int64_t step, const p2p::RoundOutcome& out);
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
   void wait_for_peers(int64_t count, double timeout_s);
