@@ -107,8 +107,16 @@ TEST(Machines, TwoMachinesTrainTogetherAndAStrangerIsTurnedAway) {
   }
   const auto dir = fresh_dir("machines-train");
   const auto token = token_file(dir, "a-long-shared-secret-for-this-test");
-  Proc m0(net.on(0, node_args(dir, 0, token, {"train.max_steps=12"})));
-  Proc m1(net.on(1, node_args(dir, 1, token, {"train.max_steps=12"})));
+  // Long enough for the stranger to come while the job runs: it is started once the job's store is up and
+  // both machines are in. Started with the machines, as before, it could find no store yet on a loaded
+  // machine (make test: "cannot reach the rendezvous store ... Connection refused" for its 10 s), and 12
+  // steps end in half a second once they start.
+  Proc m0(net.on(0, node_args(dir, 0, token, {"train.max_steps=200", "train.epochs=20"})));
+  Proc m1(net.on(1, node_args(dir, 1, token, {"train.max_steps=200", "train.epochs=20"})));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (m0.output_so_far().find("4 worker(s)") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_NE(m0.output_so_far().find("4 worker(s)"), std::string::npos) << m0.output_so_far();
   // A third machine tries to join as rank 3 with a wrong secret, and another with none at all.
   const auto wrong = token_file(dir / "stranger", "not-the-secret");
   const auto stranger =

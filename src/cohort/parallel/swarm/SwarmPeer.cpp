@@ -302,7 +302,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   // The leader told the others where it dealt this peer (Note [A leader deals its groups over the next
   // round's keys] in p2p/Matchmaking.cpp): the new step goes to the new key's peers, the rest hear it with
   // the next heartbeat.
-  const bool dealt = out.keys > 0 && out.group.size() > 1 && !out.claimed_twice && !leaving && all_take_deals();
+  const bool dealt = out.keys > 1 && out.group.size() > 1 && !out.claimed_twice && !leaving && all_take_deals();
   announce_at(step + 1, 0, leaving, dealt ? p2p::Directory::Reach::kDealt : p2p::Directory::Reach::kEveryone);
   if (leaving) log("swarm: leaving after step " + std::to_string(step + 1) + "; the others go on without this peer");
   return out.averaged;
