@@ -8,9 +8,9 @@
 #include "cohort/util/Error.h"
 #if COHORT_HAVE_SWARM
 #include "cohort/parallel/swarm/SwarmPeer.h"
+#endif
 
 namespace apps {
-#endif
 
 namespace {
 
