@@ -26,7 +26,7 @@ std::optional<p2p::DownloadedState> SwarmPeer::catch_up(int64_t step) {
   int64_t ahead = step;
   // A peer dealt to a step is there (Note [A leader deals its groups over the next round's keys]): its record
   // may reach this one a heartbeat later.
-  for (const auto& p : peers) ahead = std::max({ahead, p.step, p.dealt_step});
+  for (const auto& p : peers) ahead = std::max(ahead, p2p::as_dealt(p).step);
   bool drifted = false;
   auto donors = donors_for(step, ahead, peers, starting, resync, drifted);
   if (donors.empty()) return std::nullopt;
