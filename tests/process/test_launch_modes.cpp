@@ -131,10 +131,18 @@ TEST(LaunchModes, UnderOpenMpiMpirunAcrossTwoNetworkNamespaces) {
   ASSERT_EQ(std::system(("sh -c '" + setup + "'").c_str()), 0) << "could not create the namespaces";
   const auto dir = fresh_dir("mpirun-netns");
   const std::string agent = fs::path(COHORT_SOURCE_DIR) / "tests" / "mpi" / "netns-rsh";
+  // mpirun runs on "machine" 0 under that machine's own hostname, as the agent runs machine 1's daemon
+  // (tests/mpi/netns-rsh): Open MPI 5 matches the --host entries to the nodes by hostname.
   std::vector<std::string> argv{"ip",
                                 "netns",
                                 "exec",
                                 "cmpi-0",
+                                "unshare",
+                                "--uts",
+                                "sh",
+                                "-c",
+                                "echo 10.83.0.1 > /proc/sys/kernel/hostname && exec \"$@\"",
+                                "sh",
                                 "mpirun",
                                 "--allow-run-as-root",
                                 "--mca",
