@@ -380,22 +380,62 @@ def swarm_predictions(c):
     return rows
 
 
-def background_traffic(scale_json):
-    """The directory's record traffic a peer receives, fitted as a + b x peers to bench/scale.py's swarm
-    rows (groups of 8) and carried to 100 and 1,000 peers: the cost that still grows with the swarm
-    (docs/scaling.md, "Where it stops, and why")."""
+def background_traffic(runs_json):
+    """The directory's bytes a peer sends a step while training, as the sum of its parts (docs/scaling.md,
+    "Where it stops, and why"), checked against bench/scale.py's swarm in groups of g = 8:
+
+        bytes a step = A (g - 1) / 7 + B step_s + (N - 1) / g D(g)
+
+    A: the changes within the key (a step and a readiness to each of its g - 1 peers); B: what goes by the
+    second (the gossip's heartbeats, and those of moments no deal vouches for the peer); the deals: one a
+    group a step, from its leader to every other peer, of D(g) = D(8) + 40 (g - 8) bytes (a member's key
+    and its next group key). A and B are fitted on the smallest and largest counts, D(8) on the next
+    smallest; the other counts are checks the fit never saw. Carried to 100 and 1,000 peers at a step a
+    second, and to a swarm whose rounds are slower than the deals' vouching lasts, where the heartbeat goes
+    to every peer each announce_s."""
     try:
-        rows = [r for r in json.load(open(scale_json))["swarm"] if r["group_size"] == 8]
+        rows = sorted((r for r in json.load(open(runs_json))["model_runs"]["runs"] if r["group_size"] == 8),
+                      key=lambda r: r["peers"])
     except (OSError, KeyError, ValueError):
         return None
-    xs = [r["peers"] for r in rows]
-    ys = [r["record_bytes_per_peer_per_s"] for r in rows]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    a = my - b * mx
-    return {"fitted_on_peers": xs, "bytes_per_s": {"a": a, "b_per_peer": b},
-            "predicted": [{"peers": n, "bytes_per_peer_per_s": a + b * n,
-                           "share_of_100mbit": (a + b * n) * 8 / 100e6} for n in (100, 1000)]}
+    if len(rows) < 4:
+        return None
+    g = 8
+
+    def parts(r):
+        total = r["record_bytes_per_peer_per_step_training"]
+        step_s = total / r["record_bytes_per_peer_per_s_training"]
+        return total - r["deal_bytes_per_peer_per_step_training"], step_s, r["deal_bytes_per_peer_per_step_training"]
+
+    (y0, s0, _), (y1, s1, _) = parts(rows[0]), parts(rows[-1])
+    b = (y1 - y0) / (s1 - s0)
+    a = y0 - b * s0
+    deal_frame = parts(rows[1])[2] * g / (rows[1]["peers"] - 1)
+    checks = []
+    for r in rows[1:-1]:
+        rest, step_s, deals = parts(r)
+        predicted = a + b * step_s + (r["peers"] - 1) / g * deal_frame
+        measured = r["record_bytes_per_peer_per_step_training"]
+        checks.append({"peers": r["peers"], "step_s": step_s, "measured_bytes_per_step": measured,
+                       "predicted_bytes_per_step": predicted, "error": predicted / measured - 1,
+                       "measured_deal_bytes_per_step": deals,
+                       "predicted_deal_bytes_per_step": (r["peers"] - 1) / g * deal_frame})
+    record_frame = a / (2 * (g - 1))
+    predicted = []
+    for peers in (100, 1000):
+        for group in (16, 64):
+            deals = (peers - 1) / group * (deal_frame + 40 * (group - g))
+            per_s = a * (group - 1) / (g - 1) + b + deals
+            predicted.append({"peers": peers, "group_size": group, "step_s": 1.0,
+                              "bytes_per_peer_per_s": per_s, "deal_bytes_per_peer_per_s": deals,
+                              "deal_frames_per_peer_per_step": (peers - 1) / group,
+                              "share_of_100mbit": per_s * 8 / 100e6,
+                              "slow_rounds_bytes_per_peer_per_s": per_s + (peers - group) * record_frame,
+                              "slow_rounds_share_of_100mbit": (per_s + (peers - group) * record_frame) * 8 / 100e6})
+    return {"source": os.path.relpath(runs_json, os.path.dirname(HERE)), "group_size": g,
+            "fitted_on_peers": [rows[0]["peers"], rows[-1]["peers"], rows[1]["peers"]],
+            "changes_within_key_bytes_per_step_A": a, "bytes_per_s_B": b, "deal_frame_bytes_D8": deal_frame,
+            "record_frame_bytes": record_frame, "checks": checks, "predicted": predicted}
 
 
 def step_checks(check_result):
@@ -463,7 +503,7 @@ def predictions(measured, swarm_check=None):
                     rows.append(ddp_step(model, batch, gpus, link, c, fsdp=True))
     return {"assumptions": {k: v for k, v in c.items()}, "models": MODELS, "cluster": rows,
             "swarm": swarm_predictions(c),
-            "swarm_background": background_traffic(os.path.join(HERE, "results", "scale.json"))}
+            "swarm_background": background_traffic(os.path.join(HERE, "results", "deal_vouches.json"))}
 
 
 

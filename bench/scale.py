@@ -9,7 +9,8 @@ count and swarm.group_size it records, over all peers:
     peer trained (from the line that says every peer is here to its exit);
   - rounds completed, the mean group size, failed rounds per peer (swarm_failed_rounds);
   - the median and p95 round time (each step's swarm_round_seconds, log.every_steps=1);
-  - averaging bytes sent per peer per round, and background (directory record) bytes per peer per second;
+  - averaging bytes sent per peer per round, and background (directory record) bytes per peer per second,
+    over the run and while training (a step's too, with the leaders' deals apart);
   - memory: the largest resident set of one process (VmRSS), and the largest proportional set size of one
     peer's processes together (PSS: pages they share counted once), sampled every 5 s;
     and the CPU seconds the sampler itself used (observer_cpu_s), which shares the cores with the peers.
@@ -394,7 +395,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     wall, trained, peak, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks)
     codes = [p.returncode for p in procs]
     rounds, failed, sizes, times, avg_bytes, record_rate, distances, state_rounds = 0, [], [], [], [], [], [], 0
-    state_times, record_frames = [], []
+    state_times, record_frames, training_rate, training_frames, training_step, training_deal = [], [], [], [], [], []
     for d in dirs:
         try:
             with open(os.path.join(d, "summary.json")) as f:
@@ -411,6 +412,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         record_rate.append(s.get("swarm_record_bytes_sent", 0) / wall)
         if "swarm_record_frames_sent" in s:
             record_frames.append(s["swarm_record_frames_sent"] / wall)
+        logged = []  # (train_seconds, record bytes, record frames, step, deal bytes) at each logged step
         with open(os.path.join(d, "metrics.jsonl")) as f:
             for line in f:
                 r = json.loads(line)
@@ -419,6 +421,20 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
                     times.append(r["swarm_round_seconds"])
                 if r.get("swarm_state_seconds"):
                     state_times.append(r["swarm_state_seconds"])
+                if "swarm_record_frames_sent" in r and "train_seconds" in r:
+                    logged.append((r["train_seconds"], r["swarm_record_bytes_sent"], r["swarm_record_frames_sent"],
+                                   r["step"], r.get("swarm_deal_bytes_sent")))
+        # While it trains, from its first logged step to its last: the start, where every peer beats to
+        # every other before the first round, left out.
+        if len(logged) > 1 and logged[-1][0] > logged[0][0]:
+            span = logged[-1][0] - logged[0][0]
+            training_rate.append((logged[-1][1] - logged[0][1]) / span)
+            training_frames.append((logged[-1][2] - logged[0][2]) / span)
+            if logged[-1][3] > logged[0][3]:
+                steps_logged = logged[-1][3] - logged[0][3]
+                training_step.append((logged[-1][1] - logged[0][1]) / steps_logged)
+                if logged[0][4] is not None:
+                    training_deal.append((logged[-1][4] - logged[0][4]) / steps_logged)
     times.sort()
     # Why peers failed: each failed peer's error line, the same ones counted once.
     errors = {}
@@ -445,6 +461,14 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         "record_bytes_per_peer_per_s": round(statistics.mean(record_rate)) if record_rate else None,
         # The frames behind those bytes: each costs a send, a seal and a wake-up at both ends.
         "record_frames_per_peer_per_s": round(statistics.mean(record_frames), 1) if record_frames else None,
+        # The same while it trains (from its first logged step to its last), without the start.
+        "record_bytes_per_peer_per_s_training": round(statistics.mean(training_rate)) if training_rate else None,
+        "record_frames_per_peer_per_s_training": (round(statistics.mean(training_frames), 1)
+                                                  if training_frames else None),
+        # And a step: a second's bytes grow with the steps a second, which fall as a swarm grows.
+        "record_bytes_per_peer_per_step_training": round(statistics.mean(training_step)) if training_step else None,
+        # Of those, the leaders' deals (a peer leads about one round in a group's size).
+        "deal_bytes_per_peer_per_step_training": round(statistics.mean(training_deal)) if training_deal else None,
         # With swarm.group_size: the weight (DiLoCo: outer state) averagings, and the largest relative L2
         # distance of a peer from its group's average at its last one.
         "state_rounds": state_rounds,

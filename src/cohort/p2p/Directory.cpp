@@ -139,8 +139,9 @@ std::vector<PeerRecord> Directory::written_since(double oldest_unix) const {
   std::lock_guard lock(mutex_);
   std::vector<PeerRecord> out;
   for (const auto& [key, entry] : records_)
-    if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest_unix && !entry.record.leaving) {
+    if (key != me_.token.peer_public_key && entry.heard_unix() >= oldest_unix && !entry.record.leaving) {
       out.push_back(entry.record);
+      out.back().heard_unix = entry.heard_unix();
       const auto deal = dealt_.find(key);
       if (deal != dealt_.end() && deal->second.key != 0 && deal->second.step > entry.record.step)
         out.back().dealt_step = deal->second.step, out.back().dealt_key = deal->second.key;
@@ -274,13 +275,16 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
   std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
   std::set<PeerKey> gossip_to;
   if (with_others) others = gossip(to, gossip_to);
-  if (skip_heard)
+  if (skip_heard) {
+    const bool vouched = vouched_lately(now);
     to.erase(std::remove_if(to.begin(), to.end(),
                             [&](const PeerRecord& p) {
-                              return !gossip_to.count(p.key) && p.written_unix >= live_since &&
-                                     heard_lately(p.key, version, now);
+                              return !gossip_to.count(p.key) && p.heard_unix >= live_since &&
+                                     (heard_lately(p.key, version, now) ||
+                                      (vouched && (p.features & PeerRecord::kTakesDeals)));
                             }),
              to.end());
+  }
   for (const auto& peer : to) {
     std::vector<detail::SealedRecord> records{{mine.data(), mine.size()}};
     if (gossip_to.count(peer.key))
@@ -288,7 +292,7 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
         if (key != peer.key) records.emplace_back(sealed.data(), sealed.size());
     // To a peer whose record expired, addressed to whoever is there now, as a knock is: another process may
     // have taken its address.
-    const bool live = peer.written_unix >= live_since;
+    const bool live = peer.heard_unix >= live_since;
     transport_->send(live ? peer.key : PeerKey{}, peer.address, {MessageKind::kRecord, 0, 0},
                      detail::records_body(records));
     if (!with_others) sent_[peer.key] = {now, version};  // a heartbeat never excuses the next one
@@ -314,6 +318,32 @@ bool Directory::heard_lately(const PeerKey& peer, uint64_t version, steady_clock
   const auto sent = sent_.find(peer);
   const duration<double> window(options_.record_ttl_s / 2 - options_.announce_s);
   return sent != sent_.end() && sent->second.version == version && now - sent->second.at < window;
+}
+
+// Note [A deal vouches for its members]
+// With swarm.group_size a change of step goes to the new key's peers only, the others told by the deal
+// (Note [A leader deals its groups over the next round's keys] in p2p/Matchmaking.cpp), so the heartbeat
+// went each second to every live peer outside the key: N - g frames a peer a second, the directory's
+// last cost that grew with the swarm in every second (docs/scaling.md, "Where it stops"). Those peers read
+// nothing in it that the deal did not tell them: the step and key it goes to (as_dealt), and that it is
+// there. Its readiness and samples they do not read (Note [Readiness goes to the group]), and a change
+// meant for everyone still goes to everyone at once. So a live leader's deal vouches for its members: each
+// peer that hears it holds the members' records live for record_ttl_s from then, as if each had sent its
+// own (PeerRecord::heard_unix), and a member that a deal named (heard as the others do: the leader sends it
+// to its members too) skips, in its heartbeats for the same window as Note [A heartbeat skips the peers
+// that heard this one lately], the live peers that read deals. A swarm whose rounds come every second or
+// faster then sends, outside each key, a deal a group a round (N / g frames a peer a round) and the
+// gossip's few heartbeats, where it sent N - g heartbeats a second. Still sent the heartbeat: the gossip's
+// peers, peers of an earlier release (they do not read deals), peers whose record here expired (Note [A
+// peer whose record expired still hears the heartbeat]: two peers that lost each other meet again), and
+// every peer once no deal named this one for the window (a round that failed, or none: DiLoCo between
+// its outer rounds). A peer the leader did not know hears no deal, and loses the members' records a TTL
+// later; its own heartbeat, which goes to expired peers too, makes it known to the next leaders, whose
+// deals then reach it. A deal is believed from a live peer of the run only (its frame is sealed by its
+// sender), and only for a step ahead of the member's record (a later record says more).
+bool Directory::vouched_lately(steady_clock::time_point now) const {
+  std::lock_guard lock(mutex_);
+  return now - vouched_ < duration<double>(options_.record_ttl_s / 2 - options_.announce_s);
 }
 
 // Note [The heartbeat passes on a few records]
@@ -345,7 +375,7 @@ std::vector<std::pair<PeerKey, std::vector<uint8_t>>> Directory::gossip(const st
   }
   std::vector<PeerKey> live;
   for (const auto& peer : to)
-    if (!gossip_to.count(peer.key) && peer.written_unix >= oldest) live.push_back(peer.key);
+    if (!gossip_to.count(peer.key) && peer.heard_unix >= oldest) live.push_back(peer.key);
   std::shuffle(live.begin(), live.end(), gossip_random_);
   for (size_t i = 0; i < live.size() && i < kGossipFanout; ++i) gossip_to.insert(live[i]);
   return others;

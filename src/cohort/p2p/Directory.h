@@ -23,7 +23,9 @@
 // transport (at once when the step, readiness or leaving changes; other changes
 // at most every 50 ms; with group keys, readiness only to the peers of its key: Note [Readiness goes to
 // the group] in Directory.cpp). The heartbeat, every announce_s, goes to every known peer that did not hear
-// this one's record lately (Note [A heartbeat skips the peers that heard this one lately]); to a few of them (the
+// this one's record lately (Note [A heartbeat skips the peers that heard this one lately]), or, while a
+// leader's deal vouches for this one, only to those that do not read deals (Note [A deal vouches for its
+// members]); to a few of them (the
 // peers met in the last beats, and two drawn at random) it also carries up to 8 live records of the other
 // peers this one knows, drawn anew each beat (each still sealed by its own peer), so that two peers who
 // found each other in the DHT learn everyone the other knows within a few beats, whatever their own view
@@ -34,6 +36,7 @@
 // nobody knocks]), and tells them of itself directly.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -92,6 +95,10 @@ struct PeerRecord {
   // `step`: the step it goes to and the group key it will name there. -1 and 0 without one.
   int64_t dealt_step = -1;
   uint64_t dealt_key = 0;
+  // Not in the sealed record: when this directory last had word that the peer was there, its record's
+  // writing or a live leader's deal naming it (Note [A deal vouches for its members]). Its record expires
+  // here record_ttl_s after this.
+  double heard_unix = 0;
 };
 
 // `p` as matchmaking should see it: on its dealt step with its dealt key, not ready and with no samples
@@ -176,6 +183,9 @@ class Directory {
   // Whether `peer` was sent this peer's record at `version` recently enough to skip a heartbeat (Note [A
   // heartbeat skips the peers that heard this one lately]).
   bool heard_lately(const PeerKey& peer, uint64_t version, std::chrono::steady_clock::time_point now) const;
+  // Whether a deal named this peer recently enough for its heartbeat to skip the live peers that read
+  // deals (Note [A deal vouches for its members]).
+  bool vouched_lately(std::chrono::steady_clock::time_point now) const;
   // Up to kGossipRecords of the other live records, drawn at random, and the peers of `to` the heartbeat
   // passes them on to, into `gossip_to` (Note [The heartbeat passes on a few records]).
   std::vector<std::pair<PeerKey, std::vector<uint8_t>>> gossip(const std::vector<PeerRecord>& to,
@@ -236,6 +246,8 @@ class Directory {
     PeerRecord record;
     std::vector<uint8_t> sealed;  // as its peer sealed it, to pass on
     double met_unix = 0;          // when its record last became live here (first seen, or back after its TTL)
+    double vouched_unix = 0;      // when a live leader's deal last named it (Note [A deal vouches for its members])
+    double heard_unix() const { return std::max(record.written_unix, vouched_unix); }
   };
   std::map<PeerKey, Entry> records_;  // the newest record of each peer
   // The newest deal of each peer: the step and key a leader dealt it (key 0: two leaders dealt it
@@ -246,6 +258,9 @@ class Directory {
   };
   std::map<PeerKey, Deal> dealt_;
   std::chrono::steady_clock::time_point deals_pruned_{};
+  // When a deal last named this peer (its leader's, heard by the peers that leader knows): its heartbeat
+  // may then skip them (Note [A deal vouches for its members]).
+  std::chrono::steady_clock::time_point vouched_{};
 
   // The parts of take_in for a record of this peer's own key, and for a record whose key another live
   // process holds too (Note [One identity, one process]). Called under mutex_; what to send goes to

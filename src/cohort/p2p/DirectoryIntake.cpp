@@ -45,12 +45,13 @@ void Directory::take_in(const uint8_t* data, size_t size, const PeerKey& carrier
         transport_->reads_pair_frames(
             rec->key, rec->features & PeerRecord::kPolyPairFrames ? PairMac::kPoly1305 : PairMac::kBlake2b);
       const double now = detail::unix_now();
-      const bool met = slot.record.written_unix < now - options_.record_ttl_s;
+      const bool met = slot.heard_unix() < now - options_.record_ttl_s;
       // A deal is done once the record gets there, and void once another process writes it (a restart).
       const auto deal = dealt_.find(rec->key);
       if (deal != dealt_.end() && (rec->step >= deal->second.step || rec->session != slot.record.session))
         dealt_.erase(deal);
-      slot = {o.counter, std::move(*rec), std::vector<uint8_t>(data, data + size), met ? now : slot.met_unix};
+      slot = {o.counter, std::move(*rec), std::vector<uint8_t>(data, data + size), met ? now : slot.met_unix,
+              slot.vouched_unix};
     }
   }
   if (transport_)
@@ -67,8 +68,7 @@ void Directory::take_in_deal(const Message& m) {
   {
     std::lock_guard lock(mutex_);
     const auto sender = records_.find(m.sender);
-    if (sender == records_.end() || sender->second.record.written_unix < detail::unix_now() - options_.record_ttl_s)
-      return;
+    if (sender == records_.end() || sender->second.heard_unix() < detail::unix_now() - options_.record_ttl_s) return;
   }
   take_deal(static_cast<int64_t>(m.topic.round) + 1, detail::dealt_from(m.body));
 }
@@ -82,14 +82,18 @@ void Directory::take_deal(int64_t step, const std::vector<Dealt>& dealt) {
     const double oldest = detail::unix_now() - options_.record_ttl_s;
     for (auto it = dealt_.begin(); it != dealt_.end();) {
       const auto held = records_.find(it->first);
-      it = held == records_.end() || held->second.record.written_unix < oldest ? dealt_.erase(it) : std::next(it);
+      it = held == records_.end() || held->second.heard_unix() < oldest ? dealt_.erase(it) : std::next(it);
     }
   }
   for (const auto& d : dealt) {
-    const auto held = records_.find(d.key);
-    if (d.key == me_.token.peer_public_key || d.next_key == 0 ||
-        (held != records_.end() && held->second.record.step >= step))
+    // Note [A deal vouches for its members] in p2p/Directory.cpp: a deal ahead of the record it names.
+    if (d.key == me_.token.peer_public_key) {
+      vouched_ = now;
       continue;
+    }
+    const auto held = records_.find(d.key);
+    if (held != records_.end() && held->second.record.step < step) held->second.vouched_unix = detail::unix_now();
+    if (d.next_key == 0 || (held != records_.end() && held->second.record.step >= step)) continue;
     auto& deal = dealt_[d.key];
     if (deal.step == step && deal.key != d.next_key)
       deal.key = 0;

@@ -118,7 +118,7 @@ void Transport::send(const PeerKey& to, const std::string& address, Topic topic,
   stats_.frames_with_mac += mac ? 1 : 0;
   // The directory's traffic, records and deals, is counted apart from the rounds' (TransportStats).
   const bool directory = topic.kind == MessageKind::kRecord || topic.kind == MessageKind::kDeal;
-  outbox_.push_back({address, std::move(frame), directory});
+  outbox_.push_back({address, std::move(frame), directory, topic.kind == MessageKind::kDeal});
   sockets_->wake_out.send(zmq::message_t(), zmq::send_flags::dontwait);
 }
 
@@ -249,7 +249,7 @@ void Transport::flush_outgoing() {
   }
   // Counted when a frame leaves, as bytes_sent is: counted when queued, the records of frames dropped at a
   // full queue made "bytes sent less record bytes" negative (bench/scale.py at 64 peers).
-  int64_t sent = 0, record_sent = 0, dropped = 0, frames = 0, record_frames = 0;
+  int64_t sent = 0, record_sent = 0, deal_sent = 0, dropped = 0, frames = 0, record_frames = 0, deal_frames = 0;
   for (auto& out : batch) {
     auto& sockets = sockets_->outbound;
     auto it = sockets.find(out.address);
@@ -275,6 +275,10 @@ void Transport::flush_outgoing() {
         record_sent += size;
         ++record_frames;
       }
+      if (out.deal) {
+        deal_sent += size;
+        ++deal_frames;
+      }
     } else {
       ++dropped;
     }
@@ -284,6 +288,8 @@ void Transport::flush_outgoing() {
   stats_.frames_sent += frames;
   stats_.record_frames_sent += record_frames;
   stats_.record_bytes_sent += record_sent;
+  stats_.deal_frames_sent += deal_frames;
+  stats_.deal_bytes_sent += deal_sent;
   stats_.frames_dropped += dropped;
 }
 

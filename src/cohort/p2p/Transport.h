@@ -76,6 +76,8 @@ struct TransportStats {
       0;                    // of bytes_sent, the directory's records and deals (kRecord, kDeal), not averaging or state
   int64_t frames_sent = 0;  // frames that left, records included
   int64_t record_frames_sent = 0;  // of frames_sent, the directory's records and deals
+  int64_t deal_bytes_sent = 0;     // of record_bytes_sent, the leaders' deals (kDeal)
+  int64_t deal_frames_sent = 0;    // of record_frames_sent, the leaders' deals
   int64_t frames_with_mac = 0;     // frames sealed for one peer with a MAC rather than signed (seal_for)
   int64_t frames_dropped = 0;      // not sent: the peer's queue was full (dead, frozen or unreachable)
   int64_t frames_refused = 0;      // received and refused: a bad token, signature, replay or address
@@ -127,6 +129,7 @@ class Transport {
     std::string address;
     std::vector<uint8_t> frame;
     bool record = false;  // a kRecord or kDeal frame (TransportStats::record_bytes_sent)
+    bool deal = false;    // a kDeal frame (TransportStats::deal_bytes_sent)
   };
   void run_io();
   void deliver(const uint8_t* data, size_t size);

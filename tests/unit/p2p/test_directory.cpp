@@ -186,6 +186,28 @@ TEST(SwarmDirectory, ReadinessGoesToThePeersOfItsGroupKeyAndAStepToEveryone) {
   EXPECT_TRUE(wait_for([&] { return of_a(c) && of_a(c)->ready; })) << "c did not hear a was ready, key 0";
 }
 
+// Whether every other peer holds `who`'s record live, and `who` holds all of theirs: what the heartbeat
+// tests watch while they change what `who` sends.
+bool everyone_sees(const std::vector<std::unique_ptr<Peer>>& peers, const Peer& who) {
+  for (const auto& p : peers) {
+    if (p.get() == &who) continue;
+    const auto seen = p->directory.peers();
+    if (std::none_of(seen.begin(), seen.end(), [&](const auto& r) { return r.key == who.transport.key(); }))
+      return false;
+  }
+  return who.directory.peers().size() == peers.size() - 1;
+}
+
+// Whether every peer still sees `who` at each of `checks` looks, 200 ms apart.
+bool seen_throughout(const std::vector<std::unique_ptr<Peer>>& peers, const Peer& who, int checks) {
+  bool seen = true;
+  for (int i = 0; i < checks; ++i) {
+    std::this_thread::sleep_for(200ms);
+    seen = seen && everyone_sees(peers, who);
+  }
+  return seen;
+}
+
 // Note [A heartbeat skips the peers that heard this one lately]: a peer whose steps (each sent to every
 // live peer) come every 0.3 s, faster than announce_s, sends its heartbeat only to the peers it passes
 // records on to (kGossipFanout of them, once the others were met more than three beats ago). Every other
@@ -203,14 +225,7 @@ TEST(SwarmDirectory, AHeartbeatSkipsThePeersThatHeardAStepLately) {
   Peer& stepper = *peers[0];
   const auto record = [](Peer& p, int64_t step) { return p2p::PeerRecord{{}, p.transport.address(), step, 0, 1.0}; };
   for (auto& p : peers) p->directory.announce(record(*p, 0));
-  const auto everyone_sees_the_stepper = [&] {
-    for (size_t i = 1; i < peers.size(); ++i) {
-      const auto seen = peers[i]->directory.peers();
-      if (std::none_of(seen.begin(), seen.end(), [&](const auto& r) { return r.key == stepper.transport.key(); }))
-        return false;
-    }
-    return stepper.directory.peers().size() == 5;
-  };
+  const auto everyone_sees_the_stepper = [&] { return everyone_sees(peers, stepper); };
   const auto deadline = p2p::Clock::now() + 10s;
   while (p2p::Clock::now() < deadline && !everyone_sees_the_stepper()) std::this_thread::sleep_for(50ms);
   ASSERT_TRUE(everyone_sees_the_stepper());
@@ -233,11 +248,83 @@ TEST(SwarmDirectory, AHeartbeatSkipsThePeersThatHeardAStepLately) {
   EXPECT_GE(beyond_steps, 4);
   EXPECT_LE(beyond_steps, 22) << steps << " steps";
   // Stopped, it is kept live by the heartbeat alone: past a TTL (4 s) every peer still sees it.
-  for (int i = 0; i < 23; ++i) {
-    std::this_thread::sleep_for(200ms);
-    always_seen = always_seen && everyone_sees_the_stepper();
+  EXPECT_TRUE(seen_throughout(peers, stepper, 23)) << "a peer lost the stepper's record once it stopped stepping";
+}
+
+// Note [A deal vouches for its members]: a member that a leader's deals name every 0.3 s sends its
+// heartbeat only to the gossip's few, and every peer still holds its record live throughout, kept so by
+// the deals; once the deals stop, its heartbeat goes to every peer again and keeps it live past a TTL.
+TEST(SwarmDirectory, ADealVouchesForItsMembersAndTheirHeartbeatSkipsThePeersThatReadDeals) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  p2p::DirectoryOptions d;  // announce_s 1, record_ttl_s 4: a vouch skips the heartbeat for 1 s
+  d.dht_put_s = 100;
+  d.dht_read_known_s = 100;
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 6; ++i)
+    peers.push_back(std::make_unique<Peer>(run, 161 + i, i ? peers[0]->transport.address() : "", logs, d));
+  Peer &member = *peers[0], &leader = *peers[1];
+  for (auto& p : peers) p->directory.announce(p2p::PeerRecord{{}, p->transport.address(), 0, 0, 1.0});
+  const auto everyone_sees_the_member = [&] { return everyone_sees(peers, member); };
+  const auto deadline = p2p::Clock::now() + 10s;
+  while (p2p::Clock::now() < deadline && !everyone_sees_the_member()) std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(everyone_sees_the_member());
+  std::this_thread::sleep_for(3500ms);  // past kWelcomeBeats: the heartbeat passes records to 2 peers only
+  // The leader deals the member every 0.3 s for 6 s (about 6 beats), to every peer as send_deal does.
+  const int64_t frames_before = member.transport.stats().record_frames_sent;
+  bool always_seen = true;
+  const uint64_t key = 1 + (uint64_t{1} << 32);
+  uint64_t round = 0;
+  const auto dealing_until = p2p::Clock::now() + 6s;
+  while (p2p::Clock::now() < dealing_until) {
+    const std::vector<p2p::Dealt> dealt{{member.transport.key(), key}};
+    leader.directory.take_deal(static_cast<int64_t>(round) + 1, dealt);
+    for (auto& p : peers)
+      if (p.get() != &leader)
+        leader.transport.send(p->transport.key(), p->transport.address(), {MessageKind::kDeal, round, 0},
+                              p2p::detail::deal_body(dealt));
+    ++round;
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(100ms);
+      always_seen = always_seen && everyone_sees_the_member();
+    }
   }
-  EXPECT_TRUE(always_seen) << "a peer lost the stepper's record once it stopped stepping";
+  const int64_t sent = member.transport.stats().record_frames_sent - frames_before;
+  EXPECT_TRUE(always_seen) << "a peer lost the member's record while deals named it";
+  // Each of about 6 beats: 2 frames (the gossip's peers) when vouched for, 5 (every peer) without it.
+  EXPECT_GE(sent, 4);
+  EXPECT_LE(sent, 20) << "frames sent in " << round << " deals";
+  // No deal since: its heartbeat goes to every peer again, and keeps it live past a TTL (4 s).
+  EXPECT_TRUE(seen_throughout(peers, member, 30)) << "a peer lost the member's record once the deals stopped";
+}
+
+// Note [A deal vouches for its members]: a member that sends nothing (a heartbeat every 100 s) stays live
+// past its TTL for as long as deals for a step ahead of its record name it, and expires a TTL after
+// the last; a deal for the step its record is on vouches for nothing.
+TEST(SwarmDirectory, ADealKeepsItsMembersRecordLiveForATtl) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  p2p::DirectoryOptions silent;
+  silent.announce_s = 100;
+  Peer a(run, 167, "", logs), b(run, 168, a.transport.address(), logs, silent);
+  ASSERT_TRUE(meet({{&a, p2p::PeerRecord{{}, a.transport.address(), 2, 0, 1.0}},
+                    {&b, p2p::PeerRecord{{}, b.transport.address(), 2, 0, 1.0}}}));
+  const auto b_live = [&] { return !a.directory.peers().empty(); };
+  const std::vector<p2p::Dealt> dealt{{b.transport.key(), 1 + (uint64_t{1} << 32)}};
+  bool always_live = true;
+  for (int i = 0; i < 14; ++i) {  // 7 s, past the TTL of 4 s
+    a.directory.take_deal(3, dealt);
+    std::this_thread::sleep_for(500ms);
+    always_live = always_live && b_live();
+  }
+  EXPECT_TRUE(always_live) << "a deal did not keep its member live";
+  bool stale_vouched = true;
+  for (int i = 0; i < 14 && stale_vouched; ++i) {
+    a.directory.take_deal(2, dealt);  // a deal of the round before b's record
+    std::this_thread::sleep_for(500ms);
+    stale_vouched = b_live();
+  }
+  EXPECT_FALSE(stale_vouched) << "b stayed live with no deal for its step, nor record, for 7 s";
 }
 
 #endif  // COHORT_HAVE_SWARM

@@ -400,6 +400,10 @@ std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
           // Of swarm_bytes_sent, the directory's records: background traffic, not averaging or state.
           {"swarm_record_bytes_sent", static_cast<double>(s.record_bytes_sent)},
           {"swarm_record_frames_sent", static_cast<double>(s.record_frames_sent)},
+          // Of those, the deals this peer sent as a leader (Note [A leader deals its groups over the next
+          // round's keys] in p2p/Matchmaking.cpp): the part that grows with the swarm.
+          {"swarm_deal_bytes_sent", static_cast<double>(s.deal_bytes_sent)},
+          {"swarm_deal_frames_sent", static_cast<double>(s.deal_frames_sent)},
           {"swarm_frames_refused", static_cast<double>(s.frames_refused)},
           {"swarm_peers_seen", static_cast<double>(directory_->peers_seen())},
           {"swarm_state_rounds", static_cast<double>(state_rounds_)},
