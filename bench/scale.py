@@ -584,7 +584,8 @@ def main():
         faults.append(run_faults(a.cohort, peers, gs, kill, a.fault_steps, port, work))
         print(json.dumps(faults[-1]), file=sys.stderr)
         f = faults[-1]
-        if f["survivors_finished"] + f["newcomers_finished"] == peers and f["newcomers_caught_up"] == kill:
+        if (f["survivors_finished"] + f["newcomers_finished"] == peers and f["newcomers_caught_up"] == kill
+                and not a.keep_work):
             shutil.rmtree(work, ignore_errors=True)
         else:
             faults[-1]["logs"] = work

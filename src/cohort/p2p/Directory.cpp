@@ -79,6 +79,7 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
   if (transport_)
     transport_->on_arrival(MessageKind::kRecord, [this](const Message& m) {
       for (const auto& [sealed, size] : detail::sealed_records(m.body)) take_in(sealed, size, m.sender);
+      if (m.to_anyone) owe_record(m.sender);
     });
   if (transport_)
     transport_->on_foreign([this](const Message& m, const PeerKey& run_key) { take_in_foreign(m, run_key); });
@@ -182,6 +183,8 @@ void Directory::run() {
   while (!stopping_) {
     std::vector<std::string> contacts;
     contacts.swap(to_contact_);
+    std::set<PeerKey> owed;
+    owed.swap(owed_);
     const bool publishing = transport_ && !mine_.address.empty();
     // Note [The heartbeat is its own clock]
     // It is due announce_s after the last heartbeat, not after the
@@ -197,11 +200,13 @@ void Directory::run() {
     PeerRecord record;  // as sealed: send_direct filters on its step and key
     const uint64_t version = everyone_version_;
     const bool news = mine_dirty_;  // a heartbeat that carries a change skips nobody
-    if (direct_due) {
+    if (direct_due || (publishing && !owed.empty())) {
       record = mine_;
       record.written_unix = detail::unix_now();
-      mine_dirty_ = mine_urgent_ = false;
-      if (!group_only) mine_to_everyone_ = false;
+      if (direct_due) {
+        mine_dirty_ = mine_urgent_ = false;
+        if (!group_only) mine_to_everyone_ = false;
+      }
       sealed = seal(me_, PeerKey{}, next_counter(), detail::encode_record(record));
       mine_sealed_ = sealed;
     }
@@ -219,7 +224,8 @@ void Directory::run() {
         // A signed record with an address that does not parse: that peer stays reachable through others.
       }
     }
-    if (!sealed.empty()) {
+    if (!sealed.empty()) answer(sealed, owed);
+    if (!sealed.empty() && direct_due) {
       send_direct(sealed, version, heartbeat, heartbeat && !news, group_only ? &record : nullptr);
       if (heartbeat && peers().empty()) knock(sealed);
       last_direct = steady_clock::now();
@@ -338,12 +344,44 @@ bool Directory::heard_lately(const PeerKey& peer, uint64_t version, steady_clock
 // peer whose record expired still hears the heartbeat]: two peers that lost each other meet again), and
 // every peer once no deal named this one for the window (a round that failed, or none: DiLoCo between
 // its outer rounds). A peer the leader did not know hears no deal, and loses the members' records a TTL
-// later; its own heartbeat, which goes to expired peers too, makes it known to the next leaders, whose
-// deals then reach it. A deal is believed from a live peer of the run only (its frame is sealed by its
-// sender), and only for a step ahead of the member's record (a later record says more).
+// later; its heartbeat, which goes to expired peers too, then reaches them addressed to nobody, and they
+// answer it with their record (Note [A heartbeat to nobody is answered]). A deal is believed from a live
+// peer of the run only (its frame is sealed by its sender), only for a step ahead of the member's record
+// (a later record says more), and only if no later deal for it came first (a late one would bring a
+// dead member back). The gossip passes on the records live here, if only by a deal, so that a newcomer
+// holds them for the deals to vouch for. Catch-up reads a donor's step as dealt (SwarmCatchUp.cpp).
 bool Directory::vouched_lately(steady_clock::time_point now) const {
   std::lock_guard lock(mutex_);
   return now - vouched_ < duration<double>(options_.record_ttl_s / 2 - options_.announce_s);
+}
+
+// Note [A heartbeat to nobody is answered]
+// A peer whose record expired somewhere still hears that peer's heartbeat, addressed to whoever listens
+// at its address (Note [A peer whose record expired still hears the heartbeat]), and the frame says so: it
+// is not addressed to this peer's key. So this peer answers it with its record, at most every
+// kMinAnswerGapS a peer. Without it, a member that deals vouch for skipped a peer that had lost its
+// record for as long as the deals went on, since that peer heard no deal naming it (its leader did not
+// know the peer, or the peer had lost the leader too: Note [A deal vouches for its members]), and only the
+// gossip, at random, brought it back; a newcomer's knock is answered the same way.
+void Directory::owe_record(const PeerKey& to) {
+  std::lock_guard lock(mutex_);
+  if (to == me_.token.peer_public_key) return;
+  owed_.insert(to);
+  changed_.notify_all();
+}
+
+void Directory::answer(const std::vector<uint8_t>& mine, const std::set<PeerKey>& owed) {
+  const auto now = steady_clock::now();
+  const double live_since = detail::unix_now() - options_.record_ttl_s;
+  const auto body = detail::records_body({{mine.data(), mine.size()}});
+  for (const auto& peer : written_since(0)) {
+    if (!owed.count(peer.key)) continue;
+    auto& last = answered_[peer.key];
+    if (now - last < duration<double>(kMinAnswerGapS)) continue;
+    last = now;
+    transport_->send(peer.heard_unix >= live_since ? peer.key : PeerKey{}, peer.address, {MessageKind::kRecord, 0, 0},
+                     body);
+  }
 }
 
 // Note [The heartbeat passes on a few records]
@@ -365,7 +403,10 @@ std::vector<std::pair<PeerKey, std::vector<uint8_t>>> Directory::gossip(const st
   std::lock_guard lock(mutex_);
   const double now = detail::unix_now(), oldest = now - options_.record_ttl_s;
   for (const auto& [key, entry] : records_)
-    if (key != me_.token.peer_public_key && entry.record.written_unix >= oldest) {
+    // Live here, if only by a deal: a peer that takes in a record older than its TTL holds it for the
+    // deals to vouch for, and heartbeats it, addressed to nobody, until it answers (Notes [A deal vouches
+    // for its members] and [A heartbeat to nobody is answered]).
+    if (key != me_.token.peer_public_key && entry.heard_unix() >= oldest) {
       others.emplace_back(key, entry.sealed);
       if (entry.met_unix >= now - kWelcomeBeats * options_.announce_s) gossip_to.insert(key);
     }

@@ -186,6 +186,10 @@ class Directory {
   // Whether a deal named this peer recently enough for its heartbeat to skip the live peers that read
   // deals (Note [A deal vouches for its members]).
   bool vouched_lately(std::chrono::steady_clock::time_point now) const;
+  // A record frame from `to` came addressed to whoever listens here: `to` does not hold this peer's record
+  // live, so it is sent this peer's record (Note [A heartbeat to nobody is answered]).
+  void owe_record(const PeerKey& to);
+  void answer(const std::vector<uint8_t>& mine, const std::set<PeerKey>& owed);
   // Up to kGossipRecords of the other live records, drawn at random, and the peers of `to` the heartbeat
   // passes them on to, into `gossip_to` (Note [The heartbeat passes on a few records]).
   std::vector<std::pair<PeerKey, std::vector<uint8_t>>> gossip(const std::vector<PeerRecord>& to,
@@ -208,6 +212,7 @@ class Directory {
   void take_in_deal(const Message& m);
 
   static constexpr double kMinDirectGapS = 0.05;       // non-urgent record changes go out at most this often
+  static constexpr double kMinAnswerGapS = 0.5;        // a peer is answered at most this often
   static constexpr size_t kGossipRecords = 8;          // others' records a heartbeat passes on, at most
   static constexpr size_t kGossipFanout = 2;           // peers, drawn at random, a heartbeat passes them to
   static constexpr double kWelcomeBeats = 3;           // and peers met within this many announce_s
@@ -261,6 +266,9 @@ class Directory {
   // When a deal last named this peer (its leader's, heard by the peers that leader knows): its heartbeat
   // may then skip them (Note [A deal vouches for its members]).
   std::chrono::steady_clock::time_point vouched_{};
+  std::set<PeerKey> owed_;  // peers to answer (Note [A heartbeat to nobody is answered])
+  // When each peer was last answered. The directory's thread alone reads and writes it.
+  std::map<PeerKey, std::chrono::steady_clock::time_point> answered_;
 
   // The parts of take_in for a record of this peer's own key, and for a record whose key another live
   // process holds too (Note [One identity, one process]). Called under mutex_; what to send goes to

@@ -86,13 +86,17 @@ void Directory::take_deal(int64_t step, const std::vector<Dealt>& dealt) {
     }
   }
   for (const auto& d : dealt) {
-    // Note [A deal vouches for its members] in p2p/Directory.cpp: a deal ahead of the record it names.
+    // Note [A deal vouches for its members] in p2p/Directory.cpp: a deal ahead of the record it names, and
+    // no older than the last deal for it (a late one would bring a dead member back).
     if (d.key == me_.token.peer_public_key) {
       vouched_ = now;
       continue;
     }
     const auto held = records_.find(d.key);
-    if (held != records_.end() && held->second.record.step < step) held->second.vouched_unix = detail::unix_now();
+    const auto earlier = dealt_.find(d.key);
+    if (held != records_.end() && held->second.record.step < step &&
+        (earlier == dealt_.end() || earlier->second.step <= step))
+      held->second.vouched_unix = detail::unix_now();
     if (d.next_key == 0 || (held != records_.end() && held->second.record.step >= step)) continue;
     auto& deal = dealt_[d.key];
     if (deal.step == step && deal.key != d.next_key)

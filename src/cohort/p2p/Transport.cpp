@@ -302,6 +302,7 @@ void Transport::deliver(const uint8_t* data, size_t size) {
   } else {
     auto& o = std::get<Opened>(opened);
     m.sender = o.token.peer_public_key;
+    m.to_anyone = o.receiver == PublicKey{};
     refused = replay_.admit(m.sender, o.receiver, key(), o.counter, now_ns());
     Reader r(data + kFrameHeaderBytes, size - kFrameOverheadBytes);  // the payload, where it lies
     m.topic.kind = static_cast<MessageKind>(r.u8());

@@ -68,6 +68,9 @@ struct Message {
   PeerKey sender{};
   Topic topic;
   std::vector<uint8_t> body;
+  // Addressed to whoever listens at this address, not to this peer's key: its sender does not hold this
+  // peer's record live (a knock, or a heartbeat to a peer whose record expired there).
+  bool to_anyone = false;
 };
 
 struct TransportStats {

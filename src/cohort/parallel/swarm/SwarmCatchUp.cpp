@@ -107,15 +107,19 @@ std::vector<p2p::PeerRecord> SwarmPeer::donors_for(int64_t step, int64_t ahead,
   // Donors: the peers ahead (a step behind the leaders too, so a second donor is there when the first
   // dies: a download that loses its donor starts over from the next one), the leaders first.
   // A peer that drifted takes the majority's state instead.
+  // A peer's step is where its last round's leader dealt it, if that is ahead of its record: outside its
+  // key its own record comes seldom (Note [A deal vouches for its members] in p2p/Directory.cpp).
   std::vector<p2p::PeerRecord> donors = majority;
   if (!drifted) {
     donors.clear();
     for (const auto& p : peers)
-      if (p.step >= std::max(ahead - 1, step + (resync ? 0 : 1)) && (!resync || p.group_size > last_group_size_))
+      if (p2p::as_dealt(p).step >= std::max(ahead - 1, step + (resync ? 0 : 1)) &&
+          (!resync || p.group_size > last_group_size_))
         donors.push_back(p);
   }
-  std::stable_sort(donors.begin(), donors.end(),
-                   [](const p2p::PeerRecord& a, const p2p::PeerRecord& b) { return a.step > b.step; });
+  std::stable_sort(donors.begin(), donors.end(), [](const p2p::PeerRecord& a, const p2p::PeerRecord& b) {
+    return p2p::as_dealt(a).step > p2p::as_dealt(b).step;
+  });
   return donors;
 }
 
@@ -136,7 +140,7 @@ std::optional<p2p::DownloadedState> SwarmPeer::download_newest(const std::vector
   for (int again = 0; got && again < 3; ++again) {
     std::vector<p2p::PeerRecord> leaders;
     for (const auto& p : directory_->peers())
-      if (p.step > got->step) leaders.push_back(p);
+      if (p2p::as_dealt(p).step > got->step) leaders.push_back(p);
     if (leaders.empty()) break;
     auto newer = p2p::download_state(*transport_, leaders, timeout_s, say, gone);
     if (!newer || newer->step <= got->step) break;
