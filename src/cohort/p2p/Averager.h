@@ -126,7 +126,7 @@ class Averager {
   std::vector<Member> withdraw(uint64_t round, PeerRecord mine, std::string& problem);
   Member say_ready(uint64_t round, PeerRecord mine);
   // Sends this peer's ready message to the peers on `round` with its group key not yet in `told` (Note
-  // [Readiness goes to the group] in p2p/Directory.cpp), and adds them there.
+  // [Readiness goes to the group] in p2p/DirectorySend.cpp), and adds them there.
   void tell_ready(uint64_t round, const Member& me, uint64_t group_key, const std::vector<PeerRecord>& peers,
                   std::set<PeerKey>& told);
   void hear_ready(uint64_t round, uint64_t group_key, std::map<PeerKey, std::string>& said_ready);

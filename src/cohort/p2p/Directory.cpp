@@ -1,3 +1,5 @@
+// Who is in the swarm (p2p/Directory.h): this peer's record, the views of the others, the loop that sends
+// it (whom to: p2p/DirectorySend.cpp) and the DHT's puts and reads.
 #include "cohort/p2p/Directory.h"
 
 #include <opendht/dhtrunner.h>
@@ -185,6 +187,7 @@ void Directory::run() {
     contacts.swap(to_contact_);
     std::set<PeerKey> owed;
     owed.swap(owed_);
+    take_due_answers(owed);  // a record is sealed for them only if one is due
     const bool publishing = transport_ && !mine_.address.empty();
     // Note [The heartbeat is its own clock]
     // It is due announce_s after the last heartbeat, not after the
@@ -224,7 +227,7 @@ void Directory::run() {
         // A signed record with an address that does not parse: that peer stays reachable through others.
       }
     }
-    if (!sealed.empty()) answer(sealed, owed);
+    if (!sealed.empty() && !owed.empty()) answer(sealed, owed);
     if (!sealed.empty() && direct_due) {
       send_direct(sealed, version, heartbeat, heartbeat && !news, group_only ? &record : nullptr);
       if (heartbeat && peers().empty()) knock(sealed);
@@ -244,215 +247,6 @@ void Directory::run() {
     lock.lock();
     changed_.wait_for(lock, duration<double>(kMinDirectGapS), [&] { return stopping_ || mine_urgent_; });
   }
-}
-
-// Note [Readiness goes to the group]
-// Every change of a record went to every live peer: at each step a peer's step and then its readiness,
-// 2 (N - 1) frames a peer a step (issue 41). With swarm.group_size, only the peers of its group key on its
-// step read its readiness (the leader's survey in p2p/Matchmaking.cpp), and the others' count toward the
-// target batch does not change when it turns ready: a peer on the step that is not ready counts as its
-// samples plus a batch, one that is ready as its samples (SwarmPeer::ready), and a peer turns ready when
-// its batch is in. (The batch counted is the reader's own: with peers of unequal batches the count is
-// off by the difference until the next heartbeat or step, where before it was exact within milliseconds.)
-// So a change announced with Reach::kGroup (readiness, and the samples that make a peer ready) goes to
-// those peers only, and to the others with the next heartbeat that goes to them (Note [A heartbeat skips
-// the peers that heard this one lately]) or the next change of step. A change of step, leaving or
-// group key still goes to everyone at once (a leader waits for any peer one step behind, which may come
-// to its key), but for one its last round's leader dealt and told the others of (Reach::kDealt: Note [A
-// leader deals its groups over the next round's keys] in p2p/Matchmaking.cpp). A peer that comes to the key after the
-// ready one announced is told by matchmaking's ready message (Averager::tell_ready). Without swarm.group_size every key
-// is 0 and every change goes to everyone, as before.
-//
-// To every peer in `to` a kRecord frame of this peer's record and, on a heartbeat to a few of them, some
-// others' (Note [The heartbeat passes on a few records]).
-void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, bool with_others, bool skip_heard,
-                            const PeerRecord* group_of) {
-  std::vector<PeerRecord> to = with_others ? heartbeat_peers() : peers();
-  if (group_of) {
-    // A peer dealt to this step and key is on its way there, whatever its record says yet.
-    const auto elsewhere = [&](const PeerRecord& record) {
-      const auto p = as_dealt(record);
-      return p.step != group_of->step || p.group_key != group_of->group_key;
-    };
-    to.erase(std::remove_if(to.begin(), to.end(), elsewhere), to.end());
-  }
-  const double live_since = detail::unix_now() - options_.record_ttl_s;
-  const auto now = steady_clock::now();
-  std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
-  std::set<PeerKey> gossip_to;
-  if (with_others) others = gossip(to, gossip_to);
-  if (skip_heard) {
-    const bool vouched = vouched_lately(now);
-    to.erase(std::remove_if(to.begin(), to.end(),
-                            [&](const PeerRecord& p) {
-                              return !gossip_to.count(p.key) && p.heard_unix >= live_since &&
-                                     (heard_lately(p.key, version, now) ||
-                                      (vouched && (p.features & PeerRecord::kTakesDeals)));
-                            }),
-             to.end());
-  }
-  for (const auto& peer : to) {
-    std::vector<detail::SealedRecord> records{{mine.data(), mine.size()}};
-    if (gossip_to.count(peer.key))
-      for (const auto& [key, sealed] : others)
-        if (key != peer.key) records.emplace_back(sealed.data(), sealed.size());
-    // To a peer whose record expired, addressed to whoever is there now, as a knock is: another process may
-    // have taken its address.
-    const bool live = peer.heard_unix >= live_since;
-    transport_->send(live ? peer.key : PeerKey{}, peer.address, {MessageKind::kRecord, 0, 0},
-                     detail::records_body(records));
-    if (!with_others) sent_[peer.key] = {now, version};  // a heartbeat never excuses the next one
-  }
-}
-
-// Note [A heartbeat skips the peers that heard this one lately]
-// The heartbeat went to every live peer every announce_s, on top of each change of step, which also goes
-// to every live peer: with steps shorter than announce_s it told each peer nothing a step had not told it
-// half a second before, and it was N - 1 frames a peer a second, about half a peer's record frames at 64
-// peers (bench/scale.py, issue 41). So it skips a live peer that, within record_ttl_s / 2 - announce_s,
-// was sent a change of this peer's record (not a heartbeat: each beat would then excuse the next, halving
-// the rate of an idle peer's) with every change meant for everyone (everyone_version_): that peer's copy
-// is then never older than half a TTL when the next beat is due, and it holds all that a heartbeat would
-// tell it but the changes sent to the group only (Note [Readiness goes to the group]), which the others do
-// not read. Still sent the heartbeat: the peers it passes records on to (the newly met among them), the
-// peers whose record here expired (Note [A peer whose record expired still hears the heartbeat]), every
-// peer when the heartbeat carries a change not yet sent (readiness due to the group would otherwise wait
-// for the next beat), and every peer while this one's steps are slower than that: a swarm stepping once a
-// second or faster sends heartbeats only to the few it gossips to. The window is on the steady clock, so a
-// step of the wall clock neither stretches nor cuts it.
-bool Directory::heard_lately(const PeerKey& peer, uint64_t version, steady_clock::time_point now) const {
-  const auto sent = sent_.find(peer);
-  const duration<double> window(options_.record_ttl_s / 2 - options_.announce_s);
-  return sent != sent_.end() && sent->second.version == version && now - sent->second.at < window;
-}
-
-// Note [A deal vouches for its members]
-// With swarm.group_size a change of step goes to the new key's peers only, the others told by the deal
-// (Note [A leader deals its groups over the next round's keys] in p2p/Matchmaking.cpp), so the heartbeat
-// went each second to every live peer outside the key: N - g frames a peer a second, the directory's
-// last cost that grew with the swarm in every second (docs/scaling.md, "Where it stops"). Those peers read
-// nothing in it that the deal did not tell them: the step and key it goes to (as_dealt), and that it is
-// there. Its readiness and samples they do not read (Note [Readiness goes to the group]), and a change
-// meant for everyone still goes to everyone at once. So a live leader's deal vouches for its members: each
-// peer that hears it holds the members' records live for record_ttl_s from then, as if each had sent its
-// own (PeerRecord::heard_unix), and a member that a deal named (heard as the others do: the leader sends it
-// to its members too) skips, in its heartbeats for the same window as Note [A heartbeat skips the peers
-// that heard this one lately], the live peers that read deals. A swarm whose rounds come every second or
-// faster then sends, outside each key, a deal a group a round (N / g frames a peer a round) and the
-// gossip's few heartbeats, where it sent N - g heartbeats a second. Still sent the heartbeat: the gossip's
-// peers, peers of an earlier release (they do not read deals), peers whose record here expired (Note [A
-// peer whose record expired still hears the heartbeat]: two peers that lost each other meet again), and
-// every peer once no deal named this one for the window (a round that failed, or none: DiLoCo between
-// its outer rounds). A peer the leader did not know hears no deal, and loses the members' records a TTL
-// later; its heartbeat, which goes to expired peers too, then reaches them addressed to nobody, and they
-// answer it with their record (Note [A heartbeat to nobody is answered]). A deal is believed from a live
-// peer of the run only (its frame is sealed by its sender), only for a step ahead of the member's record
-// (a later record says more), and only if no later deal for it came first (a late one would bring a
-// dead member back). The gossip passes on the records live here, if only by a deal, so that a newcomer
-// holds them for the deals to vouch for. Catch-up reads a donor's step as dealt (SwarmCatchUp.cpp).
-bool Directory::vouched_lately(steady_clock::time_point now) const {
-  std::lock_guard lock(mutex_);
-  return now - vouched_ < duration<double>(options_.record_ttl_s / 2 - options_.announce_s);
-}
-
-// Note [A heartbeat to nobody is answered]
-// A peer whose record expired somewhere still hears that peer's heartbeat, addressed to whoever listens
-// at its address (Note [A peer whose record expired still hears the heartbeat]), and the frame says so: it
-// is not addressed to this peer's key. So this peer answers it with its record, at most every
-// kMinAnswerGapS a peer. Without it, a member that deals vouch for skipped a peer that had lost its
-// record for as long as the deals went on, since that peer heard no deal naming it (its leader did not
-// know the peer, or the peer had lost the leader too: Note [A deal vouches for its members]), and only the
-// gossip, at random, brought it back; a newcomer's knock is answered the same way.
-void Directory::owe_record(const PeerKey& to) {
-  std::lock_guard lock(mutex_);
-  if (to == me_.token.peer_public_key) return;
-  owed_.insert(to);
-  changed_.notify_all();
-}
-
-void Directory::answer(const std::vector<uint8_t>& mine, const std::set<PeerKey>& owed) {
-  const auto now = steady_clock::now();
-  const double live_since = detail::unix_now() - options_.record_ttl_s;
-  const auto body = detail::records_body({{mine.data(), mine.size()}});
-  for (const auto& peer : written_since(0)) {
-    if (!owed.count(peer.key)) continue;
-    auto& last = answered_[peer.key];
-    if (now - last < duration<double>(kMinAnswerGapS)) continue;
-    last = now;
-    transport_->send(peer.heard_unix >= live_since ? peer.key : PeerKey{}, peer.address, {MessageKind::kRecord, 0, 0},
-                     body);
-  }
-}
-
-// Note [The heartbeat passes on a few records]
-// Every record it knew went to every peer it knew, so
-// each peer checked the signatures of every other's records once a second from every other peer:
-// N^2 a peer, N^3 in all. At 32 peers on 2 cores that took most of the machine, and rounds failed for
-// want of CPU (bench/scale.py, issue 41). So a heartbeat passes on a random kGossipRecords of them,
-// drawn anew at each beat, and only to some peers: those it met in the last kWelcomeBeats beats (a
-// newcomer, or a peer back after its record expired here, learns the swarm from every peer that meets
-// it within a beat or two) and kGossipFanout others drawn at random (views that differ still merge).
-// Passed to every peer, the 8 records made the heartbeat 9 records a peer a second from each of N - 1
-// peers: 183 kB/s a peer at 64 peers against 67 at 8 (bench/scale.py); passed to a few, a peer at 64
-// sends 0.67 times what one at 8 does (paired runs: bench/results/scale.json). Every peer still hears
-// each live peer's own record from that peer at least every half TTL, which keeps each record live where
-// it is known (Note [A heartbeat skips the peers that heard this one lately]).
-std::vector<std::pair<PeerKey, std::vector<uint8_t>>> Directory::gossip(const std::vector<PeerRecord>& to,
-                                                                        std::set<PeerKey>& gossip_to) {
-  std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
-  std::lock_guard lock(mutex_);
-  const double now = detail::unix_now(), oldest = now - options_.record_ttl_s;
-  for (const auto& [key, entry] : records_)
-    // Live here, if only by a deal: a peer that takes in a record older than its TTL holds it for the
-    // deals to vouch for, and heartbeats it, addressed to nobody, until it answers (Notes [A deal vouches
-    // for its members] and [A heartbeat to nobody is answered]).
-    if (key != me_.token.peer_public_key && entry.heard_unix() >= oldest) {
-      others.emplace_back(key, entry.sealed);
-      if (entry.met_unix >= now - kWelcomeBeats * options_.announce_s) gossip_to.insert(key);
-    }
-  if (others.size() > kGossipRecords) {
-    std::shuffle(others.begin(), others.end(), gossip_random_);
-    others.resize(kGossipRecords);
-  }
-  std::vector<PeerKey> live;
-  for (const auto& peer : to)
-    if (!gossip_to.count(peer.key) && peer.heard_unix >= oldest) live.push_back(peer.key);
-  std::shuffle(live.begin(), live.end(), gossip_random_);
-  for (size_t i = 0; i < live.size() && i < kGossipFanout; ++i) gossip_to.insert(live[i]);
-  return others;
-}
-
-// Note [A peer whose record expired still hears the heartbeat]
-// A record that arrives after its TTL (a machine so loaded that frames wait seconds in queues) makes its
-// peer dead to the receiver, which then stopped sending to it; when both sides of a pair did so they never
-// met again. At 64 peers on 2 cores a swarm split so in two for good: 23 peers waited 300 s for the other
-// 41 to start, while those trained among themselves (bench/scale.py, issue 41). The heartbeat also goes
-// to the peers whose last record expired less than kHeartbeatAfterDeathS ago (and that did not say they
-// were leaving), so the two sides meet again at the first record that arrives in time; a dead peer costs
-// a minute of heartbeats to its address (addressed to whoever is there, as a knock is). Changes of step or
-// readiness go to the live peers only.
-std::vector<PeerRecord> Directory::heartbeat_peers() const {
-  return written_since(detail::unix_now() - options_.record_ttl_s - kHeartbeatAfterDeathS);
-}
-
-// Note [A peer that knows nobody knocks]
-// A peer that knows no live peer sends its record, every
-// announce_s, to the addresses in swarm.initial_peers and to those of the peers it has seen (addressed to
-// whoever is there: a newcomer does not know their keys yet). A live peer there takes it in like any record
-// and, from its next heartbeat on, sends this peer its own record and every other it knows. Without it a
-// peer found others only through the DHT, which in 1 of 3 runs of the four-peer test gave a newcomer
-// nobody for a minute, and once left a peer that had lost its records for a few seconds alone to the end.
-void Directory::knock(const std::vector<uint8_t>& mine) {
-  std::set<std::string> addresses(initial_peers_.begin(), initial_peers_.end());
-  {
-    std::lock_guard lock(mutex_);
-    for (const auto& [key, entry] : records_)
-      if (key != me_.token.peer_public_key && !entry.record.leaving && addresses.size() < kMaxKnocks)
-        addresses.insert(entry.record.address);
-  }
-  addresses.erase(mine_address_);
-  const auto body = detail::records_body({{mine.data(), mine.size()}});
-  for (const auto& address : addresses) transport_->send(PeerKey{}, address, {MessageKind::kRecord, 0, 0}, body);
 }
 
 void Directory::put(const std::vector<uint8_t>& sealed) {

@@ -22,15 +22,15 @@
 // every `dht_read_s`), and each change of a record goes to the known peers as one frame over the swarm's
 // transport (at once when the step, readiness or leaving changes; other changes
 // at most every 50 ms; with group keys, readiness only to the peers of its key: Note [Readiness goes to
-// the group] in Directory.cpp). The heartbeat, every announce_s, goes to every known peer that did not hear
+// the group] in DirectorySend.cpp). The heartbeat, every announce_s, goes to every known peer that did not hear
 // this one's record lately (Note [A heartbeat skips the peers that heard this one lately]), or, while a
 // leader's deal vouches for this one, only to those that do not read deals (Note [A deal vouches for its
 // members]); to a few of them (the
 // peers met in the last beats, and two drawn at random) it also carries up to 8 live records of the other
 // peers this one knows, drawn anew each beat (each still sealed by its own peer), so that two peers who
 // found each other in the DHT learn everyone the other knows within a few beats, whatever their own view
-// of the DHT (Notes [The heartbeat is its own clock] and [The heartbeat passes on a few records] in
-// Directory.cpp). A peer that knows others reads the DHT only every
+// of the DHT (Notes [The heartbeat is its own clock] in Directory.cpp and [The heartbeat passes on a few
+// records] in DirectorySend.cpp). A peer that knows others reads the DHT only every
 // dht_read_known_s (the reads are most of what the DHT costs: with DiLoCo, more than the averaging); a
 // newcomer finds the live peers there, and by knocking on its initial peers (Note [A peer that knows
 // nobody knocks]), and tells them of itself directly.
@@ -189,6 +189,8 @@ class Directory {
   // A record frame from `to` came addressed to whoever listens here: `to` does not hold this peer's record
   // live, so it is sent this peer's record (Note [A heartbeat to nobody is answered]).
   void owe_record(const PeerKey& to);
+  // Leaves in `owed` the peers not answered within kMinAnswerGapS, and sends them `mine`.
+  void take_due_answers(std::set<PeerKey>& owed);
   void answer(const std::vector<uint8_t>& mine, const std::set<PeerKey>& owed);
   // Up to kGossipRecords of the other live records, drawn at random, and the peers of `to` the heartbeat
   // passes them on to, into `gossip_to` (Note [The heartbeat passes on a few records]).

@@ -1,7 +1,7 @@
 // What the directory takes in from other peers: their sealed records (kept when newer than the last of
 // each peer) and their leaders' deals (Note [A leader deals its groups over the next round's keys] in
-// p2p/Matchmaking.cpp). What it sends, and when, is p2p/Directory.cpp's; who may speak as a peer,
-// p2p/DirectoryIdentity.cpp's.
+// p2p/Matchmaking.cpp). When it sends is p2p/Directory.cpp's, and to whom p2p/DirectorySend.cpp's; who
+// may speak as a peer, p2p/DirectoryIdentity.cpp's.
 #include <chrono>
 #include <ctime>
 #include <iterator>
@@ -86,7 +86,7 @@ void Directory::take_deal(int64_t step, const std::vector<Dealt>& dealt) {
     }
   }
   for (const auto& d : dealt) {
-    // Note [A deal vouches for its members] in p2p/Directory.cpp: a deal ahead of the record it names, and
+    // Note [A deal vouches for its members] in p2p/DirectorySend.cpp: a deal ahead of the record it names, and
     // no older than the last deal for it (a late one would bring a dead member back).
     if (d.key == me_.token.peer_public_key) {
       vouched_ = now;

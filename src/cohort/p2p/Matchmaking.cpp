@@ -193,7 +193,7 @@ std::vector<Member> Averager::withdraw(uint64_t round, PeerRecord mine, std::str
 }
 
 // Readiness goes into this peer's record, to the peers of its group key (Note [Readiness goes to the
-// group] in p2p/Directory.cpp); the ready messages of match's loop go to the same peers at once.
+// group] in p2p/DirectorySend.cpp); the ready messages of match's loop go to the same peers at once.
 Member Averager::say_ready(uint64_t round, PeerRecord mine) {
   mine.step = static_cast<int64_t>(round);
   mine.ready = true;

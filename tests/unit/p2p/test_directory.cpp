@@ -141,7 +141,7 @@ TEST(SwarmDirectory, APeerWhoseRecordExpiredMeetsTheOthersAgainAtItsNextChange) 
   EXPECT_EQ(step_of(c, b), 2);
 }
 
-// Note [Readiness goes to the group] (p2p/Directory.cpp): with group keys, a peer's readiness reaches the
+// Note [Readiness goes to the group] (p2p/DirectorySend.cpp): with group keys, a peer's readiness reaches the
 // peers of its key at once and the others only with the heartbeat (none comes within the test: announce_s
 // is 30 s), while a change of step still reaches everyone; with key 0 (no swarm.group_size) readiness
 // reaches everyone as before.

@@ -108,7 +108,7 @@ std::vector<p2p::PeerRecord> SwarmPeer::donors_for(int64_t step, int64_t ahead,
   // dies: a download that loses its donor starts over from the next one), the leaders first.
   // A peer that drifted takes the majority's state instead.
   // A peer's step is where its last round's leader dealt it, if that is ahead of its record: outside its
-  // key its own record comes seldom (Note [A deal vouches for its members] in p2p/Directory.cpp).
+  // key its own record comes seldom (Note [A deal vouches for its members] in p2p/DirectorySend.cpp).
   std::vector<p2p::PeerRecord> donors = majority;
   if (!drifted) {
     donors.clear();
