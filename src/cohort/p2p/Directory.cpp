@@ -234,6 +234,7 @@ void Directory::run() {
       last_direct = steady_clock::now();
       if (heartbeat) last_heartbeat = last_direct;
     }
+    if (publishing) resend_deal();  // Note [A leader vouches for its members until its next round]
     const bool contact = has_contact();
     if (contact && !sealed.empty() && (leaving_now || since(last_put) >= options_.dht_put_s)) {
       put(sealed);

@@ -155,7 +155,12 @@ class Directory {
   // Where a leader (this peer, or the sender of a kDeal frame) dealt its groups' members for `step`: their
   // records then show it (PeerRecord::dealt_step) until they get there (Note [A leader deals its groups
   // over the next round's keys] in p2p/Matchmaking.cpp).
-  void take_deal(int64_t step, const std::vector<Dealt>& dealt);
+  // `from`: the leader that sent it (zero: this peer's own).
+  void take_deal(int64_t step, const std::vector<Dealt>& dealt, const PeerKey& from = PeerKey{});
+  // This peer led round `round`: takes its deal, sends it to `to` (one kDeal frame each), and re-sends it
+  // to the live peers, naming each member still heard from until that member's next round (Note [A leader
+  // vouches for its members until its next round] in p2p/DirectorySend.cpp).
+  void deal(uint64_t round, const std::vector<Dealt>& dealt, const std::vector<PeerRecord>& to);
   // Adds to this peer's record the digest of its weights after `step` (sent with its next record).
   void announce_digest(int64_t step, uint64_t digest);
   // The live peers other than this one, as of the last read; newest record of each.
@@ -185,7 +190,11 @@ class Directory {
   bool heard_lately(const PeerKey& peer, uint64_t version, std::chrono::steady_clock::time_point now) const;
   // Whether a deal named this peer recently enough for its heartbeat to skip the live peers that read
   // deals (Note [A deal vouches for its members]).
-  bool vouched_lately(std::chrono::steady_clock::time_point now) const;
+  // `dealer`: the leader whose deal it was, zero for this peer's own.
+  bool vouched_lately(std::chrono::steady_clock::time_point now, PeerKey& dealer) const;
+  // Re-sends this peer's standing deal when due (Note [A leader vouches for its members until its next
+  // round]).
+  void resend_deal();
   // A record frame from `to` came addressed to whoever listens here: `to` does not hold this peer's record
   // live, so it is sent this peer's record (Note [A heartbeat to nobody is answered]).
   void owe_record(const PeerKey& to);
@@ -268,6 +277,15 @@ class Directory {
   // When a deal last named this peer (its leader's, heard by the peers that leader knows): its heartbeat
   // may then skip them (Note [A deal vouches for its members]).
   std::chrono::steady_clock::time_point vouched_{};
+  PeerKey dealer_{};  // the leader of that deal: this peer's heartbeat always goes to it
+  // The last deal this peer made as a leader, re-sent while it names anyone (Note [A leader vouches for
+  // its members until its next round]); empty once it names nobody.
+  struct Standing {
+    uint64_t round = 0;
+    std::vector<Dealt> dealt;
+    std::chrono::steady_clock::time_point sent{};
+  };
+  Standing standing_;
   std::set<PeerKey> owed_;  // peers to answer (Note [A heartbeat to nobody is answered])
   // When each peer was last answered. The directory's thread alone reads and writes it.
   std::map<PeerKey, std::chrono::steady_clock::time_point> answered_;

@@ -70,10 +70,10 @@ void Directory::take_in_deal(const Message& m) {
     const auto sender = records_.find(m.sender);
     if (sender == records_.end() || sender->second.heard_unix() < detail::unix_now() - options_.record_ttl_s) return;
   }
-  take_deal(static_cast<int64_t>(m.topic.round) + 1, detail::dealt_from(m.body));
+  take_deal(static_cast<int64_t>(m.topic.round) + 1, detail::dealt_from(m.body), m.sender);
 }
 
-void Directory::take_deal(int64_t step, const std::vector<Dealt>& dealt) {
+void Directory::take_deal(int64_t step, const std::vector<Dealt>& dealt, const PeerKey& from) {
   std::lock_guard lock(mutex_);
   // The deals of peers whose record expired go, now and then: a dead peer's would stay for good.
   const auto now = std::chrono::steady_clock::now();
@@ -86,15 +86,20 @@ void Directory::take_deal(int64_t step, const std::vector<Dealt>& dealt) {
     }
   }
   for (const auto& d : dealt) {
-    // Note [A deal vouches for its members] in p2p/DirectorySend.cpp: a deal ahead of the record it names, and
-    // no older than the last deal for it (a late one would bring a dead member back).
+    // Note [A deal vouches for its members] in p2p/DirectorySend.cpp: a deal for the record's step or a later
+    // one, and no older than the last deal for it (a late one would bring a dead member back).
     if (d.key == me_.token.peer_public_key) {
-      vouched_ = now;
+      // Only a deal for this peer's step or a later one: a leader that is slower to move on may still
+      // re-send one for a step this peer has left, which the others no longer believe.
+      if (step >= mine_.step) {
+        vouched_ = now;
+        dealer_ = from;
+      }
       continue;
     }
     const auto held = records_.find(d.key);
     const auto earlier = dealt_.find(d.key);
-    if (held != records_.end() && held->second.record.step < step &&
+    if (held != records_.end() && held->second.record.step <= step &&
         (earlier == dealt_.end() || earlier->second.step <= step))
       held->second.vouched_unix = detail::unix_now();
     if (d.next_key == 0 || (held != records_.end() && held->second.record.step >= step)) continue;

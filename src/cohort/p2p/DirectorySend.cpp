@@ -1,7 +1,8 @@
 // Whom the directory sends this peer's record to, and when it may skip a peer: a change to the peers that
 // read it (Note [Readiness goes to the group]), the heartbeat and the peers it skips (Notes [A heartbeat
-// skips the peers that heard this one lately] and [A deal vouches for its members]), the records it passes
-// on, answers and knocks. When it sends is Directory::run's (p2p/Directory.cpp); what it takes in,
+// skips the peers that heard this one lately] and [A deal vouches for its members]), a leader's deal and
+// its re-sends (Note [A leader vouches for its members until its next round]), the records it passes on,
+// answers and knocks. When it sends is Directory::run's (p2p/Directory.cpp); what it takes in,
 // p2p/DirectoryIntake.cpp's.
 #include <algorithm>
 #include <chrono>
@@ -50,10 +51,11 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
   std::set<PeerKey> gossip_to;
   if (with_others) others = gossip(to, gossip_to);
   if (skip_heard) {
-    const bool vouched = vouched_lately(now);
+    PeerKey dealer{};
+    const bool vouched = vouched_lately(now, dealer);
     to.erase(std::remove_if(to.begin(), to.end(),
                             [&](const PeerRecord& p) {
-                              return !gossip_to.count(p.key) && p.heard_unix >= live_since &&
+                              return !gossip_to.count(p.key) && p.key != dealer && p.heard_unix >= live_since &&
                                      (heard_lately(p.key, version, now) ||
                                       (vouched && (p.features & PeerRecord::kTakesDeals)));
                             }),
@@ -114,13 +116,81 @@ bool Directory::heard_lately(const PeerKey& peer, uint64_t version, steady_clock
 // its outer rounds). A peer the leader did not know hears no deal, and loses the members' records a TTL
 // later; its heartbeat, which goes to expired peers too, then reaches them addressed to nobody, and they
 // answer it with their record (Note [A heartbeat to nobody is answered]). A deal is believed from a live
-// peer of the run only (its frame is sealed by its sender), only for a step ahead of the member's record
-// (a later record says more), and only if no later deal for it came first (a late one would bring a
-// dead member back). The gossip passes on the records live here, if only by a deal, so that a newcomer
-// holds them for the deals to vouch for. Catch-up reads a donor's step as dealt (SwarmCatchUp.cpp).
-bool Directory::vouched_lately(steady_clock::time_point now) const {
+// peer of the run only (its frame is sealed by its sender), only for the step of the member's record or
+// a later one (a later record says more; the member, which believes a deal for its own step or a later
+// one, may have reached the dealt step, and the gossip may have passed that record on), and only if no
+// later deal for it came first (a late one would bring a dead member back). The gossip passes on the records live here,
+// if only by a deal, so that a newcomer holds them for the deals to vouch for. Catch-up reads a donor's step as dealt
+// (SwarmCatchUp.cpp).
+bool Directory::vouched_lately(steady_clock::time_point now, PeerKey& dealer) const {
   std::lock_guard lock(mutex_);
+  dealer = dealer_;
   return now - vouched_ < duration<double>(options_.record_ttl_s / 2 - options_.announce_s);
+}
+
+// Note [A leader vouches for its members until its next round]
+// A deal vouched for its members for the heartbeat's window (Note [A deal vouches for its members]), about
+// a second, and a swarm's rounds come that often only with small batches: with a target batch of many
+// local steps, or a large model, a round comes every few seconds or minutes, and between rounds every
+// member again sent its heartbeat to every live peer outside its key, N - g frames a peer a second
+// (docs/scaling.md: about 750 kB/s a peer at 1,000 peers). So a leader keeps its deal standing: every
+// three quarters of that window it re-sends it to the live peers, naming each member until that member's
+// next round (its record past the dealt step, or a later deal for it heard here), and itself while it is
+// on the dealt step. Its members stay vouched for everywhere until the next deal names them; stopping at
+// the leader's own next round left gaps in which the members of slower keys heartbeat everyone. N / g
+// frames a peer every 0.75 s in all, and none in a swarm whose rounds come faster. A member's heartbeat
+// always goes to the leader that dealt it, and the leader names only the members whose heartbeat it heard
+// within 1.5 beats: a member that dies is held live at most a TTL and 1.5 beats after its last heartbeat
+// (a TTL before). A member believes a deal only for its step or a later one (a slow leader's deal for a
+// step it has left no longer vouches for it elsewhere), and when its leader dies its heartbeat goes to
+// everyone again after the window.
+void Directory::deal(uint64_t round, const std::vector<Dealt>& dealt, const std::vector<PeerRecord>& to) {
+  take_deal(static_cast<int64_t>(round) + 1, dealt);
+  {
+    std::lock_guard lock(mutex_);
+    standing_ = {round, dealt, steady_clock::now()};
+  }
+  if (!transport_) return;
+  const auto body = detail::deal_body(dealt);
+  for (const auto& p : to) transport_->send(p.key, p.address, {MessageKind::kDeal, round, 0}, body);
+}
+
+void Directory::resend_deal() {
+  std::vector<Dealt> dealt;
+  uint64_t round = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (standing_.dealt.empty()) return;
+    // Three quarters of the window a deal vouches for (Note [A deal vouches for its members]): a re-send
+    // arrives before it lapses, and a swarm whose rounds come within that sends none (half the window
+    // re-sent once in each round of 0.6 s at 64 peers: twice the deal bytes, no heartbeat saved).
+    const duration<double> period(0.75 * (options_.record_ttl_s / 2 - options_.announce_s));
+    const auto now = steady_clock::now();
+    if (period.count() <= 0 || now - standing_.sent < period) return;
+    standing_.sent = now;
+    const int64_t step = static_cast<int64_t>(standing_.round) + 1;
+    // A member's heartbeat comes every announce_s: one missed by half a beat, and it is not named, so that
+    // a dead member is vouched for at most a TTL and 1.5 beats after its last.
+    const double heard_since = detail::unix_now() - std::min(options_.record_ttl_s, 1.5 * options_.announce_s);
+    for (const auto& d : standing_.dealt) {
+      if (d.key == me_.token.peer_public_key) {
+        if (!mine_.leaving && mine_.step <= step) dealt.push_back(d);
+        continue;
+      }
+      // Until a later round of its own: its record past the step, or a later deal for it heard here.
+      const auto held = records_.find(d.key);
+      const auto later = dealt_.find(d.key);
+      if (held != records_.end() && held->second.record.written_unix >= heard_since && !held->second.record.leaving &&
+          held->second.record.step <= step && (later == dealt_.end() || later->second.step <= step))
+        dealt.push_back(d);
+    }
+    if (dealt.empty() || mine_.leaving) standing_ = {};
+    round = standing_.round;
+  }
+  if (dealt.empty() || !transport_) return;
+  take_deal(static_cast<int64_t>(round) + 1, dealt);
+  const auto body = detail::deal_body(dealt);
+  for (const auto& p : peers()) transport_->send(p.key, p.address, {MessageKind::kDeal, round, 0}, body);
 }
 
 // Note [A heartbeat to nobody is answered]

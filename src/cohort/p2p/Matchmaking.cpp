@@ -331,9 +331,7 @@ bool Averager::takes_deals(const std::vector<PeerRecord>& peers, const PeerKey& 
 // dealt together) send each other their new step and readiness at once.
 void Averager::send_deal(uint64_t round, const std::vector<PeerRecord>& peers, const std::vector<Dealt>& dealt) {
   if (dealt.empty()) return;
-  directory_.take_deal(static_cast<int64_t>(round) + 1, dealt);
-  const auto body = detail::deal_body(dealt);
-  for (const auto& p : peers) transport_.send(p.key, p.address, {MessageKind::kDeal, round, 0}, body);
+  directory_.deal(round, dealt, peers);  // re-sent until the members' next rounds (p2p/DirectorySend.cpp)
 }
 
 }  // namespace cohort::p2p

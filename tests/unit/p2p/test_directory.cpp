@@ -209,6 +209,25 @@ bool seen_throughout(const std::vector<std::unique_ptr<Peer>>& peers, const Peer
   return seen;
 }
 
+// Six peers on hosts `first_host` to `first_host` + 5, with the default heartbeat (announce_s 1,
+// record_ttl_s 4), each on step 0, returned once every one sees peers[0] and the others, and past
+// kWelcomeBeats, after which a heartbeat passes records on to 2 peers only. Empty if they did not meet
+// within 10 s.
+std::vector<std::unique_ptr<Peer>> six_peers_past_their_welcome(const p2p::RunKey& run, int first_host, Logs& logs) {
+  p2p::DirectoryOptions d;
+  d.dht_put_s = 100;
+  d.dht_read_known_s = 100;
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < 6; ++i)
+    peers.push_back(std::make_unique<Peer>(run, first_host + i, i ? peers[0]->transport.address() : "", logs, d));
+  for (auto& p : peers) p->directory.announce(p2p::PeerRecord{{}, p->transport.address(), 0, 0, 1.0});
+  const auto deadline = p2p::Clock::now() + 10s;
+  while (p2p::Clock::now() < deadline && !everyone_sees(peers, *peers[0])) std::this_thread::sleep_for(50ms);
+  if (!everyone_sees(peers, *peers[0])) return {};
+  std::this_thread::sleep_for(3500ms);
+  return peers;
+}
+
 // Note [A heartbeat skips the peers that heard this one lately]: a peer whose steps (each sent to every
 // live peer) come every 0.3 s, faster than announce_s, sends its heartbeat only to the peers it passes
 // records on to (kGossipFanout of them, once the others were met more than three beats ago). Every other
@@ -217,20 +236,12 @@ bool seen_throughout(const std::vector<std::unique_ptr<Peer>>& peers, const Peer
 TEST(SwarmDirectory, AHeartbeatSkipsThePeersThatHeardAStepLately) {
   Logs logs;
   const auto run = p2p::generate_run_key();
-  p2p::DirectoryOptions d;  // announce_s 1, record_ttl_s 4: a heartbeat skips peers sent a record within 1 s
-  d.dht_put_s = 100;
-  d.dht_read_known_s = 100;
-  std::vector<std::unique_ptr<Peer>> peers;
-  for (int i = 0; i < 6; ++i)
-    peers.push_back(std::make_unique<Peer>(run, 141 + i, i ? peers[0]->transport.address() : "", logs, d));
+  // announce_s 1, record_ttl_s 4: a heartbeat skips peers sent a record within 1 s
+  auto peers = six_peers_past_their_welcome(run, 141, logs);
+  ASSERT_EQ(peers.size(), 6u) << "the peers did not meet";
   Peer& stepper = *peers[0];
   const auto record = [](Peer& p, int64_t step) { return p2p::PeerRecord{{}, p.transport.address(), step, 0, 1.0}; };
-  for (auto& p : peers) p->directory.announce(record(*p, 0));
   const auto everyone_sees_the_stepper = [&] { return everyone_sees(peers, stepper); };
-  const auto deadline = p2p::Clock::now() + 10s;
-  while (p2p::Clock::now() < deadline && !everyone_sees_the_stepper()) std::this_thread::sleep_for(50ms);
-  ASSERT_TRUE(everyone_sees_the_stepper());
-  std::this_thread::sleep_for(3500ms);  // past kWelcomeBeats: the heartbeat now passes records to 2 peers only
   // Steps for 6 s (about 6 beats), counting what the stepper sends and checking the others' view of it.
   const int64_t frames_before = stepper.transport.stats().record_frames_sent;
   int64_t steps = 0;
@@ -258,19 +269,10 @@ TEST(SwarmDirectory, AHeartbeatSkipsThePeersThatHeardAStepLately) {
 TEST(SwarmDirectory, ADealVouchesForItsMembersAndTheirHeartbeatSkipsThePeersThatReadDeals) {
   Logs logs;
   const auto run = p2p::generate_run_key();
-  p2p::DirectoryOptions d;  // announce_s 1, record_ttl_s 4: a vouch skips the heartbeat for 1 s
-  d.dht_put_s = 100;
-  d.dht_read_known_s = 100;
-  std::vector<std::unique_ptr<Peer>> peers;
-  for (int i = 0; i < 6; ++i)
-    peers.push_back(std::make_unique<Peer>(run, 161 + i, i ? peers[0]->transport.address() : "", logs, d));
+  auto peers = six_peers_past_their_welcome(run, 161, logs);  // a vouch skips the heartbeat for 1 s
+  ASSERT_EQ(peers.size(), 6u) << "the peers did not meet";
   Peer &member = *peers[0], &leader = *peers[1];
-  for (auto& p : peers) p->directory.announce(p2p::PeerRecord{{}, p->transport.address(), 0, 0, 1.0});
   const auto everyone_sees_the_member = [&] { return everyone_sees(peers, member); };
-  const auto deadline = p2p::Clock::now() + 10s;
-  while (p2p::Clock::now() < deadline && !everyone_sees_the_member()) std::this_thread::sleep_for(50ms);
-  ASSERT_TRUE(everyone_sees_the_member());
-  std::this_thread::sleep_for(3500ms);  // past kWelcomeBeats: the heartbeat passes records to 2 peers only
   // The leader deals the member every 0.3 s for 6 s (about 6 beats), to every peer as send_deal does.
   const int64_t frames_before = member.transport.stats().record_frames_sent;
   bool always_seen = true;
@@ -299,9 +301,65 @@ TEST(SwarmDirectory, ADealVouchesForItsMembersAndTheirHeartbeatSkipsThePeersThat
   EXPECT_TRUE(seen_throughout(peers, member, 30)) << "a peer lost the member's record once the deals stopped";
 }
 
+// Note [A leader vouches for its members until its next round]: a leader deals a member once and stays
+// on the dealt step, as between the slow rounds of a large target batch. For 8 s the member sends its
+// heartbeat only to the gossip's few and its leader, every peer holding its record live throughout, kept
+// so by the leader's re-sent deal, which goes on once the leader's own next round is done (the member's is
+// not). Once the member dies, the leader stops naming it and every peer loses it within a TTL and 1.5
+// beats; with nobody left to name, the leader sends no more deals.
+TEST(SwarmDirectory, ALeaderVouchesForItsLiveMembersUntilItsNextRound) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  auto peers = six_peers_past_their_welcome(run, 171, logs);  // the deal re-sent every 0.75 s
+  ASSERT_EQ(peers.size(), 6u) << "the peers did not meet";
+  Peer &member = *peers[0], &leader = *peers[1];
+  const auto record = [](Peer& p, int64_t step) { return p2p::PeerRecord{{}, p.transport.address(), step, 0, 1.0}; };
+  // Round 0's leader deals itself and the member to step 1, and is on step 1 from then on.
+  leader.directory.announce(record(leader, 1));
+  const uint64_t key = 1 + (uint64_t{1} << 32);
+  const std::vector<p2p::Dealt> dealt{{member.transport.key(), key}, {leader.transport.key(), key + 1}};
+  const int64_t frames_before = member.transport.stats().record_frames_sent;
+  leader.directory.deal(0, dealt, leader.directory.peers());
+  const bool always_seen = seen_throughout(peers, member, 40);  // 8 s, twice the TTL
+  const int64_t sent = member.transport.stats().record_frames_sent - frames_before;
+  EXPECT_TRUE(always_seen) << "a peer lost the member's record while its leader's deal stood";
+  // Each of about 8 beats: at most 3 frames (the gossip's peers and the leader) vouched for, 5 without
+  // (23 here; 38 with the deal sent once, not re-sent).
+  EXPECT_GE(sent, 4);
+  EXPECT_LE(sent, 30) << "frames the member sent in 8 s";
+  // The leader's own next round is done; its member's is not, so the deal still stands for it.
+  leader.directory.announce(record(leader, 2));
+  std::this_thread::sleep_for(500ms);
+  const int64_t deals_on = leader.transport.stats().deal_frames_sent;
+  EXPECT_TRUE(seen_throughout(peers, member, 10)) << "a peer lost the member once its leader moved on";
+  EXPECT_GT(leader.transport.stats().deal_frames_sent, deals_on) << "the deal stopped at the leader's next round";
+  // The member dies; the leader goes on re-sending its deal for it while it hears its heartbeat.
+  const auto member_key = member.transport.key();
+  const int64_t deals_before = leader.transport.stats().deal_frames_sent;
+  peers[0].reset();
+  const auto anyone_sees_it = [&] {
+    for (size_t i = 1; i < peers.size(); ++i) {
+      const auto seen = peers[i]->directory.peers();
+      if (std::any_of(seen.begin(), seen.end(), [&](const auto& r) { return r.key == member_key; })) return true;
+    }
+    return false;
+  };
+  const auto died = p2p::Clock::now();
+  while (p2p::Clock::now() < died + 10s && anyone_sees_it()) std::this_thread::sleep_for(100ms);
+  const double lost_after_s = std::chrono::duration<double>(p2p::Clock::now() - died).count();
+  // At most a TTL (4 s) and 1.5 beats after its last heartbeat: 4.3 to 4.6 s here. Named until a TTL
+  // after its last heartbeat, as before the leader checked, it was held live 7.1 s.
+  EXPECT_LT(lost_after_s, 6.0) << "the dead member stayed live, vouched for by its leader's deal";
+  EXPECT_GT(leader.transport.stats().deal_frames_sent, deals_before) << "the leader stopped re-sending its deal";
+  // Past the dealt step itself and with no live member to name, the leader's deal no longer stands.
+  const int64_t deals_after = leader.transport.stats().deal_frames_sent;
+  std::this_thread::sleep_for(2s);
+  EXPECT_EQ(leader.transport.stats().deal_frames_sent, deals_after) << "a deal re-sent past its step";
+}
+
 // Note [A deal vouches for its members]: a member that sends nothing (a heartbeat every 100 s) stays live
 // past its TTL for as long as deals for a step ahead of its record name it, and expires a TTL after
-// the last; a deal for the step its record is on vouches for nothing.
+// the last; a deal older than the last one for it vouches for nothing, even one for its record's step.
 TEST(SwarmDirectory, ADealKeepsItsMembersRecordLiveForATtl) {
   Logs logs;
   const auto run = p2p::generate_run_key();
