@@ -188,6 +188,10 @@ class Directory {
   // Whether `peer` was sent this peer's record at `version` recently enough to skip a heartbeat (Note [A
   // heartbeat skips the peers that heard this one lately]).
   bool heard_lately(const PeerKey& peer, uint64_t version, std::chrono::steady_clock::time_point now) const;
+  // How long a record sent, or a deal naming this peer, lets its heartbeat skip a peer: record_ttl_s / 2 -
+  // announce_s (Notes [A heartbeat skips the peers that heard this one lately], [A deal vouches for its
+  // members]); a leader re-sends its deal every three quarters of it.
+  std::chrono::duration<double> skip_window() const;
   // Whether a deal named this peer recently enough for its heartbeat to skip the live peers that read
   // deals (Note [A deal vouches for its members]).
   // `dealer`: the leader whose deal it was, zero for this peer's own.
@@ -195,6 +199,8 @@ class Directory {
   // Re-sends this peer's standing deal when due (Note [A leader vouches for its members until its next
   // round]).
   void resend_deal();
+  // One kDeal frame for round `round` naming `dealt` to each of `to`.
+  void send_deal(uint64_t round, const std::vector<Dealt>& dealt, const std::vector<PeerRecord>& to);
   // A record frame from `to` came addressed to whoever listens here: `to` does not hold this peer's record
   // live, so it is sent this peer's record (Note [A heartbeat to nobody is answered]).
   void owe_record(const PeerKey& to);

@@ -90,10 +90,13 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
 // for the next beat), and every peer while this one's steps are slower than that: a swarm stepping once a
 // second or faster sends heartbeats only to the few it gossips to. The window is on the steady clock, so a
 // step of the wall clock neither stretches nor cuts it.
+duration<double> Directory::skip_window() const {
+  return duration<double>(options_.record_ttl_s / 2 - options_.announce_s);
+}
+
 bool Directory::heard_lately(const PeerKey& peer, uint64_t version, steady_clock::time_point now) const {
   const auto sent = sent_.find(peer);
-  const duration<double> window(options_.record_ttl_s / 2 - options_.announce_s);
-  return sent != sent_.end() && sent->second.version == version && now - sent->second.at < window;
+  return sent != sent_.end() && sent->second.version == version && now - sent->second.at < skip_window();
 }
 
 // Note [A deal vouches for its members]
@@ -125,7 +128,7 @@ bool Directory::heard_lately(const PeerKey& peer, uint64_t version, steady_clock
 bool Directory::vouched_lately(steady_clock::time_point now, PeerKey& dealer) const {
   std::lock_guard lock(mutex_);
   dealer = dealer_;
-  return now - vouched_ < duration<double>(options_.record_ttl_s / 2 - options_.announce_s);
+  return now - vouched_ < skip_window();
 }
 
 // Note [A leader vouches for its members until its next round]
@@ -150,6 +153,10 @@ void Directory::deal(uint64_t round, const std::vector<Dealt>& dealt, const std:
     std::lock_guard lock(mutex_);
     standing_ = {round, dealt, steady_clock::now()};
   }
+  send_deal(round, dealt, to);
+}
+
+void Directory::send_deal(uint64_t round, const std::vector<Dealt>& dealt, const std::vector<PeerRecord>& to) {
   if (!transport_) return;
   const auto body = detail::deal_body(dealt);
   for (const auto& p : to) transport_->send(p.key, p.address, {MessageKind::kDeal, round, 0}, body);
@@ -164,7 +171,7 @@ void Directory::resend_deal() {
     // Three quarters of the window a deal vouches for (Note [A deal vouches for its members]): a re-send
     // arrives before it lapses, and a swarm whose rounds come within that sends none (half the window
     // re-sent once in each round of 0.6 s at 64 peers: twice the deal bytes, no heartbeat saved).
-    const duration<double> period(0.75 * (options_.record_ttl_s / 2 - options_.announce_s));
+    const auto period = 0.75 * skip_window();
     const auto now = steady_clock::now();
     if (period.count() <= 0 || now - standing_.sent < period) return;
     standing_.sent = now;
@@ -187,10 +194,9 @@ void Directory::resend_deal() {
     if (dealt.empty() || mine_.leaving) standing_ = {};
     round = standing_.round;
   }
-  if (dealt.empty() || !transport_) return;
+  if (dealt.empty()) return;
   take_deal(static_cast<int64_t>(round) + 1, dealt);
-  const auto body = detail::deal_body(dealt);
-  for (const auto& p : peers()) transport_->send(p.key, p.address, {MessageKind::kDeal, round, 0}, body);
+  send_deal(round, dealt, peers());
 }
 
 // Note [A heartbeat to nobody is answered]
