@@ -89,6 +89,42 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
   EXPECT_GT(farthest, 0.0) << "every peer ended with the same weights: the groups were never smaller than the swarm";
 }
 
+// Eight peers drawing their own batches in groups of four, a target of three batches a peer: each counts
+// only its group key's peers and scales them to the swarm (Note [The target batch counted in the key and
+// scaled to the swarm] in parallel/swarm/SwarmPeer.cpp), and every global step still trains about the
+// target. Counting its key's peers as the whole swarm, each key would train the whole target (twice it);
+// reading the other key's records, which its progress no longer reaches, about one and a half times it.
+TEST(Swarm, PeersInGroupsCountTheTargetBatchFromTheirKeyAndStillTrainIt) {
+  SKIP_WITHOUT_SWARM();
+  constexpr int kPeers = 8, kSteps = 10, kTarget = kPeers * 32 * 3;
+  std::vector<fs::path> dirs;
+  const auto peers = start_peers(
+      "swarm-target-groups", kPeers, 130,
+      [](int) -> std::vector<std::string> {
+        return {"swarm.target_batch_size=" + std::to_string(kTarget),
+                "swarm.min_peers_to_start=8",
+                "swarm.group_size=4",
+                "swarm.matchmaking_s=2",
+                "train.max_steps=" + std::to_string(kSteps),
+                "train.epochs=100",
+                "train.threads=1"};
+      },
+      dirs);
+  double samples = 0, group_sum = 0;
+  for (int i = 0; i < kPeers; ++i) {
+    const auto r = peers[static_cast<size_t>(i)]->wait(300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto summary = read_json(dirs[static_cast<size_t>(i)] / "summary.json");
+    samples += summary["swarm_samples"].get<double>();
+    group_sum += summary["swarm_mean_group_size"].get<double>();
+  }
+  std::cout << "samples a global step: " << samples / kSteps << " for a target of " << kTarget << "; mean group "
+            << group_sum / kPeers << "\n";
+  EXPECT_GE(group_sum / kPeers, 0.8 * 4) << "the peers did not average in groups of four: nothing was tested";
+  EXPECT_GE(samples, 0.9 * kSteps * kTarget);
+  EXPECT_LE(samples, 1.25 * kSteps * kTarget);
+}
+
 // Four peers in groups of two; the last sends its contributions to round 5 and dies (SIGKILL). Its
 // partner's gradient round fails, and it leaves its weights to the next step rather than waiting out the
 // averaging timeout a second time for the dead member (SwarmPeer::average_state); every other round of a

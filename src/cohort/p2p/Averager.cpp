@@ -97,6 +97,7 @@ RoundOutcome Averager::average(uint64_t round, const at::Tensor& flat, double we
   std::string problem;
   first_place_ = 0;
   dealt_keys_ = 0;
+  dealt_swarm_ = 0;
   round_ = round;
   claimed_twice_ = false;
   const auto group = match(round, std::move(mine), problem);
@@ -109,6 +110,7 @@ RoundOutcome Averager::average(uint64_t round, const at::Tensor& flat, double we
   for (size_t j = 0; j < group.size(); ++j)
     if (group[j].key == transport_.key()) out.place = static_cast<int64_t>(first_place_ + j);
   out.keys = group.size() > 1 ? dealt_keys_ : 0;
+  out.swarm = group.size() > 1 ? dealt_swarm_ : 0;
   out.claimed_twice = claimed_twice_;
   if (out.problem.empty()) out.problem = problem;
   // Late groups of the last rounds are declined while the next ones run (decline_late_groups), then
@@ -211,6 +213,7 @@ void Averager::decline_other_groups(uint64_t round, const std::vector<Member>& m
   // group_from sets them; this peer's group's are the ones to keep
   const auto first_place = first_place_;
   const auto dealt_keys = dealt_keys_;
+  const auto dealt_swarm = dealt_swarm_;
   while (auto m = transport_.receive({MessageKind::kGroup, round, 0}, Clock::now())) {
     const auto other = group_from(*m);
     if (!other) continue;
@@ -233,6 +236,7 @@ void Averager::decline_other_groups(uint64_t round, const std::vector<Member>& m
   }
   first_place_ = first_place;
   dealt_keys_ = dealt_keys;
+  dealt_swarm_ = dealt_swarm;
 }
 
 // A message of round `r` from `from` by `by`, declining other groups of the round meanwhile (Note [A peer

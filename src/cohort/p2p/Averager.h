@@ -56,6 +56,7 @@ int64_t grid_keys(int64_t known, int64_t group_size);
 // ready peers of its key, on a grid of `keys` keys a dimension (Note [Groups on a grid]). Never 0.
 uint64_t next_group_key(uint64_t key, uint64_t round, int64_t place, int64_t keys);
 inline constexpr uint64_t kMaxGridKeys = uint64_t{1} << 20;  // a grid dimension's keys, at most
+inline constexpr uint64_t kMaxSwarm = uint64_t{1} << 24;     // a swarm's peers, at most, as a group message says
 
 // The weighted mean of `values` (each weighted by `weights`), summed in the order given so every member
 // that reduces the same contributions gets the same bits.
@@ -96,6 +97,10 @@ struct RoundOutcome {
   // or no group): members take their next key from it (Note [A leader deals its groups over the next
   // round's keys]).
   int64_t keys = 0;
+  // The live peers its leader knew, itself included (0: a leader that did not say, or no group): the
+  // swarm the next step's target batch is counted over (Note [The target batch counted in the key and
+  // scaled to the swarm] in parallel/swarm/SwarmPeer.cpp).
+  int64_t swarm = 0;
   // Another leader's group for the same round named this peer too (Note [A peer in two groups declines the
   // other]): two deals may name it, with different keys.
   bool claimed_twice = false;
@@ -133,7 +138,9 @@ class Averager {
   // `first`: the place of the group's first member among all the ready peers of its key, in the leader's
   // order (Note [Groups on a grid]).
   // `keys`: the next round's key count (grid_keys) it dealt with, 0 without swarm.group_size.
-  void send_group(uint64_t round, const std::vector<Member>& group, uint64_t first, uint64_t keys);
+  // `swarm`: the live peers it knows, itself included, 0 without swarm.group_size (Note [The target batch
+  // counted in the key and scaled to the swarm] in parallel/swarm/SwarmPeer.cpp).
+  void send_group(uint64_t round, const std::vector<Member>& group, uint64_t first, uint64_t keys, uint64_t swarm);
   // The leader's decision: the ready peers of its key `group_key` as one group, or, past swarm.group_size,
   // as several (each sent its own, and the deal to the other peers); returns this peer's group.
   std::vector<Member> send_groups(uint64_t round, std::vector<Member> ready, uint64_t group_key);
@@ -142,8 +149,8 @@ class Averager {
   void send_deal(uint64_t round, const std::vector<PeerRecord>& peers, const std::vector<Dealt>& dealt);
   // Whether the live peer `key` (or this one) takes its key from its leader's count (PeerRecord::kTakesDeals).
   bool takes_deals(const std::vector<PeerRecord>& peers, const PeerKey& key) const;
-  // The group a kGroup message names, when it is well formed and names this peer; sets first_place_ and
-  // dealt_keys_.
+  // The group a kGroup message names, when it is well formed and names this peer; sets first_place_,
+  // dealt_keys_ and dealt_swarm_.
   std::optional<std::vector<Member>> group_from(const Message& m);
 
   // The all-reduce (Averager.cpp).
@@ -170,6 +177,7 @@ class Averager {
   AveragingOptions options_;
   uint64_t first_place_ = 0;    // the last group's `first` (send_group)
   int64_t dealt_keys_ = 0;      // and its `keys`
+  int64_t dealt_swarm_ = 0;     // and its `swarm`
   uint64_t round_ = 0;          // the round average() is in
   bool claimed_twice_ = false;  // a group of round_ other than this peer's came (decline_other_groups)
   // The last rounds this peer averaged in, with its group in each: a group of one of them that arrives

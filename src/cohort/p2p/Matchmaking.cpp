@@ -86,12 +86,14 @@ uint64_t shuffle_rank(const PeerKey& key, uint64_t round) {
 
 }  // namespace
 
-void Averager::send_group(uint64_t round, const std::vector<Member>& group, uint64_t first, uint64_t keys) {
+void Averager::send_group(uint64_t round, const std::vector<Member>& group, uint64_t first, uint64_t keys,
+                          uint64_t swarm) {
   Writer w;
   w.u64(group.size());
   for (const auto& m : group) w.raw(m.key.data(), m.key.size()).str(m.address);
   w.u64(first);  // appended: a reader that stops before it takes 0
   w.u64(keys);   // appended: the next round's key count the leader dealt with (0: none dealt)
+  w.u64(swarm);  // appended: the live peers the leader knows (0: not counted)
   const auto body = w.take();
   for (const auto& m : group)
     if (m.key != transport_.key()) transport_.send(m.key, m.address, {MessageKind::kGroup, round, 0}, body);
@@ -112,6 +114,8 @@ std::optional<std::vector<Member>> Averager::group_from(const Message& m) {
   first_place_ = r.left() >= 8 ? r.u64() : 0;
   const uint64_t keys = r.left() >= 8 ? r.u64() : 0;
   dealt_keys_ = keys <= kMaxGridKeys ? static_cast<int64_t>(keys) : 0;  // past that, not a count: its own
+  const uint64_t swarm = r.left() >= 8 ? r.u64() : 0;
+  dealt_swarm_ = swarm <= kMaxSwarm ? static_cast<int64_t>(swarm) : 0;
   return group;
 }
 
@@ -259,7 +263,7 @@ int64_t group_count(int64_t ready, int64_t group_size, int64_t min_group_size) {
 std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> ready, uint64_t group_key) {
   const auto m = options_.group_size;
   if (m <= 0) {
-    send_group(round, ready, 0, 0);
+    send_group(round, ready, 0, 0, 0);
     return ready;
   }
   std::sort(ready.begin(), ready.end(),
@@ -272,7 +276,7 @@ std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> re
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t first = n * g / groups;
     const std::vector<Member> group(ready.begin() + first, ready.begin() + n * (g + 1) / groups);
-    send_group(round, group, static_cast<uint64_t>(first), static_cast<uint64_t>(keys));
+    send_group(round, group, static_cast<uint64_t>(first), static_cast<uint64_t>(keys), peers.size() + 1);
     for (size_t j = 0; j < group.size(); ++j) {
       if (group[j].key == transport_.key()) mine = group, first_place_ = static_cast<uint64_t>(first);
       const int64_t place = first + static_cast<int64_t>(j);
@@ -281,6 +285,7 @@ std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> re
     }
   }
   dealt_keys_ = keys;
+  dealt_swarm_ = static_cast<int64_t>(peers.size()) + 1;
   // On a grid of one key every member goes to it, and every leader waits for every peer a step behind
   // anyway: a deal would tell nobody anything (8 peers in groups of 8: 7 frames a round for nothing).
   if (keys > 1) send_deal(round, peers, dealt);

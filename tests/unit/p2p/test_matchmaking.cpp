@@ -172,6 +172,8 @@ TEST(SwarmAverager, ALeaderDoesNotWaitForPeersTheLastRoundDealtAnotherKey) {
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(round_behind[i].group.size(), 2u) << round_behind[i].problem;
     EXPECT_EQ(round_behind[i].keys, p2p::grid_keys(4, 2)) << "the leader's key count, sent with the group";
+    // Note [The target batch counted in the key and scaled to the swarm] in parallel/swarm/SwarmPeer.cpp
+    EXPECT_EQ(round_behind[i].swarm, 4) << "the live peers the leader knows, sent with the group";
   }
   // The deal reached both peers of the next step, with the keys the members themselves take.
   for (Peer* p : {&leader, &member})

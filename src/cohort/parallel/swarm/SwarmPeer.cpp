@@ -230,29 +230,68 @@ void SwarmPeer::check_membership(const std::vector<p2p::PeerRecord>& peers) {
 bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t batch) {
   const auto peers = directory_->peers();
   check_membership(peers);
+  log_peers_ahead(step, peers);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
   if (elapsed > 0) samples_per_s_ = samples / elapsed;
-  int64_t total = samples;
+  // Note [The target batch counted in the key and scaled to the swarm]; a live peer of an earlier
+  // release counts every record, so it hears every peer's progress as before.
+  const uint64_t key = cfg_.group_size > 0 && all_take_deals() ? group_key_for(step) : 0;
+  int64_t swarm = leader_swarm_;
+  if (swarm <= 0)
+    swarm = 1 + std::count_if(peers.begin(), peers.end(), [](const p2p::PeerRecord& p) { return !p.leaving; });
+  const bool ready = samples_toward(step, samples, batch, key, swarm, peers) >= target;
+  // The samples that make it ready change no other group's count (Note [Readiness goes to the group]).
+  const bool to_key = ready || key != 0;
+  announce_at(step, samples, false, to_key ? p2p::Directory::Reach::kGroup : p2p::Directory::Reach::kEveryone);
+  return ready;
+}
+
+// Note [The target batch counted in the key and scaled to the swarm]
+// A peer counted the swarm's samples toward a step from every peer's record, so each peer still training
+// sent its record to every live peer after each batch: N - 1 frames a peer a batch (issue 41: 64 peers in
+// groups of 8, four batches a step, 189 kB of records a peer a step, 12.9 times 8 peers'). With
+// swarm.group_size a peer counts only the peers of its group key on the step (and those dealt there),
+// which hear each other's progress, and scales their count by the swarm's live peers over the peers
+// counted: the key stands for the swarm. Its progress then goes to its key's peers only (Reach::kGroup);
+// the others hear it with the heartbeat. The swarm's size is an aggregate the last round's leader sends
+// with the group (the live peers it knows, RoundOutcome::swarm), not a count of every record; a peer that
+// had no group last round (its first step, a round alone) counts its live records.
+// What this keeps: when the peers' counts of the swarm agree, each key stops at its share of the target,
+// k / N of it for k peers, so a global step is still the target however the groups fall, give or take a
+// batch a key; a key that lost a peer trains on until its share is in. A key's peers seen late only
+// shrink the sample it scales, as a peer one step behind did before (it counted as a batch). What it
+// gives up: a key's share is by peers, not by speed, so a fast key no longer trains for a slow one; but
+// each key of the next round takes a member of each group of this one (Note [Groups on a grid] in
+// p2p/Matchmaking.cpp), so the swarm already stepped at its slowest key's pace.
+int64_t samples_toward(int64_t step, int64_t samples, int64_t batch, uint64_t key, int64_t swarm,
+                       const std::vector<p2p::PeerRecord>& peers) {
+  int64_t total = samples, counted = 1;
   for (const auto& p : peers) {
     if (p.leaving) continue;
     // Where its last round's leader dealt it, when its own record is not there yet (Note [A leader deals its
     // groups over the next round's keys] in p2p/Matchmaking.cpp): dealt to this step it trains a batch for
     // it, dealt past it it is in a round of this step (its samples unknown here: a batch).
-    const int64_t at = p2p::as_dealt(p).step;
+    const auto at = p2p::as_dealt(p);
+    if (key != 0 && (at.step != step || at.group_key != key)) continue;
     if (p.step == step)
       total += p.samples + (p.ready ? 0 : batch);
-    else if (at == step || at + 1 == step || (p.step < step && at > step))
+    else if (at.step == step || at.step + 1 == step || (p.step < step && at.step > step))
       total += batch;
-    if (p.step > step && behind_logged_ != step) {
-      behind_logged_ = step;
-      log("swarm: peer " + p2p::peer_name(p.key) + " is at step " + std::to_string(p.step) + ", this peer at " +
-          std::to_string(step) + (p.step > step + 1 ? ": downloading the state after this step" : ""));
-    }
+    else
+      continue;
+    ++counted;
   }
-  // The samples that make it ready change no other group's count (Note [Readiness goes to the group]).
-  const bool ready = total >= target;
-  announce_at(step, samples, false, ready ? p2p::Directory::Reach::kGroup : p2p::Directory::Reach::kEveryone);
-  return ready;
+  if (key == 0 || swarm <= counted) return total;
+  return static_cast<int64_t>(static_cast<double>(total) * static_cast<double>(swarm) / static_cast<double>(counted));
+}
+
+void SwarmPeer::log_peers_ahead(int64_t step, const std::vector<p2p::PeerRecord>& peers) {
+  for (const auto& p : peers) {
+    if (p.leaving || p.step <= step || behind_logged_ == step) continue;
+    behind_logged_ = step;
+    log("swarm: peer " + p2p::peer_name(p.key) + " is at step " + std::to_string(p.step) + ", this peer at " +
+        std::to_string(step) + (p.step > step + 1 ? ": downloading the state after this step" : ""));
+  }
 }
 
 at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samples, int64_t& wire_bytes) {
@@ -270,6 +309,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   wire_bytes = (after.bytes_sent - after.record_bytes_sent) - (before.bytes_sent - before.record_bytes_sent);
   ++rounds_;
   last_group_ = out.group;
+  leader_swarm_ = out.swarm;
   move_on_grid(step, out.group.size() > 1 ? out.place : 0, out.keys);
   last_group_size_ = static_cast<int64_t>(out.group.size());
   group_size_sum_ += last_group_size_;

@@ -71,6 +71,15 @@ std::unique_ptr<p2p::Transport> ask_for_records(const std::vector<PeerFile>& pee
 std::vector<p2p::PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests, const p2p::PeerKey& me,
                                           const std::vector<p2p::PeerRecord>& peers);
 
+// Note [The target batch counted in the key and scaled to the swarm] (SwarmPeer.cpp): the samples the
+// swarm will have trained toward `step` once every peer still training on it finishes its batch, as a
+// peer sees it from `peers` (the live records): its own `samples`, each other's announced samples, and a
+// `batch` for each peer still training. `key` 0 (no swarm.group_size): every record counts. Else only the
+// records of the peers on the step with group key `key` (or dealt there), scaled by `swarm`, the swarm's
+// live peers, over the peers counted. Pure.
+int64_t samples_toward(int64_t step, int64_t samples, int64_t batch, uint64_t key, int64_t swarm,
+                       const std::vector<p2p::PeerRecord>& peers);
+
 class SwarmPeer {
  public:
   // `codec`: how the rounds put the averaged vector on the wire (swarm.compress, or DiLoCo's diloco.compress).
@@ -85,7 +94,7 @@ class SwarmPeer {
   // Announces this peer's progress toward `step` and says whether the swarm reaches `target` samples
   // for it with the batches already under way: this peer's `samples`, those the others announced for
   // the same step, and a `batch` for each of them still training on it (Note [A swarm step is the target
-  // batch, not twice it]).
+  // batch, not twice it]); with swarm.group_size, as its key's peers count it (samples_toward).
   bool ready(int64_t step, int64_t samples, int64_t target, int64_t batch);
   // One round for `step`: the group's weighted mean of `flat` where it arrived (Note [What a round does
   // when a peer fails]); adds this round's bytes sent to `wire_bytes`. Logs what went wrong, if anything.
@@ -120,6 +129,8 @@ class SwarmPeer {
   // another run answered it; warns when it has met nobody for long (Note [A peer that is alone says why]).
   // `peers`: the live peers as the directory lists them now.
   void check_membership(const std::vector<p2p::PeerRecord>& peers);
+  // Logs, once a step, a live peer that is ahead of this one at `step`.
+  void log_peers_ahead(int64_t step, const std::vector<p2p::PeerRecord>& peers);
   // Logs, once, that a swarm of `swarm` peers past 32 in one group would round faster in bounded ones.
   void suggest_groups(size_t swarm);
   void announce_at(int64_t step, int64_t samples, bool leaving = false,
@@ -152,6 +163,9 @@ class SwarmPeer {
   // a log every 50 steps would show one round in 50 (a stall after a killed peer among the others).
   double longest_round_s_ = 0;
   int64_t behind_logged_ = -1;
+  // The live peers the last round's leader counted (RoundOutcome::swarm; 0: none said): the swarm the
+  // target batch is scaled to (Note [The target batch counted in the key and scaled to the swarm]).
+  int64_t leader_swarm_ = 0;
   bool out_of_step_ =
       false;  // the last round went on without this peer (Note [A peer that fell out of a round resynchronizes])
   int64_t serving_step_ = -1;
