@@ -286,12 +286,13 @@ def last_step(run_dir):
         return 0
 
 
-def run_faults(cohort, peers, group_size, kill, steps, port, work):
+def run_faults(cohort, peers, group_size, kill, steps, port, work, extra=()):
     """`peers` peers in groups of `group_size`; once peer 0 is a third of the way, `kill` of them are
     SIGKILLed mid-run and as many newcomers start, on new addresses, through peer 0, on the dead peers'
     partitions. Records whether the survivors and the newcomers finish, whether each newcomer downloaded
-    the state, and the rounds after the kill: failed rounds, mean group size, the longest round."""
-    procs = [swarm_peer(cohort, i, 10 + i, peers, group_size, steps, port, work, peers) for i in range(peers)]
+    the state, and the rounds after the kill: failed rounds, mean group size, the longest round. `extra`:
+    settings for every peer (--set)."""
+    procs = [swarm_peer(cohort, i, 10 + i, peers, group_size, steps, port, work, peers, extra) for i in range(peers)]
     start = time.time()
     while last_step(os.path.join(work, "p0")) < steps // 3 and time.time() - start < 600:
         time.sleep(0.2)
@@ -299,7 +300,7 @@ def run_faults(cohort, peers, group_size, kill, steps, port, work):
     victims = list(range(peers - kill, peers))
     for i in victims:
         kill_tree(procs[i])
-    newcomers = [swarm_peer(cohort, peers + j, 10 + peers + j, peers, group_size, steps, port, work, 1,
+    newcomers = [swarm_peer(cohort, peers + j, 10 + peers + j, peers, group_size, steps, port, work, 1, extra,
                             partition=victims[j]) for j in range(kill)]
     everyone = procs + newcomers
     marks = [(os.path.join(work, f"out{i}.txt"), " peers in the swarm after ") for i in range(len(everyone))]
@@ -395,6 +396,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     wall, trained, peak, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks)
     codes = [p.returncode for p in procs]
     rounds, failed, sizes, times, avg_bytes, record_rate, distances, state_rounds = 0, [], [], [], [], [], [], 0
+    samples = 0  # trained by every peer (swarm_samples), against the target's steps below
     state_times, record_frames, training_rate, training_frames, training_step, training_deal = [], [], [], [], [], []
     for d in dirs:
         try:
@@ -403,6 +405,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         except OSError:
             continue
         rounds += int(s["swarm_rounds"])
+        samples += s.get("swarm_samples", 0)
         failed.append(s["swarm_failed_rounds"])
         state_rounds += int(s.get("swarm_state_rounds", 0))
         if s.get("swarm_state_rounds"):
@@ -445,6 +448,13 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
             why = lines[0] if lines else f"exit code {c}"
             errors[why] = errors.get(why, 0) + 1
     train_s = [t for t, c in zip(trained, codes) if t is not None and c == 0]
+    # swarm.sampler=random (a --set): each peer trains batches until the swarm has the target batch, so the
+    # samples all peers trained over the steps' targets says whether a global step is the target batch.
+    settings = dict(kv.split("=", 1) for kv in extra if "=" in kv)
+    target = int(settings.get("swarm.target_batch_size", 0))
+    over_target = (round(samples / (steps * target), 3)
+                   if settings.get("swarm.sampler") == "random" and target > 0 and all(c == 0 for c in codes)
+                   else None)
     return {
         "system": "cohort",
         "peers": peers,
@@ -453,6 +463,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         "wall_s": round(wall, 1),
         "train_s_median": round(statistics.median(train_s), 1) if train_s else None,
         "rounds": rounds,
+        "samples_over_target": over_target,
         "mean_group_size": round(statistics.mean(sizes), 2) if sizes else None,
         "failed_rounds_per_peer": [min(failed), max(failed)] if failed else None,
         "round_s_median": round(statistics.median(times), 3) if times else None,
@@ -581,7 +592,7 @@ def main():
     if a.faults:
         peers, gs, kill = (int(x) for x in a.faults.split(":"))
         work = tempfile.mkdtemp(prefix=f"scale-faults-{peers}-")
-        faults.append(run_faults(a.cohort, peers, gs, kill, a.fault_steps, port, work))
+        faults.append(run_faults(a.cohort, peers, gs, kill, a.fault_steps, port, work, a.set))
         print(json.dumps(faults[-1]), file=sys.stderr)
         f = faults[-1]
         if (f["survivors_finished"] + f["newcomers_finished"] == peers and f["newcomers_caught_up"] == kill
