@@ -128,6 +128,10 @@ struct DirectoryOptions {
 
 class Directory {
  public:
+  // Non-urgent changes of this peer's record (its samples) go out at most this often: a reader's view of
+  // them lags by up to this much (parallel/swarm/SwarmPeer.cpp's samples_toward makes up for it).
+  static constexpr double kMinDirectGapS = 0.05;
+
   // `transport` carries the records between known peers and must outlive the directory; without one
   // (cohort swarm status, an observer) only the DHT is read and nothing is published.
   Directory(PeerIdentity me, PeerKey run_public_key, const std::string& listen,
@@ -228,7 +232,6 @@ class Directory {
   // A leader's deal (a kDeal frame from a live peer): where its groups' members of `round` go next.
   void take_in_deal(const Message& m);
 
-  static constexpr double kMinDirectGapS = 0.05;       // non-urgent record changes go out at most this often
   static constexpr double kMinAnswerGapS = 0.5;        // a peer is answered at most this often
   static constexpr size_t kGossipRecords = 8;          // others' records a heartbeat passes on, at most
   static constexpr size_t kGossipFanout = 2;           // peers, drawn at random, a heartbeat passes them to

@@ -37,20 +37,20 @@ std::vector<p2p::PeerRecord> two_keys() {
 TEST(TargetBatch, WithoutGroupsEveryRecordCountsAsAnnounced) {
   const auto peers = two_keys();
   // 2 batches of its own; 7 peers at 2 batches with a third under way; 8 at 0 with a first under way.
-  EXPECT_EQ(samples_toward(5, 2 * kBatch, kBatch, 0, 16, peers), 2 * kBatch + 7 * 3 * kBatch + 8 * kBatch);
+  EXPECT_EQ(samples_toward(5, 2 * kBatch, kBatch, 0, 16, peers, 0.0), 2 * kBatch + 7 * 3 * kBatch + 8 * kBatch);
 }
 
 TEST(TargetBatch, WithGroupsTheKeysCountIsScaledToTheSwarm) {
   auto peers = two_keys();
   const int64_t key = 2 * kBatch + 7 * 3 * kBatch;  // this peer's key: 8 peers
-  EXPECT_EQ(samples_toward(5, 2 * kBatch, kBatch, 1, 16, peers), key * 2);
+  EXPECT_EQ(samples_toward(5, 2 * kBatch, kBatch, 1, 16, peers, 0.0), key * 2);
   // The other key's records say nothing to it: they may be a heartbeat old.
   for (auto& p : peers)
     if (p.group_key == 2) p.samples = 10 * kBatch, p.ready = true;
-  EXPECT_EQ(samples_toward(5, 2 * kBatch, kBatch, 1, 16, peers), key * 2);
+  EXPECT_EQ(samples_toward(5, 2 * kBatch, kBatch, 1, 16, peers, 0.0), key * 2);
   // A ready peer of the key counts its samples, with no batch under way.
   peers[0].ready = true;
-  EXPECT_EQ(samples_toward(5, 2 * kBatch, kBatch, 1, 16, peers), (key - kBatch) * 2);
+  EXPECT_EQ(samples_toward(5, 2 * kBatch, kBatch, 1, 16, peers, 0.0), (key - kBatch) * 2);
 }
 
 TEST(TargetBatch, APeerDealtToTheKeyCountsAsABatchAndOneStepBehindIsLeftToTheScale) {
@@ -59,9 +59,9 @@ TEST(TargetBatch, APeerDealtToTheKeyCountsAsABatchAndOneStepBehindIsLeftToTheSca
   peers[1].dealt_key = 1;
   // This peer (a batch), peer 1 (a batch, another under way), peer 2 (dealt: a batch under way): 3 of a
   // swarm of 6. Peer 3, one step behind and not dealt yet, may come to any key: the scale stands for it.
-  EXPECT_EQ(samples_toward(5, kBatch, kBatch, 1, 6, peers), (kBatch + 2 * kBatch + kBatch) * 2);
+  EXPECT_EQ(samples_toward(5, kBatch, kBatch, 1, 6, peers, 0.0), (kBatch + 2 * kBatch + kBatch) * 2);
   // Without groups, peer 3 counts as a batch it is about to start.
-  EXPECT_EQ(samples_toward(5, kBatch, kBatch, 0, 6, peers), kBatch + 2 * kBatch + kBatch + kBatch);
+  EXPECT_EQ(samples_toward(5, kBatch, kBatch, 0, 6, peers, 0.0), kBatch + 2 * kBatch + kBatch + kBatch);
 }
 
 TEST(TargetBatch, ASwarmNoLargerThanTheKeyIsNotScaled) {
@@ -69,8 +69,28 @@ TEST(TargetBatch, ASwarmNoLargerThanTheKeyIsNotScaled) {
   p2p::PeerRecord leaving = peer(3, 5, 1, 5 * kBatch);
   leaving.leaving = true;  // a peer that said it leaves contributes nothing
   peers.push_back(leaving);
-  EXPECT_EQ(samples_toward(5, 0, kBatch, 1, 3, peers), 3 * kBatch);
-  EXPECT_EQ(samples_toward(5, 0, kBatch, 1, 1, peers), 3 * kBatch) << "a count below the key's is stale";
+  EXPECT_EQ(samples_toward(5, 0, kBatch, 1, 3, peers, 0.0), 3 * kBatch);
+  EXPECT_EQ(samples_toward(5, 0, kBatch, 1, 1, peers, 0.0), 3 * kBatch) << "a count below the key's is stale";
+}
+
+// Note [Samples trained since the record]: a peer still training has trained on at its speed since its
+// record, for at most the gap between its records' sends.
+TEST(TargetBatch, APeerStillTrainingCountsWhatItTrainedSinceItsRecordForAtMostTheGap) {
+  auto training = peer(1, 5, 0, 2 * kBatch);
+  training.samples_per_s = 100.0 * kBatch;  // a batch every 10 ms
+  training.heard_unix = 1000.0;
+  const std::vector<p2p::PeerRecord> peers{training};
+  // 20 ms on: two batches since, and one under way.
+  EXPECT_EQ(samples_toward(5, 0, kBatch, 0, 2, peers, 1000.02), 2 * kBatch + 2 * kBatch + kBatch);
+  // A record far older is a peer that trained nothing since: at most the gap's batches.
+  const auto gap_batches = static_cast<int64_t>(100 * p2p::Directory::kMinDirectGapS);
+  EXPECT_EQ(samples_toward(5, 0, kBatch, 0, 2, peers, 1010.0), 2 * kBatch + gap_batches * kBatch + kBatch);
+  // A record from a clock ahead of this one's: nothing since.
+  EXPECT_EQ(samples_toward(5, 0, kBatch, 0, 2, peers, 999.0), 2 * kBatch + kBatch);
+  // A ready peer trains no more.
+  auto ready = training;
+  ready.ready = true;
+  EXPECT_EQ(samples_toward(5, 0, kBatch, 0, 2, {ready}, 1000.02), 2 * kBatch);
 }
 
 }  // namespace

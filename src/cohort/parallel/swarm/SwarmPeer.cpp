@@ -1,6 +1,7 @@
 #include "cohort/parallel/swarm/SwarmPeer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -239,7 +240,7 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
   int64_t swarm = leader_swarm_;
   if (swarm <= 0)
     swarm = 1 + std::count_if(peers.begin(), peers.end(), [](const p2p::PeerRecord& p) { return !p.leaving; });
-  const bool ready = samples_toward(step, samples, batch, key, swarm, peers) >= target;
+  const bool ready = samples_toward(step, samples, batch, key, swarm, peers, p2p::detail::unix_now()) >= target;
   // The samples that make it ready change no other group's count (Note [Readiness goes to the group]).
   const bool to_key = ready || key != 0;
   announce_at(step, samples, false, to_key ? p2p::Directory::Reach::kGroup : p2p::Directory::Reach::kEveryone);
@@ -263,8 +264,24 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
 // gives up: a key's share is by peers, not by speed, so a fast key no longer trains for a slow one; but
 // each key of the next round takes a member of each group of this one (Note [Groups on a grid] in
 // p2p/Matchmaking.cpp), so the swarm already stepped at its slowest key's pace.
+// Note [Samples trained since the record]
+// A change of a peer's samples goes out at most every Directory::kMinDirectGapS (50 ms), so a reader's
+// view of a peer still training lags by up to that, and by the frame's way. With batches of a few
+// milliseconds that is several batches a peer: 8 peers of the MLP, a target of four batches a peer,
+// trained 1.9 to 3.5 times the target a step, 7 to 25 batches a peer where 4 would do (docs/scaling.md,
+// "The target batch counted in the key, scaled to the swarm"). So a peer still training counts as what
+// it announced, plus what it trained since at the speed it announced, for at most that gap, plus the
+// batch under way: 1.09 and 1.16 times the target there, and 1.05 at 64 peers, whose batches are
+// slower. Hivemind's progress tracker estimates its peers' samples by their speed the same way, for its
+// time to the next epoch. The age is capped at the gap: a record older than that is a peer that trained
+// no batch since, stalled or dead; one whose clock runs behind this one's adds at most the gap's
+// samples, and one whose clock runs ahead adds nothing, as before.
 int64_t samples_toward(int64_t step, int64_t samples, int64_t batch, uint64_t key, int64_t swarm,
-                       const std::vector<p2p::PeerRecord>& peers) {
+                       const std::vector<p2p::PeerRecord>& peers, double now_unix) {
+  const auto since_record = [&](const p2p::PeerRecord& p) {
+    const double age = std::clamp(now_unix - p.heard_unix, 0.0, p2p::Directory::kMinDirectGapS);
+    return static_cast<int64_t>(std::llround(std::max(0.0, p.samples_per_s) * age));
+  };
   int64_t total = samples, counted = 1;
   for (const auto& p : peers) {
     if (p.leaving) continue;
@@ -274,7 +291,7 @@ int64_t samples_toward(int64_t step, int64_t samples, int64_t batch, uint64_t ke
     const auto at = p2p::as_dealt(p);
     if (key != 0 && (at.step != step || at.group_key != key)) continue;
     if (p.step == step)
-      total += p.samples + (p.ready ? 0 : batch);
+      total += p.samples + (p.ready ? 0 : since_record(p) + batch);
     else if (at.step == step || at.step + 1 == step || (p.step < step && at.step > step))
       total += batch;
     else

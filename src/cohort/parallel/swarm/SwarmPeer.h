@@ -73,12 +73,13 @@ std::vector<p2p::PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& dig
 
 // Note [The target batch counted in the key and scaled to the swarm] (SwarmPeer.cpp): the samples the
 // swarm will have trained toward `step` once every peer still training on it finishes its batch, as a
-// peer sees it from `peers` (the live records): its own `samples`, each other's announced samples, and a
-// `batch` for each peer still training. `key` 0 (no swarm.group_size): every record counts. Else only the
-// records of the peers on the step with group key `key` (or dealt there), scaled by `swarm`, the swarm's
-// live peers, over the peers counted. Pure.
+// peer sees it at `now_unix` from `peers` (the live records): its own `samples`, each other's announced
+// samples, what each still training has trained since its record at its speed (Note [Samples trained
+// since the record]), and a `batch` for each. `key` 0 (no swarm.group_size): every record counts. Else
+// only the records of the peers on the step with group key `key` (or dealt there), scaled by `swarm`, the
+// swarm's live peers, over the peers counted. Pure.
 int64_t samples_toward(int64_t step, int64_t samples, int64_t batch, uint64_t key, int64_t swarm,
-                       const std::vector<p2p::PeerRecord>& peers);
+                       const std::vector<p2p::PeerRecord>& peers, double now_unix);
 
 class SwarmPeer {
  public:
