@@ -145,6 +145,7 @@ std::vector<PeerRecord> Directory::written_since(double oldest_unix) const {
     if (key != me_.token.peer_public_key && entry.heard_unix() >= oldest_unix && !entry.record.leaving) {
       out.push_back(entry.record);
       out.back().heard_unix = entry.heard_unix();
+      out.back().taken_unix = entry.taken_unix;
       const auto deal = dealt_.find(key);
       if (deal != dealt_.end() && deal->second.key != 0 && deal->second.step > entry.record.step)
         out.back().dealt_step = deal->second.step, out.back().dealt_key = deal->second.key;

@@ -20,20 +20,19 @@
 // ready, which then stepped alone and drifted (Note [A peer that fell out of a round resynchronizes]), and
 // a swarm's steps waited on the lag. So the DHT is for finding peers (a record put every `dht_put_s`, read
 // every `dht_read_s`), and each change of a record goes to the known peers as one frame over the swarm's
-// transport (at once when the step, readiness or leaving changes; other changes
-// at most every 50 ms; with group keys, readiness only to the peers of its key: Note [Readiness goes to
-// the group] in DirectorySend.cpp). The heartbeat, every announce_s, goes to every known peer that did not hear
-// this one's record lately (Note [A heartbeat skips the peers that heard this one lately]), or, while a
-// leader's deal vouches for this one, only to those that do not read deals (Note [A deal vouches for its
-// members]); to a few of them (the
-// peers met in the last beats, and two drawn at random) it also carries up to 8 live records of the other
-// peers this one knows, drawn anew each beat (each still sealed by its own peer), so that two peers who
-// found each other in the DHT learn everyone the other knows within a few beats, whatever their own view
-// of the DHT (Notes [The heartbeat is its own clock] in Directory.cpp and [The heartbeat passes on a few
-// records] in DirectorySend.cpp). A peer that knows others reads the DHT only every
-// dht_read_known_s (the reads are most of what the DHT costs: with DiLoCo, more than the averaging); a
-// newcomer finds the live peers there, and by knocking on its initial peers (Note [A peer that knows
-// nobody knocks]), and tells them of itself directly.
+// transport (at once when the step, readiness or leaving changes; other changes at most every 50 ms; with
+// group keys, readiness and a peer's samples only to the peers of its key: Notes [Readiness goes to the
+// group] in DirectorySend.cpp and [The target batch counted in the key and scaled to the swarm] in
+// parallel/swarm/SwarmPeer.cpp). The heartbeat, every announce_s, goes to every known peer that did not
+// hear this one's record lately (Note [A heartbeat skips the peers that heard this one lately]), or, while
+// a leader's deal vouches for this one, only to those that do not read deals (Note [A deal vouches for its
+// members]); to a few of them (the peers met in the last beats, and two drawn at random) it also carries up to 8 live
+// records of the other peers this one knows, drawn anew each beat (each still sealed by its own peer), so that two
+// peers who found each other in the DHT learn everyone the other knows within a few beats, whatever their own view of
+// the DHT (Notes [The heartbeat is its own clock] in Directory.cpp and [The heartbeat passes on a few records] in
+// DirectorySend.cpp). A peer that knows others reads the DHT only every dht_read_known_s (the reads are most of what
+// the DHT costs: with DiLoCo, more than the averaging); a newcomer finds the live peers there, and by knocking on its
+// initial peers (Note [A peer that knows nobody knocks]), and tells them of itself directly.
 #pragma once
 
 #include <algorithm>
@@ -99,6 +98,9 @@ struct PeerRecord {
   // writing or a live leader's deal naming it (Note [A deal vouches for its members]). Its record expires
   // here record_ttl_s after this.
   double heard_unix = 0;
+  // Not in the sealed record: when this directory took this record in, by its own clock (Note [Samples
+  // trained since the record] in parallel/swarm/SwarmPeer.cpp).
+  double taken_unix = 0;
 };
 
 // `p` as matchmaking should see it: on its dealt step with its dealt key, not ready and with no samples
@@ -272,6 +274,7 @@ class Directory {
     std::vector<uint8_t> sealed;  // as its peer sealed it, to pass on
     double met_unix = 0;          // when its record last became live here (first seen, or back after its TTL)
     double vouched_unix = 0;      // when a live leader's deal last named it (Note [A deal vouches for its members])
+    double taken_unix = 0;        // when this record was taken in here (PeerRecord::taken_unix)
     double heard_unix() const { return std::max(record.written_unix, vouched_unix); }
   };
   std::map<PeerKey, Entry> records_;  // the newest record of each peer

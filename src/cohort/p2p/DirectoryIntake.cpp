@@ -50,8 +50,12 @@ void Directory::take_in(const uint8_t* data, size_t size, const PeerKey& carrier
       const auto deal = dealt_.find(rec->key);
       if (deal != dealt_.end() && (rec->step >= deal->second.step || rec->session != slot.record.session))
         dealt_.erase(deal);
-      slot = {o.counter, std::move(*rec), std::vector<uint8_t>(data, data + size), met ? now : slot.met_unix,
-              slot.vouched_unix};
+      slot = {o.counter,
+              std::move(*rec),
+              std::vector<uint8_t>(data, data + size),
+              met ? now : slot.met_unix,
+              slot.vouched_unix,
+              now};
     }
   }
   if (transport_)

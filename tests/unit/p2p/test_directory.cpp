@@ -58,10 +58,14 @@ TEST(SwarmDirectory, ARecordChangeGoesToTheKnownPeersDirectly) {
   };
   while (p2p::Clock::now() < deadline && !(sees(a, 5) && sees(b, 5))) std::this_thread::sleep_for(20ms);
   ASSERT_TRUE(sees(a, 5) && sees(b, 5));
+  const double before = p2p::detail::unix_now();
   a.directory.announce({{}, a.transport.address(), 6, 0, 1.0, true, false, 0});
   while (p2p::Clock::now() < deadline && !sees(b, 6)) std::this_thread::sleep_for(20ms);
   ASSERT_TRUE(sees(b, 6));
   EXPECT_TRUE(b.directory.peers()[0].ready);
+  // When b took it in, by b's clock (Note [Samples trained since the record] in parallel/swarm/SwarmPeer.cpp).
+  EXPECT_GE(b.directory.peers()[0].taken_unix, before);
+  EXPECT_LE(b.directory.peers()[0].taken_unix, p2p::detail::unix_now());
   EXPECT_GT(a.transport.stats().record_bytes_sent, 0);
   // Each record said its peer reads frames sealed for it alone: the direct ones went with a MAC.
   EXPECT_GT(a.transport.stats().frames_with_mac, 0);

@@ -73,24 +73,40 @@ TEST(TargetBatch, ASwarmNoLargerThanTheKeyIsNotScaled) {
   EXPECT_EQ(samples_toward(5, 0, kBatch, 1, 1, peers, 0.0), 3 * kBatch) << "a count below the key's is stale";
 }
 
-// Note [Samples trained since the record]: a peer still training has trained on at its speed since its
-// record, for at most the gap between its records' sends.
-TEST(TargetBatch, APeerStillTrainingCountsWhatItTrainedSinceItsRecordForAtMostTheGap) {
+// Note [Samples trained since the record]: a peer still training has trained on at its speed since this
+// peer took its record in; whole batches count, for at most twice the gap between its records' sends.
+TEST(TargetBatch, APeerStillTrainingCountsTheWholeBatchesItTrainedSinceItsRecord) {
   auto training = peer(1, 5, 0, 2 * kBatch);
   training.samples_per_s = 100.0 * kBatch;  // a batch every 10 ms
-  training.heard_unix = 1000.0;
+  training.taken_unix = 1000.0;
+  training.heard_unix = 990.0;  // its writer's clock, 10 s behind: not read
   const std::vector<p2p::PeerRecord> peers{training};
-  // 20 ms on: two batches since, and one under way.
-  EXPECT_EQ(samples_toward(5, 0, kBatch, 0, 2, peers, 1000.02), 2 * kBatch + 2 * kBatch + kBatch);
-  // A record far older is a peer that trained nothing since: at most the gap's batches.
-  const auto gap_batches = static_cast<int64_t>(100 * p2p::Directory::kMinDirectGapS);
-  EXPECT_EQ(samples_toward(5, 0, kBatch, 0, 2, peers, 1010.0), 2 * kBatch + gap_batches * kBatch + kBatch);
-  // A record from a clock ahead of this one's: nothing since.
-  EXPECT_EQ(samples_toward(5, 0, kBatch, 0, 2, peers, 999.0), 2 * kBatch + kBatch);
+  const auto at = [&](double now) { return samples_toward(5, 0, kBatch, 0, 2, peers, now); };
+  // 25 ms on: two whole batches since, and one under way (counted as the batch in flight).
+  EXPECT_EQ(at(1000.025), 2 * kBatch + 2 * kBatch + kBatch);
+  // 9 ms on: the batch under way only; counting its part too would count it twice.
+  EXPECT_EQ(at(1000.009), 2 * kBatch + kBatch);
+  // 90 ms on, within twice the gap: nine.
+  EXPECT_EQ(at(1000.09), 2 * kBatch + 9 * kBatch + kBatch);
+  // A record older than twice the gap is a peer that trained no batch since (stalled, dead, or of batches
+  // that long): its samples and a batch, as before.
+  EXPECT_EQ(at(1000.0 + 2 * p2p::Directory::kMinDirectGapS + 0.01), 2 * kBatch + kBatch);
   // A ready peer trains no more.
   auto ready = training;
   ready.ready = true;
-  EXPECT_EQ(samples_toward(5, 0, kBatch, 0, 2, {ready}, 1000.02), 2 * kBatch);
+  EXPECT_EQ(samples_toward(5, 0, kBatch, 0, 2, {ready}, 1000.025), 2 * kBatch);
+}
+
+// All of it together: the key's peers with what they trained since their records, scaled to the swarm.
+TEST(TargetBatch, TheKeysCountWithTheBatchesSinceItsRecordsIsScaledToTheSwarm) {
+  auto peers = two_keys();
+  for (auto& p : peers) {
+    p.samples_per_s = 100.0 * kBatch;
+    p.taken_unix = 1000.0;
+  }
+  // Each of the key's 7 others: 2 batches announced, 3 since, 1 under way; this peer's 2; the other
+  // key's 8 left out; 8 of a swarm of 16.
+  EXPECT_EQ(samples_toward(5, 2 * kBatch, kBatch, 1, 16, peers, 1000.035), (2 * kBatch + 7 * 6 * kBatch) * 2);
 }
 
 }  // namespace

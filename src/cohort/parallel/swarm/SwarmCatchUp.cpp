@@ -54,7 +54,8 @@ std::optional<p2p::DownloadedState> SwarmPeer::catch_up(int64_t step) {
     return std::nullopt;
   }
   if (got) {
-    digests_.clear();  // the steps' weights this peer had are no longer its own
+    digests_.clear();   // the steps' weights this peer had are no longer its own
+    leader_swarm_ = 0;  // its last leader's count may be long past: count the live records until a group
     // Note [A peer that caught up says where it is]
     // Its record still names the step it was on before
     // (a DiLoCo peer announces only after its outer rounds), so a leader on the step it landed on would

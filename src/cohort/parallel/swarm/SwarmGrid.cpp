@@ -52,8 +52,9 @@ void SwarmPeer::join_smallest_group(int64_t step) {
 }
 
 // A live peer of an earlier release reads no deal: it learns a change of step only from the change itself.
-bool SwarmPeer::all_take_deals() const {
-  const auto peers = directory_->peers();
+bool SwarmPeer::all_take_deals() const { return all_take_deals(directory_->peers()); }
+
+bool SwarmPeer::all_take_deals(const std::vector<p2p::PeerRecord>& peers) {
   return std::all_of(peers.begin(), peers.end(),
                      [](const p2p::PeerRecord& p) { return (p.features & p2p::PeerRecord::kTakesDeals) != 0; });
 }

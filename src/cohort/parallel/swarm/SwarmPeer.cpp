@@ -236,7 +236,7 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
   if (elapsed > 0) samples_per_s_ = samples / elapsed;
   // Note [The target batch counted in the key and scaled to the swarm]; a live peer of an earlier
   // release counts every record, so it hears every peer's progress as before.
-  const uint64_t key = cfg_.group_size > 0 && all_take_deals() ? group_key_for(step) : 0;
+  const uint64_t key = cfg_.group_size > 0 && all_take_deals(peers) ? group_key_for(step) : 0;
   int64_t swarm = leader_swarm_;
   if (swarm <= 0)
     swarm = 1 + std::count_if(peers.begin(), peers.end(), [](const p2p::PeerRecord& p) { return !p.leaving; });
@@ -256,10 +256,11 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
 // counted: the key stands for the swarm. Its progress then goes to its key's peers only (Reach::kGroup);
 // the others hear it with the heartbeat. The swarm's size is an aggregate the last round's leader sends
 // with the group (the live peers it knows, RoundOutcome::swarm), not a count of every record; a peer that
-// had no group last round (its first step, a round alone) counts its live records.
+// had no group last round (its first step, a round alone, a download of the state) counts its live records.
 // What this keeps: when the peers' counts of the swarm agree, each key stops at its share of the target,
 // k / N of it for k peers, so a global step is still the target however the groups fall, give or take a
-// batch a key; a key that lost a peer trains on until its share is in. A key's peers seen late only
+// batch a key; a key that lost a peer trains on until its share is in, once the dead peer's record
+// expires (a TTL; till then it counts as its samples and a batch, as before). A key's peers seen late only
 // shrink the sample it scales, as a peer one step behind did before (it counted as a batch). What it
 // gives up: a key's share is by peers, not by speed, so a fast key no longer trains for a slow one; but
 // each key of the next round takes a member of each group of this one (Note [Groups on a grid] in
@@ -270,17 +271,22 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
 // milliseconds that is several batches a peer: 8 peers of the MLP, a target of four batches a peer,
 // trained 1.9 to 3.5 times the target a step, 7 to 25 batches a peer where 4 would do (docs/scaling.md,
 // "The target batch counted in the key, scaled to the swarm"). So a peer still training counts as what
-// it announced, plus what it trained since at the speed it announced, for at most that gap, plus the
-// batch under way: 1.09 and 1.16 times the target there, and 1.05 at 64 peers, whose batches are
-// slower. Hivemind's progress tracker estimates its peers' samples by their speed the same way, for its
-// time to the next epoch. The age is capped at the gap: a record older than that is a peer that trained
-// no batch since, stalled or dead; one whose clock runs behind this one's adds at most the gap's
-// samples, and one whose clock runs ahead adds nothing, as before.
+// it announced, plus the whole batches it trained since at the speed it announced, plus the batch under
+// way. Hivemind's progress tracker estimates its peers' samples by their speed the same way, for its
+// time to the next epoch. Whole batches only: a peer sends its record as a batch ends, so with batches
+// longer than the gap the time since is the batch under way, which is already counted (a fraction of a
+// batch a peer would have stopped the swarm short of the target). The time is this peer's own, from
+// when it took the record in (PeerRecord::taken_unix): no clock of another machine enters. A record
+// older than twice the gap is of a peer that trained no batch since, or of one whose batches are longer
+// than that: nothing is added for it, so a peer stalled or dead counts as before, its samples and a
+// batch, until its record expires.
 int64_t samples_toward(int64_t step, int64_t samples, int64_t batch, uint64_t key, int64_t swarm,
                        const std::vector<p2p::PeerRecord>& peers, double now_unix) {
-  const auto since_record = [&](const p2p::PeerRecord& p) {
-    const double age = std::clamp(now_unix - p.heard_unix, 0.0, p2p::Directory::kMinDirectGapS);
-    return static_cast<int64_t>(std::llround(std::max(0.0, p.samples_per_s) * age));
+  const auto since_record = [&](const p2p::PeerRecord& p) -> int64_t {
+    const double age = now_unix - p.taken_unix;
+    if (batch <= 0 || age <= 0 || age > 2 * p2p::Directory::kMinDirectGapS) return 0;
+    const double batches = std::max(0.0, p.samples_per_s) * age / static_cast<double>(batch);
+    return static_cast<int64_t>(std::floor(batches + 1e-9)) * batch;
   };
   int64_t total = samples, counted = 1;
   for (const auto& p : peers) {
@@ -426,7 +432,24 @@ void SwarmPeer::record_round(int64_t step, const p2p::RoundOutcome& out) {
   if (!out.silent.empty()) comm::request_flight_dump("a swarm round with a silent member");
 }
 
-void SwarmPeer::progress(int64_t step, int64_t samples) { announce_at(step, samples); }
+// Note [A DiLoCo peer's progress goes to its key]
+// A DiLoCo peer announced where it was within its outer round at every inner step to every live peer:
+// N - 1 frames a peer an inner step, nearly all of its record bytes (64 peers in groups of 8: 44 to 46
+// kB a peer an inner step, docs/scaling.md). Only a newcomer reads it (others_progress: Note [A DiLoCo
+// newcomer starts where the others are] in DilocoStrategy.cpp), once, after its download. So with
+// swarm.group_size it goes to every live peer at most once every swarm.announce_s, and to the peers of
+// its key otherwise: a newcomer reads where the others are at most that late (plus a frame's way), as it
+// would from their heartbeat, which the deals let skip it once it is no longer new to them (Note [A
+// heartbeat skips the peers that heard this one lately] in p2p/DirectorySend.cpp). The round's leader
+// waits for a newcomer that starts a little behind as for any peer late to the round. A live peer of an
+// earlier release still hears every inner step, as before.
+void SwarmPeer::progress(int64_t step, int64_t samples) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool keyed = cfg_.group_size > 0 && all_take_deals();
+  const bool everyone = !keyed || now - progress_to_everyone_ >= std::chrono::duration<double>(cfg_.announce_s);
+  if (everyone) progress_to_everyone_ = now;
+  announce_at(step, samples, false, everyone ? p2p::Directory::Reach::kEveryone : p2p::Directory::Reach::kGroup);
+}
 
 // This peer's record: on `step` with `samples` toward it, not ready (matchmaking announces readiness).
 void SwarmPeer::announce_at(int64_t step, int64_t samples, bool leaving, p2p::Directory::Reach reach) {

@@ -143,6 +143,7 @@ class SwarmPeer {
   void move_on_grid(int64_t step, int64_t place, int64_t keys);
   void join_smallest_group(int64_t step);  // Note [A lone peer joins the smallest group]
   bool all_take_deals() const;             // every live peer reads deals (PeerRecord::kTakesDeals)
+  static bool all_take_deals(const std::vector<p2p::PeerRecord>& peers);  // of these
   void record_round(int64_t step, const p2p::RoundOutcome& out);
   // Blocks until `count` peers (this one included) are in the swarm; CommError after `timeout_s`.
   void wait_for_peers(int64_t count, double timeout_s);
@@ -167,6 +168,8 @@ class SwarmPeer {
   // The live peers the last round's leader counted (RoundOutcome::swarm; 0: none said): the swarm the
   // target batch is scaled to (Note [The target batch counted in the key and scaled to the swarm]).
   int64_t leader_swarm_ = 0;
+  // The last time progress() went to every live peer (Note [A DiLoCo peer's progress goes to its key]).
+  std::chrono::steady_clock::time_point progress_to_everyone_{};
   bool out_of_step_ =
       false;  // the last round went on without this peer (Note [A peer that fell out of a round resynchronizes])
   int64_t serving_step_ = -1;
