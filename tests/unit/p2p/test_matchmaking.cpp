@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "cohort/p2p/Averager.h"
 #include "cohort/p2p/Directory.h"
+#include "cohort/p2p/Wire.h"
 #include "unit/p2p/SwarmLoopback.h"
 
 namespace cohort::p2p {
@@ -198,6 +200,39 @@ TEST(SwarmAverager, ALeaderDoesNotWaitForPeersTheLastRoundDealtAnotherKey) {
     EXPECT_EQ(o.group.size(), 2u) << o.problem;
     EXPECT_TRUE(torch::allclose(o.averaged, torch::full({64}, 5.0f)));
     EXPECT_LT(o.matchmaking_s, 2.5) << "a leader waited for the peers dealt elsewhere";
+  }
+}
+
+// Note [The target batch counted in the key and scaled to the swarm] in parallel/swarm/SwarmPeer.cpp: a
+// member reads the swarm's size from its leader's group message, and reads 0 (it counts its own records)
+// from a leader of an earlier release, whose message ends before it, or from a size past any swarm's.
+TEST(SwarmAverager, AMemberReadsTheSwarmsSizeFromItsLeaderOrNoneFromAnOlderOneOrAnImpossibleOne) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  Peer leader(run, 185, "", logs), member(run, 186, leader.transport.address(), logs);
+  const auto group = sorted({leader.member(), member.member()});
+  const std::vector<std::optional<uint64_t>> sizes{64, std::nullopt, kMaxSwarm + 1};
+  for (size_t round = 0; round < sizes.size(); ++round) {
+    Writer w;
+    w.u64(group.size());
+    for (const auto& m : group) w.raw(m.key.data(), m.key.size()).str(m.address);
+    w.u64(0);                                       // the first member's place
+    if (sizes[round]) w.u64(2).u64(*sizes[round]);  // the key count, then the swarm's size
+    leader.transport.send(member.transport.key(), member.transport.address(), {MessageKind::kGroup, round, 0},
+                          w.take());
+    RoundOutcome out;
+    std::thread t([&] {
+      Averager averager(member.transport, member.directory, {5.0, 5.0, 2});
+      PeerRecord mine;
+      mine.samples = 10;
+      out = averager.average(round, torch::full({16}, 1.0f), 10, mine);
+    });
+    Averager(leader.transport, leader.directory, {5.0, 5.0, 2}).all_reduce(round, group, torch::full({16}, 3.0f), 10);
+    t.join();
+    ASSERT_EQ(out.group.size(), 2u) << out.problem;
+    EXPECT_TRUE(torch::allclose(out.averaged, torch::full({16}, 2.0f)));
+    EXPECT_EQ(out.swarm, round == 0 ? 64 : 0) << "round " << round;
+    EXPECT_EQ(out.keys, sizes[round] ? 2 : 0) << "round " << round;
   }
 }
 
