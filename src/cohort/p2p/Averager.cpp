@@ -95,9 +95,7 @@ Averager::Averager(Transport& transport, Directory& directory, AveragingOptions 
 RoundOutcome Averager::average(uint64_t round, const at::Tensor& flat, double weight, PeerRecord mine) {
   const auto start = Clock::now();
   std::string problem;
-  first_place_ = 0;
-  dealt_keys_ = 0;
-  dealt_swarm_ = 0;
+  said_ = {};
   round_ = round;
   claimed_twice_ = false;
   const auto group = match(round, std::move(mine), problem);
@@ -108,9 +106,9 @@ RoundOutcome Averager::average(uint64_t round, const at::Tensor& flat, double we
   decline_late_groups();
   out.matchmaking_s = matchmaking;
   for (size_t j = 0; j < group.size(); ++j)
-    if (group[j].key == transport_.key()) out.place = static_cast<int64_t>(first_place_ + j);
-  out.keys = group.size() > 1 ? dealt_keys_ : 0;
-  out.swarm = group.size() > 1 ? dealt_swarm_ : 0;
+    if (group[j].key == transport_.key()) out.place = static_cast<int64_t>(said_.first + j);
+  out.keys = group.size() > 1 ? said_.keys : 0;
+  out.swarm = group.size() > 1 ? said_.swarm : 0;
   out.claimed_twice = claimed_twice_;
   if (out.problem.empty()) out.problem = problem;
   // Late groups of the last rounds are declined while the next ones run (decline_late_groups), then
@@ -210,10 +208,8 @@ void Averager::decline_late_groups() {
 }
 
 void Averager::decline_other_groups(uint64_t round, const std::vector<Member>& mine) {
-  // group_from sets them; this peer's group's are the ones to keep
-  const auto first_place = first_place_;
-  const auto dealt_keys = dealt_keys_;
-  const auto dealt_swarm = dealt_swarm_;
+  // group_from sets it; this peer's own group's is the one to keep
+  const auto said = said_;
   while (auto m = transport_.receive({MessageKind::kGroup, round, 0}, Clock::now())) {
     const auto other = group_from(*m);
     if (!other) continue;
@@ -234,9 +230,7 @@ void Averager::decline_other_groups(uint64_t round, const std::vector<Member>& m
       transport_.send(x.key, x.address, {MessageKind::kResult, round, me}, none);
     }
   }
-  first_place_ = first_place;
-  dealt_keys_ = dealt_keys;
-  dealt_swarm_ = dealt_swarm;
+  said_ = said;
 }
 
 // A message of round `r` from `from` by `by`, declining other groups of the round meanwhile (Note [A peer

@@ -99,7 +99,7 @@ struct RoundOutcome {
   int64_t keys = 0;
   // The live peers its leader knew, itself included (0: a leader that did not say, or no group): the
   // swarm the next step's target batch is counted over (Note [The target batch counted in the key and
-  // scaled to the swarm] in parallel/swarm/SwarmPeer.cpp).
+  // scaled to the swarm] in parallel/swarm/SwarmProgress.cpp).
   int64_t swarm = 0;
   // Another leader's group for the same round named this peer too (Note [A peer in two groups declines the
   // other]): two deals may name it, with different keys.
@@ -139,7 +139,7 @@ class Averager {
   // order (Note [Groups on a grid]).
   // `keys`: the next round's key count (grid_keys) it dealt with, 0 without swarm.group_size.
   // `swarm`: the live peers it knows, itself included, 0 without swarm.group_size (Note [The target batch
-  // counted in the key and scaled to the swarm] in parallel/swarm/SwarmPeer.cpp).
+  // counted in the key and scaled to the swarm] in parallel/swarm/SwarmProgress.cpp).
   void send_group(uint64_t round, const std::vector<Member>& group, uint64_t first, uint64_t keys, uint64_t swarm);
   // The leader's decision: the ready peers of its key `group_key` as one group, or, past swarm.group_size,
   // as several (each sent its own, and the deal to the other peers); returns this peer's group.
@@ -149,8 +149,7 @@ class Averager {
   void send_deal(uint64_t round, const std::vector<PeerRecord>& peers, const std::vector<Dealt>& dealt);
   // Whether the live peer `key` (or this one) takes its key from its leader's count (PeerRecord::kTakesDeals).
   bool takes_deals(const std::vector<PeerRecord>& peers, const PeerKey& key) const;
-  // The group a kGroup message names, when it is well formed and names this peer; sets first_place_,
-  // dealt_keys_ and dealt_swarm_.
+  // The group a kGroup message names, when it is well formed and names this peer; sets said_.
   std::optional<std::vector<Member>> group_from(const Message& m);
 
   // The all-reduce (Averager.cpp).
@@ -175,9 +174,12 @@ class Averager {
   Transport& transport_;
   Directory& directory_;
   AveragingOptions options_;
-  uint64_t first_place_ = 0;    // the last group's `first` (send_group)
-  int64_t dealt_keys_ = 0;      // and its `keys`
-  int64_t dealt_swarm_ = 0;     // and its `swarm`
+  // What this peer's last group message said besides its members (send_group's arguments).
+  struct Said {
+    uint64_t first = 0;
+    int64_t keys = 0;
+    int64_t swarm = 0;
+  } said_;
   uint64_t round_ = 0;          // the round average() is in
   bool claimed_twice_ = false;  // a group of round_ other than this peer's came (decline_other_groups)
   // The last rounds this peer averaged in, with its group in each: a group of one of them that arrives

@@ -23,7 +23,7 @@
 // transport (at once when the step, readiness or leaving changes; other changes at most every 50 ms; with
 // group keys, readiness and a peer's samples only to the peers of its key: Notes [Readiness goes to the
 // group] in DirectorySend.cpp and [The target batch counted in the key and scaled to the swarm] in
-// parallel/swarm/SwarmPeer.cpp). The heartbeat, every announce_s, goes to every known peer that did not
+// parallel/swarm/SwarmProgress.cpp). The heartbeat, every announce_s, goes to every known peer that did not
 // hear this one's record lately (Note [A heartbeat skips the peers that heard this one lately]), or, while
 // a leader's deal vouches for this one, only to those that do not read deals (Note [A deal vouches for its
 // members]); to a few of them (the peers met in the last beats, and two drawn at random) it also carries up to 8 live
@@ -99,7 +99,7 @@ struct PeerRecord {
   // here record_ttl_s after this.
   double heard_unix = 0;
   // Not in the sealed record: when this directory took this record in, by its own clock (Note [Samples
-  // trained since the record] in parallel/swarm/SwarmPeer.cpp).
+  // trained since the record] in parallel/swarm/SwarmProgress.cpp).
   double taken_unix = 0;
 };
 
@@ -131,7 +131,7 @@ struct DirectoryOptions {
 class Directory {
  public:
   // Non-urgent changes of this peer's record (its samples) go out at most this often: a reader's view of
-  // them lags by up to this much (parallel/swarm/SwarmPeer.cpp's samples_toward makes up for it).
+  // them lags by up to this much (parallel/swarm/SwarmProgress.cpp's samples_toward makes up for it).
   static constexpr double kMinDirectGapS = 0.05;
 
   // `transport` carries the records between known peers and must outlive the directory; without one

@@ -24,7 +24,7 @@ using std::chrono::steady_clock;
 // its batch is in. (The batch counted is the reader's own: with peers of unequal batches the count is
 // off by the difference until the next heartbeat or step, where before it was exact within milliseconds.
 // Since, a peer counts only its key's peers anyway, and its samples go to them alone: Note [The target
-// batch counted in the key and scaled to the swarm] in parallel/swarm/SwarmPeer.cpp.)
+// batch counted in the key and scaled to the swarm] in parallel/swarm/SwarmProgress.cpp.)
 // So a change announced with Reach::kGroup (readiness, and the samples that make a peer ready) goes to
 // those peers only, and to the others with the next heartbeat that goes to them (Note [A heartbeat skips
 // the peers that heard this one lately]) or the next change of step. A change of step, leaving or

@@ -111,11 +111,11 @@ std::optional<std::vector<Member>> Averager::group_from(const Message& m) {
     has_me = has_me || member.key == transport_.key();
   }
   if (!r.ok() || !has_me) return std::nullopt;
-  first_place_ = r.left() >= 8 ? r.u64() : 0;
+  said_.first = r.left() >= 8 ? r.u64() : 0;
   const uint64_t keys = r.left() >= 8 ? r.u64() : 0;
-  dealt_keys_ = keys <= kMaxGridKeys ? static_cast<int64_t>(keys) : 0;  // past that, not a count: its own
+  said_.keys = keys <= kMaxGridKeys ? static_cast<int64_t>(keys) : 0;  // past that, not a count: its own
   const uint64_t swarm = r.left() >= 8 ? r.u64() : 0;
-  dealt_swarm_ = swarm <= kMaxSwarm ? static_cast<int64_t>(swarm) : 0;
+  said_.swarm = swarm <= kMaxSwarm ? static_cast<int64_t>(swarm) : 0;
   return group;
 }
 
@@ -278,14 +278,14 @@ std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> re
     const std::vector<Member> group(ready.begin() + first, ready.begin() + n * (g + 1) / groups);
     send_group(round, group, static_cast<uint64_t>(first), static_cast<uint64_t>(keys), peers.size() + 1);
     for (size_t j = 0; j < group.size(); ++j) {
-      if (group[j].key == transport_.key()) mine = group, first_place_ = static_cast<uint64_t>(first);
+      if (group[j].key == transport_.key()) mine = group, said_.first = static_cast<uint64_t>(first);
       const int64_t place = first + static_cast<int64_t>(j);
       if (group.size() > 1 && takes_deals(peers, group[j].key))
         dealt.push_back({group[j].key, next_group_key(group_key, round, place, keys)});
     }
   }
-  dealt_keys_ = keys;
-  dealt_swarm_ = static_cast<int64_t>(peers.size()) + 1;
+  said_.keys = keys;
+  said_.swarm = static_cast<int64_t>(peers.size()) + 1;
   // On a grid of one key every member goes to it, and every leader waits for every peer a step behind
   // anyway: a deal would tell nobody anything (8 peers in groups of 8: 7 frames a round for nothing).
   if (keys > 1) send_deal(round, peers, dealt);

@@ -63,7 +63,7 @@ TEST(SwarmDirectory, ARecordChangeGoesToTheKnownPeersDirectly) {
   while (p2p::Clock::now() < deadline && !sees(b, 6)) std::this_thread::sleep_for(20ms);
   ASSERT_TRUE(sees(b, 6));
   EXPECT_TRUE(b.directory.peers()[0].ready);
-  // When b took it in, by b's clock (Note [Samples trained since the record] in parallel/swarm/SwarmPeer.cpp).
+  // When b took it in, by b's clock (Note [Samples trained since the record] in parallel/swarm/SwarmProgress.cpp).
   EXPECT_GE(b.directory.peers()[0].taken_unix, before);
   EXPECT_LE(b.directory.peers()[0].taken_unix, p2p::detail::unix_now());
   EXPECT_GT(a.transport.stats().record_bytes_sent, 0);

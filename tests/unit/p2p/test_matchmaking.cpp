@@ -174,7 +174,7 @@ TEST(SwarmAverager, ALeaderDoesNotWaitForPeersTheLastRoundDealtAnotherKey) {
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(round_behind[i].group.size(), 2u) << round_behind[i].problem;
     EXPECT_EQ(round_behind[i].keys, p2p::grid_keys(4, 2)) << "the leader's key count, sent with the group";
-    // Note [The target batch counted in the key and scaled to the swarm] in parallel/swarm/SwarmPeer.cpp
+    // Note [The target batch counted in the key and scaled to the swarm] in parallel/swarm/SwarmProgress.cpp
     EXPECT_EQ(round_behind[i].swarm, 4) << "the live peers the leader knows, sent with the group";
   }
   // The deal reached both peers of the next step, with the keys the members themselves take.
@@ -203,7 +203,7 @@ TEST(SwarmAverager, ALeaderDoesNotWaitForPeersTheLastRoundDealtAnotherKey) {
   }
 }
 
-// Note [The target batch counted in the key and scaled to the swarm] in parallel/swarm/SwarmPeer.cpp: a
+// Note [The target batch counted in the key and scaled to the swarm] in parallel/swarm/SwarmProgress.cpp: a
 // member reads the swarm's size from its leader's group message, and reads 0 (it counts its own records)
 // from a leader of an earlier release, whose message ends before it, or from a size past any swarm's.
 TEST(SwarmAverager, AMemberReadsTheSwarmsSizeFromItsLeaderOrNoneFromAnOlderOneOrAnImpossibleOne) {

@@ -71,7 +71,7 @@ std::unique_ptr<p2p::Transport> ask_for_records(const std::vector<PeerFile>& pee
 std::vector<p2p::PeerRecord> drifted_from(const std::map<int64_t, uint64_t>& digests, const p2p::PeerKey& me,
                                           const std::vector<p2p::PeerRecord>& peers);
 
-// Note [The target batch counted in the key and scaled to the swarm] (SwarmPeer.cpp): the samples the
+// Note [The target batch counted in the key and scaled to the swarm] (SwarmProgress.cpp): the samples the
 // swarm will have trained toward `step` once every peer still training on it finishes its batch, as a
 // peer sees it at `now_unix` from `peers` (the live records): its own `samples`, each other's announced
 // samples, what each still training has trained since its record at its speed (Note [Samples trained

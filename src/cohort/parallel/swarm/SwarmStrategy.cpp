@@ -70,7 +70,7 @@ class SwarmStrategy : public Strategy {
     auto out = peer_->figures();
     // The samples this peer trained on, all its workers together: the swarm's global steps count
     // swarm.target_batch_size each, and this says what the peers really took (Note [A swarm step is the
-    // target batch, not twice it] in SwarmPeer.cpp).
+    // target batch, not twice it] in SwarmProgress.cpp).
     out.emplace_back("swarm_samples", static_cast<double>(trained_samples_));
     return out;
   }
