@@ -10,7 +10,8 @@ count and swarm.group_size it records, over all peers:
   - rounds completed, the mean group size, failed rounds per peer (swarm_failed_rounds);
   - the median and p95 round time (each step's swarm_round_seconds, log.every_steps=1);
   - averaging bytes sent per peer per round, and background (directory record) bytes per peer per second,
-    over the run and while training (a step's too, with the leaders' deals apart);
+    over the run and while training (a step's too, with the leaders' deals apart); the DHT's UDP bytes a
+    peer a second, the mean and the busiest peer's, and the two together (background_bytes_per_peer_per_s);
   - memory: the largest resident set of one process (VmRSS), and the largest proportional set size of one
     peer's processes together (PSS: pages they share counted once), sampled every 5 s;
     and the CPU seconds the sampler itself used (observer_cpu_s), which shares the cores with the peers.
@@ -398,6 +399,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     rounds, failed, sizes, times, avg_bytes, record_rate, distances, state_rounds = 0, [], [], [], [], [], [], 0
     samples = 0  # trained by every peer (swarm_samples), against the target's steps below
     state_times, record_frames, training_rate, training_frames, training_step, training_deal = [], [], [], [], [], []
+    dht_rate = []  # what each peer's DHT node sent over UDP a second (swarm_dht_bytes_sent)
     for d in dirs:
         try:
             with open(os.path.join(d, "summary.json")) as f:
@@ -413,6 +415,8 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         if s["swarm_rounds"]:
             avg_bytes.append((s["swarm_bytes_sent"] - s.get("swarm_record_bytes_sent", 0)) / s["swarm_rounds"])
         record_rate.append(s.get("swarm_record_bytes_sent", 0) / wall)
+        if "swarm_dht_bytes_sent" in s:
+            dht_rate.append(s["swarm_dht_bytes_sent"] / wall)
         if "swarm_record_frames_sent" in s:
             record_frames.append(s["swarm_record_frames_sent"] / wall)
         logged = []  # (train_seconds, record bytes, record frames, step, deal bytes) at each logged step
@@ -470,6 +474,13 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         "round_s_p95": round(times[int(0.95 * (len(times) - 1))], 3) if times else None,
         "averaging_bytes_per_peer_per_round": round(statistics.mean(avg_bytes)) if avg_bytes else None,
         "record_bytes_per_peer_per_s": round(statistics.mean(record_rate)) if record_rate else None,
+        # The DHT's UDP, which the records' counts leave out: the mean a peer, and the busiest peer's (the
+        # nodes nearest the run's key answer the reads: Note [The run's records in sixteen buckets]).
+        "dht_bytes_per_peer_per_s": round(statistics.mean(dht_rate)) if dht_rate else None,
+        "dht_bytes_per_s_busiest_peer": round(max(dht_rate)) if dht_rate else None,
+        # Background traffic a peer in all: its records and deals, and its DHT node.
+        "background_bytes_per_peer_per_s": (round(statistics.mean(record_rate) + statistics.mean(dht_rate))
+                                            if dht_rate and record_rate else None),
         # The frames behind those bytes: each costs a send, a seal and a wake-up at both ends.
         "record_frames_per_peer_per_s": round(statistics.mean(record_frames), 1) if record_frames else None,
         # The same while it trains (from its first logged step to its last), without the start.

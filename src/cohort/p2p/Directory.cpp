@@ -27,6 +27,23 @@ constexpr dht::ValueType::Id kRecordType = 0x4348;
 using std::chrono::duration;
 using std::chrono::steady_clock;
 
+// OpenDHT's UDP socket, counting the bytes it sends (Directory::dht_bytes_sent): the DHT's share of a
+// peer's background traffic, which the transport's counters do not see (Note [The run's records in
+// sixteen buckets]).
+class CountingSocket : public dht::net::UdpSocket {
+ public:
+  CountingSocket(const dht::SockAddr& bind4, const dht::SockAddr& bind6, std::shared_ptr<std::atomic<int64_t>> sent)
+      : UdpSocket(bind4, bind6), sent_(std::move(sent)) {}
+  int sendTo(const dht::SockAddr& dest, const uint8_t* data, size_t size, bool replied) override {
+    const int error = UdpSocket::sendTo(dest, data, size, replied);
+    if (error == 0) *sent_ += static_cast<int64_t>(size);
+    return error;
+  }
+
+ private:
+  std::shared_ptr<std::atomic<int64_t>> sent_;
+};
+
 uint64_t new_session() {
   std::random_device device;
   uint64_t session = 0;
@@ -48,6 +65,7 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
       key_("cohort-swarm/" + hex(run_public_key.data(), run_public_key.size())),
       session_(new_session()),
       started_unix_(detail::unix_now()) {
+  next_bucket_ = static_cast<int>(std::random_device{}() % kDhtBuckets);  // peers do not read in step
   const auto [host, port] = split_host_port(listen, "swarm.listen");
   dht::DhtRunner::Config config;
   config.threaded = true;
@@ -57,7 +75,9 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
     throw ConfigError("swarm.listen=" + listen + ": cannot resolve " + host, "give an address of this machine");
   config.bind4 = addresses.front();
   try {
-    dht_->run(config, {});
+    dht::DhtRunner::Context context;
+    context.sock = std::make_unique<CountingSocket>(config.bind4, config.bind6, dht_sent_);
+    dht_->run(config, std::move(context));
     // Note [A DHT value outlives OpenDHT's reannounce margin]
     // OpenDHT puts a value again REANNOUNCE_MARGIN
     // (10 s) before it expires. A type that expires within 10 s is put again at once, without end: the
@@ -162,6 +182,8 @@ std::vector<PeerRecord> Directory::fresh_peers(double timeout_s) {
   return peers();
 }
 
+int64_t Directory::dht_bytes_sent() const { return dht_sent_->load(); }
+
 int64_t Directory::peers_seen() const {
   std::lock_guard lock(mutex_);
   return static_cast<int64_t>(seen_.size());
@@ -243,7 +265,7 @@ void Directory::run() {
     }
     const bool knows_peers = publishing && !peers().empty();
     if (contact && since(last_read) >= (knows_peers ? options_.dht_read_known_s : options_.dht_read_s)) {
-      start_read();
+      start_read(!knows_peers);
       last_read = steady_clock::now();
     }
     lock.lock();
@@ -251,6 +273,26 @@ void Directory::run() {
   }
 }
 
+// Note [The run's records in sixteen buckets]
+// Every peer puts its record under the run's DHT key, and each used to read all of them from there every
+// dht_read_known_s. A key's values live on the few nodes nearest to it, and OpenDHT fetches them a get,
+// and a packet, a value, from one of those: a node there sent N records to N / dht_read_known_s readers a
+// second. It was never measured, as the transport's counters do not see the DHT's UDP. With the kernel's
+// counters (2026-12-06, groups of 8, on loopback) the busiest peer's DHT sent 71 to 368 kB/s at 64 peers
+// (five of its seven runs over 100; 450 kB/s of values while training in one), 6 to 14 kB/s at 8, the
+// others about 1 kB/s: N^2 on one node, which at 1,000 peers would be tens of MB/s (issue 41). So each
+// record names its bucket, one of kDhtBuckets by the first byte of its peer's key (the value's user
+// type), and a peer that knows others reads one bucket each dht_read_known_s, the next in turn, asking
+// the nodes for that bucket's values alone (a Where on the user type, applied where they are stored): N
+// / 16 records a read. A peer that knows nobody (a newcomer, an observer) still reads them all. The reads
+// of peers that know others only merge views that the records sent directly did not (a swarm started from
+// two sets of initial peers): reading a bucket at a time delays that by up to 16 reads, 80 s by default.
+// One key with buckets in it, not a key a bucket: that was tried first, and each peer then kept 17 of
+// OpenDHT's searches alive where it kept one; their upkeep (a list of nodes in each answer) cost the
+// nearest nodes what the values saved (138 to 191 kB/s on the busiest). The busiest peer now sends 59 to
+// 103 kB/s at 64 peers in four runs, 6 to 8 at 8. What is left is OpenDHT's upkeep of the searches and
+// the puts (every peer's every dht_put_s), on a machine whose 64 processes answer late. A record of an
+// earlier release has no bucket: a newcomer reads it, and a peer that knows others hears it directly.
 void Directory::put(const std::vector<uint8_t>& sealed) {
   auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
   // One value id per peer, so a peer's newer record replaces its older one on the nodes that store it.
@@ -258,16 +300,19 @@ void Directory::put(const std::vector<uint8_t>& sealed) {
   for (int i = 0; i < 8; ++i) id = (id << 8) | me_.token.peer_public_key[static_cast<size_t>(i)];
   value->id = id;
   value->type = kRecordType;
+  value->user_type = detail::dht_bucket_name(detail::dht_bucket(me_.token.peer_public_key));
   dht_->put(dht::InfoHash::get(key_), value, [](bool) {});
 }
 
-// Reads every record of the run from the DHT without waiting: the answers arrive on OpenDHT's thread.
-void Directory::start_read() {
+// Reads the run's records from the DHT without waiting: the answers arrive on OpenDHT's thread.
+void Directory::start_read(bool everything) {
+  std::string bucket;  // empty: every record
   {
     std::lock_guard lock(mutex_);
     if (read_in_flight_) return;
     read_in_flight_ = true;
     ++reads_started_;
+    if (!everything) bucket = detail::dht_bucket_name(next_bucket_), next_bucket_ = (next_bucket_ + 1) % kDhtBuckets;
   }
   dht_->get(
       dht::InfoHash::get(key_),
@@ -281,7 +326,16 @@ void Directory::start_read() {
         read_in_flight_ = false;
         ++reads_;
         changed_.notify_all();
-      });
+      },
+      {}, bucket.empty() ? dht::Where{} : dht::Where{}.userType(bucket));
 }
+
+namespace detail {
+
+int dht_bucket(const PeerKey& peer) { return peer[0] % Directory::kDhtBuckets; }
+
+std::string dht_bucket_name(int bucket) { return "b" + std::to_string(bucket % Directory::kDhtBuckets); }
+
+}  // namespace detail
 
 }  // namespace cohort::p2p

@@ -181,6 +181,13 @@ class Directory {
   std::string identity_taken() const;
   // The peers of another run that refused this one so far.
   std::vector<Refusal> refusals() const;
+  // Bytes this peer's DHT node sent (UDP), since it started: its puts and reads, and its answers to the
+  // others' (the transport's counters see only the frames).
+  int64_t dht_bytes_sent() const;
+
+  // The run's records fall in this many buckets, by the first byte of each peer's key, and a peer that knows
+  // others reads one at a time (Note [The run's records in sixteen buckets] in p2p/Directory.cpp).
+  static constexpr int kDhtBuckets = 16;
 
  private:
   void run();
@@ -225,7 +232,8 @@ class Directory {
   // Sends `mine` to swarm.initial_peers and the peers seen (Note [A peer that knows nobody knocks]).
   void knock(const std::vector<uint8_t>& mine);
   void put(const std::vector<uint8_t>& sealed);
-  void start_read();
+  // Reads the run's records: every one (`everything`), or the next bucket's in turn.
+  void start_read(bool everything);
   // Takes in one sealed record, from the DHT (no carrier: all zero) or in a frame of `carrier`: kept when
   // newer than the last of that peer. The carrier's own record is vouched for by its frame (open_carried).
   void take_in(const uint8_t* data, size_t size, const PeerKey& carrier);
@@ -247,6 +255,7 @@ class Directory {
   Transport* transport_;
   std::unique_ptr<dht::DhtRunner> dht_;
   std::string key_;  // the DHT key of this run's records
+  std::shared_ptr<std::atomic<int64_t>> dht_sent_ = std::make_shared<std::atomic<int64_t>>(0);
   std::vector<std::string> initial_peers_;
   std::string mine_address_;                // swarm.listen
   static constexpr size_t kMaxKnocks = 64;  // addresses knocked on at most, each announce_s
@@ -266,6 +275,7 @@ class Directory {
   };
   std::map<PeerKey, Sent> sent_;
   bool read_in_flight_ = false;
+  int next_bucket_ = 0;  // the bucket a peer that knows others reads next
   // Addresses of peers met, to make DHT contacts of (Note [Every peer is a DHT contact]).
   std::vector<std::string> to_contact_;
   struct Entry {
@@ -337,6 +347,10 @@ using SealedRecord = std::pair<const uint8_t*, size_t>;
 std::vector<uint8_t> records_body(const std::vector<SealedRecord>& records);
 // The sealed records of a kRecord body, up to the first that is cut short (pointing into `body`).
 std::vector<SealedRecord> sealed_records(const std::vector<uint8_t>& body);
+// The bucket of the run's records a peer's goes to (Note [The run's records in sixteen buckets] in
+// p2p/Directory.cpp), and its name, the DHT value's user type that a read of one bucket asks for.
+int dht_bucket(const PeerKey& peer);
+std::string dht_bucket_name(int bucket);
 // A kDeal body: the members a leader dealt for the step after its round, and the keys it dealt them.
 std::vector<uint8_t> deal_body(const std::vector<Dealt>& dealt);
 // Its members, or nothing when the body is malformed.

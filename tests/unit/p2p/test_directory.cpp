@@ -413,6 +413,55 @@ TEST(SwarmDirectory, AHeartbeatAddressedToNobodyIsAnsweredWithTheRecord) {
   EXPECT_GE(seen, 5) << "a saw b's record in " << seen << " of 30 looks";
 }
 
+// Note [The run's records in sixteen buckets]: two peers in different buckets put their records, and an
+// observer that knows nobody (as `cohort swarm status`, with no transport) finds both in the DHT alone,
+// since it reads every bucket; every DHT node counts what it sends.
+TEST(SwarmDirectory, RecordsSpreadOverBucketsAreAllFoundByAPeerThatKnowsNobody) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  auto d = no_heartbeat_within_a_test();
+  d.dht_put_s = 0.5;
+  Peer a(run, 190, "", logs, d);
+  auto id = p2p::issue_token(run, 1h, now_unix());
+  while (p2p::detail::dht_bucket(id.token.peer_public_key) == p2p::detail::dht_bucket(a.transport.key()))
+    id = p2p::issue_token(run, 1h, now_unix());
+  Peer b(run, id, 191, a.transport.address(), logs, d);
+  a.directory.announce({{}, a.transport.address(), 3, 0, 1.0});
+  b.directory.announce({{}, b.transport.address(), 4, 0, 1.0});
+  p2p::Directory observer(p2p::issue_token(run, 1h, now_unix()), run.public_key,
+                          "127.0.0.192:" + std::to_string(base_port() + 192), {a.transport.address()}, d, logs.sink());
+  const auto deadline = p2p::Clock::now() + 15s;
+  while (p2p::Clock::now() < deadline && observer.peers().size() < 2) std::this_thread::sleep_for(50ms);
+  const auto seen = observer.peers();
+  ASSERT_EQ(seen.size(), 2u);
+  for (const auto& p : seen) EXPECT_EQ(p.step, p.key == a.transport.key() ? 3 : 4);
+  EXPECT_GT(a.directory.dht_bytes_sent(), 0);
+  EXPECT_GT(observer.dht_bytes_sent(), 0);
+}
+
+// A peer that knows others reads one bucket of records at a time, and the DHT's nodes send it that
+// bucket's alone (a filter on the values' user type): c, which knows a, finds b, whose record is in the DHT
+// only (nobody's heartbeat passes it on within the test), within its 16 reads of a bucket.
+TEST(SwarmDirectory, APeerThatKnowsOthersFindsARecordInTheDhtThroughItsBuckets) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  auto d = no_heartbeat_within_a_test();
+  d.dht_put_s = 0.5;
+  Peer a(run, 193, "", logs, d), c(run, 195, a.transport.address(), logs, d);
+  ASSERT_TRUE(meet({{&a, p2p::PeerRecord{{}, a.transport.address(), 1, 0, 1.0}},
+                    {&c, p2p::PeerRecord{{}, c.transport.address(), 1, 0, 1.0}}}));
+  Peer b(run, 194, a.transport.address(), logs, d);
+  b.directory.announce({{}, b.transport.address(), 7, 0, 1.0});
+  const auto sees_b = [&] {
+    const auto peers = c.directory.peers();
+    return std::any_of(peers.begin(), peers.end(),
+                       [&](const p2p::PeerRecord& p) { return p.key == b.transport.key(); });
+  };
+  const auto deadline = p2p::Clock::now() + 15s;
+  while (p2p::Clock::now() < deadline && !sees_b()) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(sees_b());
+}
+
 #endif  // COHORT_HAVE_SWARM
 
 }  // namespace

@@ -351,6 +351,9 @@ std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
           // round's keys] in p2p/Matchmaking.cpp): the part that grows with the swarm.
           {"swarm_deal_bytes_sent", static_cast<double>(s.deal_bytes_sent)},
           {"swarm_deal_frames_sent", static_cast<double>(s.deal_frames_sent)},
+          // Background traffic the transport does not carry: the DHT's, over UDP (Note [The run's records
+          // in sixteen buckets] in p2p/Directory.cpp).
+          {"swarm_dht_bytes_sent", static_cast<double>(directory_->dht_bytes_sent())},
           {"swarm_frames_refused", static_cast<double>(s.frames_refused)},
           {"swarm_peers_seen", static_cast<double>(directory_->peers_seen())},
           {"swarm_state_rounds", static_cast<double>(state_rounds_)},
