@@ -400,6 +400,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     samples = 0  # trained by every peer (swarm_samples), against the target's steps below
     state_times, record_frames, training_rate, training_frames, training_step, training_deal = [], [], [], [], [], []
     dht_rate = []  # what each peer's DHT node sent over UDP a second (swarm_dht_bytes_sent)
+    background = []  # and with its records, a peer at a time
     for d in dirs:
         try:
             with open(os.path.join(d, "summary.json")) as f:
@@ -417,6 +418,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         record_rate.append(s.get("swarm_record_bytes_sent", 0) / wall)
         if "swarm_dht_bytes_sent" in s:
             dht_rate.append(s["swarm_dht_bytes_sent"] / wall)
+            background.append((s.get("swarm_record_bytes_sent", 0) + s["swarm_dht_bytes_sent"]) / wall)
         if "swarm_record_frames_sent" in s:
             record_frames.append(s["swarm_record_frames_sent"] / wall)
         logged = []  # (train_seconds, record bytes, record frames, step, deal bytes) at each logged step
@@ -479,8 +481,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         "dht_bytes_per_peer_per_s": round(statistics.mean(dht_rate)) if dht_rate else None,
         "dht_bytes_per_s_busiest_peer": round(max(dht_rate)) if dht_rate else None,
         # Background traffic a peer in all: its records and deals, and its DHT node.
-        "background_bytes_per_peer_per_s": (round(statistics.mean(record_rate) + statistics.mean(dht_rate))
-                                            if dht_rate and record_rate else None),
+        "background_bytes_per_peer_per_s": round(statistics.mean(background)) if background else None,
         # The frames behind those bytes: each costs a send, a seal and a wake-up at both ends.
         "record_frames_per_peer_per_s": round(statistics.mean(record_frames), 1) if record_frames else None,
         # The same while it trains (from its first logged step to its last), without the start.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <utility>
 
 #include "cohort/p2p/Wire.h"
 #include "cohort/util/Error.h"
@@ -176,6 +177,7 @@ std::vector<PeerRecord> Directory::written_since(double oldest_unix) const {
 std::vector<PeerRecord> Directory::fresh_peers(double timeout_s) {
   {
     std::unique_lock lock(mutex_);
+    full_read_wanted_ = true;  // of every record, not of a bucket (Note [The run's records in sixteen buckets])
     const uint64_t after = reads_started_;  // a read that starts after this call
     changed_.wait_for(lock, duration<double>(timeout_s), [&] { return reads_ > after || stopping_; });
   }
@@ -276,7 +278,7 @@ void Directory::run() {
 // Note [The run's records in sixteen buckets]
 // Every peer puts its record under the run's DHT key, and each used to read all of them from there every
 // dht_read_known_s. A key's values live on the few nodes nearest to it, and OpenDHT fetches them a get,
-// and a packet, a value, from one of those: a node there sent N records to N / dht_read_known_s readers a
+// and a packet, a value, from those: such a node sent N records to up to N / dht_read_known_s readers a
 // second. It was never measured, as the transport's counters do not see the DHT's UDP. With the kernel's
 // counters (2026-12-06, groups of 8, on loopback) the busiest peer's DHT sent 71 to 368 kB/s at 64 peers
 // (five of its seven runs over 100; 450 kB/s of values while training in one), 6 to 14 kB/s at 8, the
@@ -284,15 +286,17 @@ void Directory::run() {
 // record names its bucket, one of kDhtBuckets by the first byte of its peer's key (the value's user
 // type), and a peer that knows others reads one bucket each dht_read_known_s, the next in turn, asking
 // the nodes for that bucket's values alone (a Where on the user type, applied where they are stored): N
-// / 16 records a read. A peer that knows nobody (a newcomer, an observer) still reads them all. The reads
+// / 16 records a read. A peer that knows nobody (a newcomer, an observer) still reads them all, and so
+// does one that asked for fresh records (fresh_peers: a peer waiting for the swarm, or catching up). The reads
 // of peers that know others only merge views that the records sent directly did not (a swarm started from
 // two sets of initial peers): reading a bucket at a time delays that by up to 16 reads, 80 s by default.
 // One key with buckets in it, not a key a bucket: that was tried first, and each peer then kept 17 of
 // OpenDHT's searches alive where it kept one; their upkeep (a list of nodes in each answer) cost the
 // nearest nodes what the values saved (138 to 191 kB/s on the busiest). The busiest peer now sends 59 to
-// 103 kB/s at 64 peers in four runs, 6 to 8 at 8. What is left is OpenDHT's upkeep of the searches and
+// 103 kB/s at 64 peers in five runs, 6 to 12 at 8. What is left is OpenDHT's upkeep of the searches and
 // the puts (every peer's every dht_put_s), on a machine whose 64 processes answer late. A record of an
-// earlier release has no bucket: a newcomer reads it, and a peer that knows others hears it directly.
+// earlier release has no bucket: a newcomer reads it, and a peer that knows others never through the DHT,
+// only directly.
 void Directory::put(const std::vector<uint8_t>& sealed) {
   auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
   // One value id per peer, so a peer's newer record replaces its older one on the nodes that store it.
@@ -312,6 +316,7 @@ void Directory::start_read(bool everything) {
     if (read_in_flight_) return;
     read_in_flight_ = true;
     ++reads_started_;
+    if (std::exchange(full_read_wanted_, false)) everything = true;  // fresh_peers asked for every record
     if (!everything) bucket = detail::dht_bucket_name(next_bucket_), next_bucket_ = (next_bucket_ + 1) % kDhtBuckets;
   }
   dht_->get(

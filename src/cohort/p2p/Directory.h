@@ -171,8 +171,8 @@ class Directory {
   void announce_digest(int64_t step, uint64_t digest);
   // The live peers other than this one, as of the last read; newest record of each.
   std::vector<PeerRecord> peers() const;
-  // Waits until a read of the DHT that starts after this call completes (or `timeout_s`); returns the
-  // live peers then.
+  // Waits until a read of the DHT that starts after this call completes (or `timeout_s`), a read of every
+  // record; returns the live peers then.
   std::vector<PeerRecord> fresh_peers(double timeout_s);
   // Distinct peers ever seen alive (for the run's summary).
   int64_t peers_seen() const;
@@ -275,7 +275,8 @@ class Directory {
   };
   std::map<PeerKey, Sent> sent_;
   bool read_in_flight_ = false;
-  int next_bucket_ = 0;  // the bucket a peer that knows others reads next
+  int next_bucket_ = 0;            // the bucket a peer that knows others reads next
+  bool full_read_wanted_ = false;  // fresh_peers asked for every record: the next read reads them all
   // Addresses of peers met, to make DHT contacts of (Note [Every peer is a DHT contact]).
   std::vector<std::string> to_contact_;
   struct Entry {

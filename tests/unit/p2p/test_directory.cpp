@@ -8,6 +8,9 @@
 #include <thread>
 
 #include "cohort/p2p/Directory.h"
+#if COHORT_HAVE_SWARM
+#include <opendht/dhtrunner.h>
+#endif
 #include "unit/p2p/SwarmLoopback.h"
 
 namespace cohort::p2p {
@@ -460,6 +463,43 @@ TEST(SwarmDirectory, APeerThatKnowsOthersFindsARecordInTheDhtThroughItsBuckets) 
   const auto deadline = p2p::Clock::now() + 15s;
   while (p2p::Clock::now() < deadline && !sees_b()) std::this_thread::sleep_for(50ms);
   EXPECT_TRUE(sees_b());
+}
+
+// A peer of an earlier release puts its record with no bucket (no user type) under the run's key, as
+// every record was before Note [The run's records in sixteen buckets]: an observer that knows nobody
+// still reads it. The old peer here is a bare OpenDHT node putting such a record.
+TEST(SwarmDirectory, ARecordOfAnEarlierReleaseWithNoBucketIsReadByAPeerThatKnowsNobody) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  Peer a(run, 196, "", logs, no_heartbeat_within_a_test());
+  const auto old = p2p::issue_token(run, 1h, now_unix());
+  const std::string old_address = "127.0.0.197:" + std::to_string(base_port() + 197);
+  p2p::PeerRecord record{{}, old_address, 9, 0, 1.0};
+  record.key = old.token.peer_public_key;
+  record.written_unix = now_unix();
+  const auto sealed = p2p::seal(old, p2p::PeerKey{}, p2p::next_counter(), p2p::detail::encode_record(record));
+  dht::DhtRunner bare;
+  dht::DhtRunner::Config config;
+  config.threaded = true;
+  config.bind4 = dht::SockAddr::resolve("127.0.0.197", std::to_string(base_port() + 197)).front();
+  bare.run(config, {});
+  bare.bootstrap("127.0.0.196", std::to_string(base_port() + 196));
+  auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
+  value->id = 197;
+  value->type = 0x4348;  // Directory.cpp's kRecordType, as every release has it
+  bare.put(dht::InfoHash::get("cohort-swarm/" + p2p::hex(run.public_key.data(), run.public_key.size())), value);
+  p2p::Directory observer(p2p::issue_token(run, 1h, now_unix()), run.public_key,
+                          "127.0.0.198:" + std::to_string(base_port() + 198), {a.transport.address()},
+                          no_heartbeat_within_a_test(), logs.sink());
+  const auto sees_old = [&] {
+    const auto peers = observer.peers();
+    return std::any_of(peers.begin(), peers.end(),
+                       [&](const p2p::PeerRecord& p) { return p.key == old.token.peer_public_key && p.step == 9; });
+  };
+  const auto deadline = p2p::Clock::now() + 15s;
+  while (p2p::Clock::now() < deadline && !sees_old()) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(sees_old());
+  bare.join();
 }
 
 #endif  // COHORT_HAVE_SWARM
