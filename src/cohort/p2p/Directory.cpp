@@ -294,7 +294,11 @@ void Directory::run() {
 // OpenDHT's searches alive where it kept one; their upkeep (a list of nodes in each answer) cost the
 // nearest nodes what the values saved (138 to 191 kB/s on the busiest). The busiest peer now sends 59 to
 // 103 kB/s at 64 peers in five runs, 6 to 12 at 8. What is left is OpenDHT's upkeep of the searches and
-// the puts (every peer's every dht_put_s), on a machine whose 64 processes answer late. A record of an
+// the puts (every peer's every dht_put_s), on a machine whose 64 processes answer late. These counts
+// are loopback's worst case: OpenDHT 2.4.12 gives a loopback address in another node's answer that
+// node's own (network_engine.cpp), and these peers share a port, so every search ran through the peer all
+// of them bootstrapped from; with initial peers spread over 8 peers the busiest sent 16 kB/s. On a
+// network the run's key has its ~8 nearest nodes, which share what one peer carried here. A record of an
 // earlier release has no bucket: a newcomer reads it, and a peer that knows others never through the DHT,
 // only directly.
 void Directory::put(const std::vector<uint8_t>& sealed) {
