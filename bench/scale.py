@@ -265,13 +265,20 @@ def run_launch(system, cohort, python, workers, steps, work, strategy="ddp"):
     return row
 
 
+# How many of the first peers the others join through (--bootstrap-peers): peer i joins through peer i % K
+# (peer 0 for i < K). On loopback OpenDHT routes every search through the peer a peer joined through
+# (docs/scaling.md, "The DHT's share"), so with one that peer carries the swarm's DHT.
+BOOTSTRAP_PEERS = 1
+
+
 def swarm_peer(cohort, i, address, peers, group_size, steps, port, work, start_with, extra=(), partition=None):
     """Starts peer `i` of the swarm on 127.0.0.`address`, training partition `partition` (default i) of
     `peers`; its output goes to out{i}.txt."""
+    through = i % BOOTSTRAP_PEERS if i >= BOOTSTRAP_PEERS else 0
     args = swarm_peer_args(cohort, os.path.join(work, f"p{i}"), f"127.0.0.{address}:{port}", peers,
                            i if partition is None else partition, start_with, group_size, steps, matchmaking_s=2,
                            averaging_timeout_s=10, dist_timeout_s=300,
-                           bootstrap=f"127.0.0.10:{port}" if i else None,
+                           bootstrap=f"127.0.0.{10 + through}:{port}" if i else None,
                            extra=["model.name=mlp", "data.train_limit=0", "data.test_limit=1000",
                                   "data.batch_size=32"] + list(extra))
     return subprocess.Popen(args, stdout=open(os.path.join(work, f"out{i}.txt"), "w"), stderr=subprocess.STDOUT)
@@ -543,11 +550,15 @@ def main():
     ap.add_argument("--accuracy-lr", type=float, default=0.4, help="optim.lr of every accuracy run (0: the default)")
     ap.add_argument("--accuracy-seed", type=int, default=None, help="train.seed of every accuracy run")
     ap.add_argument("--port", type=int, default=27000, help="the first port (two runs at once need apart ones)")
+    ap.add_argument("--bootstrap-peers", type=int, default=1,
+                    help="swarm runs: how many of the first peers the others join through (peer i through i %% K)")
     ap.add_argument("--keep-work", action="store_true", help="keep every run's directory (logs, metrics)")
     ap.add_argument("--accuracy-no-ddp", action="store_true", help="the swarm runs alone (--set applies to them)")
     ap.add_argument("--accuracy-group-sizes", default="0,8", help="swarm.group_size values beside ddp")
     ap.add_argument("--out")
     a = ap.parse_args()
+    global BOOTSTRAP_PEERS
+    BOOTSTRAP_PEERS = max(1, a.bootstrap_peers)
     # --set reaches the swarm's peers only: beside ddp, only the swarm's own keys (and the log's) may differ;
     # the recipe both share has its own flags.
     shared = [kv for kv in a.set if not kv.split("=", 1)[0].startswith(("swarm.", "log."))]
@@ -626,7 +637,8 @@ def main():
             **({} if faults else {"faults at scale": "no --faults given"}),
         },
         "settings": {"model": "mlp", "local_batch": 32, "steps": a.steps, "matchmaking_s": 2,
-                     "averaging_timeout_s": 10, "sampler": "partition", "threads_per_peer": 1, "set": a.set},
+                     "averaging_timeout_s": 10, "sampler": "partition", "threads_per_peer": 1, "set": a.set,
+                     "bootstrap_peers": BOOTSTRAP_PEERS},
         "swarm": rows,
         "launch": launch,
         "faults": faults,

@@ -297,7 +297,8 @@ void Directory::run() {
 // the puts (every peer's every dht_put_s), on a machine whose 64 processes answer late. These counts
 // are loopback's worst case: OpenDHT 2.4.12 gives a loopback address in another node's answer that
 // node's own (network_engine.cpp), and these peers share a port, so every search ran through the peer all
-// of them bootstrapped from; with initial peers spread over 8 peers the busiest sent 16 kB/s. On a
+// of them bootstrapped from; with initial peers spread over 8 peers the busiest sent 13 to 17 kB/s (25 and
+// 27 before). On a
 // network the run's key has its ~8 nearest nodes, which share what one peer carried here. A record of an
 // earlier release has no bucket: a newcomer reads it, and a peer that knows others never through the DHT,
 // only directly.
