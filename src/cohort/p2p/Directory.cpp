@@ -277,31 +277,26 @@ void Directory::run() {
 
 // Note [The run's records in sixteen buckets]
 // Every peer puts its record under the run's DHT key, and each used to read all of them from there every
-// dht_read_known_s. A key's values live on the few nodes nearest to it, and OpenDHT fetches them a get,
-// and a packet, a value, from those: such a node sent N records to up to N / dht_read_known_s readers a
-// second. It was never measured, as the transport's counters do not see the DHT's UDP. With the kernel's
-// counters (2026-12-06, groups of 8, on loopback) the busiest peer's DHT sent 71 to 368 kB/s at 64 peers
-// (five of its seven runs over 100; 450 kB/s of values while training in one), 6 to 14 kB/s at 8, the
-// others about 1 kB/s: N^2 on one node, which at 1,000 peers would be tens of MB/s (issue 41). So each
-// record names its bucket, one of kDhtBuckets by the first byte of its peer's key (the value's user
-// type), and a peer that knows others reads one bucket each dht_read_known_s, the next in turn, asking
-// the nodes for that bucket's values alone (a Where on the user type, applied where they are stored): N
-// / 16 records a read. A peer that knows nobody (a newcomer, an observer) still reads them all, and so
-// does one that asked for fresh records (fresh_peers: a peer waiting for the swarm, or catching up). The reads
-// of peers that know others only merge views that the records sent directly did not (a swarm started from
-// two sets of initial peers): reading a bucket at a time delays that by up to 16 reads, 80 s by default.
-// One key with buckets in it, not a key a bucket: that was tried first, and each peer then kept 17 of
-// OpenDHT's searches alive where it kept one; their upkeep (a list of nodes in each answer) cost the
-// nearest nodes what the values saved (138 to 191 kB/s on the busiest). The busiest peer now sends 59 to
-// 103 kB/s at 64 peers in five runs, 6 to 12 at 8. What is left is OpenDHT's upkeep of the searches and
-// the puts (every peer's every dht_put_s), on a machine whose 64 processes answer late. These counts
-// are loopback's worst case: OpenDHT 2.4.12 gives a loopback address in another node's answer that
-// node's own (network_engine.cpp), and these peers share a port, so every search ran through the peer all
-// of them bootstrapped from; with initial peers spread over 8 peers the busiest sent 13 to 17 kB/s (25 and
-// 27 before). On a
-// network the run's key has its ~8 nearest nodes, which share what one peer carried here. A record of an
-// earlier release has no bucket: a newcomer reads it, and a peer that knows others never through the DHT,
-// only directly.
+// dht_read_known_s. OpenDHT fetches a key's values a get, and a packet, a value, from the few nodes
+// nearest the key: N records to up to N / dht_read_known_s readers a second, N^2 on those nodes, tens of
+// MB/s at 1,000 peers. Nobody had measured it: the transport's counters do not see the DHT's UDP. With
+// the kernel's counters (2026-12-06, 64 peers in groups of 8, on loopback) the busiest peer's DHT sent 71
+// to 368 kB/s, 451 kB/s of it values while training in one capture, and the others about 1 kB/s.
+// So each record names its bucket, one of kDhtBuckets by the first byte of its peer's key (the value's
+// user type), and a peer that knows others reads one bucket each dht_read_known_s, in turn, asking for
+// that bucket's values alone (a Where on the user type, applied where they are stored): N / 16 records
+// a read. A peer that knows nobody (a newcomer, an observer) and one that asks for fresh records
+// (fresh_peers: waiting for the swarm, catching up) read them all. The reads of peers that know others
+// only merge views the records sent directly did not (a swarm started from two sets of initial peers),
+// now within 16 reads, 80 s by default. One key, not a key a bucket: that was tried first, and the 17
+// searches each peer then kept alive cost, in OpenDHT's upkeep, what the values saved (138 to 191 kB/s).
+// Now the busiest peer sends 59 to 103 kB/s, its values 19. On loopback one peer carried it all because
+// OpenDHT 2.4.12 replaces a loopback address in another node's answer with that node's own
+// (network_engine.cpp) and these peers share a port: every search ran through the peer all of them
+// joined through. With the initial peers spread over 8 peers the busiest sent 13 to 17 kB/s (25 and 27
+// before). What is left growing is OpenDHT's upkeep of the searches and every peer's put every
+// dht_put_s. A record of an earlier release has no bucket: a newcomer reads it, a peer that knows others
+// only hears it directly.
 void Directory::put(const std::vector<uint8_t>& sealed) {
   auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
   // One value id per peer, so a peer's newer record replaces its older one on the nodes that store it.
