@@ -453,6 +453,21 @@ TEST(SwarmDirectory, RecordsSpreadOverBucketsAreAllFoundByAPeerThatKnowsNobody) 
   EXPECT_GT(observer.dht_bytes_sent(), 0);
 }
 
+// A bare OpenDHT node at 127.0.0.<host> that knows the one at 127.0.0.<bootstrap>: a reader, or a peer of
+// an earlier release, beside the directories.
+void start_bare_dht_node(dht::DhtRunner& node, int host, int bootstrap) {
+  dht::DhtRunner::Config config;
+  config.threaded = true;
+  config.bind4 = dht::SockAddr::resolve("127.0.0." + std::to_string(host), std::to_string(base_port() + host)).front();
+  node.run(config, {});
+  node.bootstrap("127.0.0." + std::to_string(bootstrap), std::to_string(base_port() + bootstrap));
+}
+
+// The DHT key of a run's records (Directory.cpp's).
+dht::InfoHash run_dht_key(const p2p::RunKey& run) {
+  return dht::InfoHash::get("cohort-swarm/" + p2p::hex(run.public_key.data(), run.public_key.size()));
+}
+
 // A peer that knows others reads one bucket of records at a time (Note [The run's records in sixteen
 // buckets]): a's directory puts its record named by its bucket, and a read of the run's key that asks for
 // that bucket finds it, one that asks for another bucket finds nothing. The reader is a bare OpenDHT node
@@ -464,12 +479,8 @@ TEST(SwarmDirectory, ARecordIsReadByItsBucketAndNotByAnother) {
   d.dht_put_s = 0.5;
   Peer a(run, 193, "", logs, d);
   dht::DhtRunner reader;
-  dht::DhtRunner::Config config;
-  config.threaded = true;
-  config.bind4 = dht::SockAddr::resolve("127.0.0.194", std::to_string(base_port() + 194)).front();
-  reader.run(config, {});
-  reader.bootstrap("127.0.0.193", std::to_string(base_port() + 193));
-  const auto key = dht::InfoHash::get("cohort-swarm/" + p2p::hex(run.public_key.data(), run.public_key.size()));
+  start_bare_dht_node(reader, 194, 193);
+  const auto key = run_dht_key(run);
   const int bucket = p2p::detail::dht_bucket(a.transport.key());
   const auto count = [&](int b) {  // values a read of bucket b returns
     std::promise<size_t> got;
@@ -509,15 +520,11 @@ TEST(SwarmDirectory, ARecordOfAnEarlierReleaseWithNoBucketIsReadByAPeerThatKnows
   record.written_unix = now_unix();
   const auto sealed = p2p::seal(old, p2p::PeerKey{}, p2p::next_counter(), p2p::detail::encode_record(record));
   dht::DhtRunner bare;
-  dht::DhtRunner::Config config;
-  config.threaded = true;
-  config.bind4 = dht::SockAddr::resolve("127.0.0.197", std::to_string(base_port() + 197)).front();
-  bare.run(config, {});
-  bare.bootstrap("127.0.0.196", std::to_string(base_port() + 196));
+  start_bare_dht_node(bare, 197, 196);
   auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
   value->id = 197;
   value->type = 0x4348;  // Directory.cpp's kRecordType, as every release has it
-  bare.put(dht::InfoHash::get("cohort-swarm/" + p2p::hex(run.public_key.data(), run.public_key.size())), value);
+  bare.put(run_dht_key(run), value);
   p2p::Directory observer(p2p::issue_token(run, 1h, now_unix()), run.public_key,
                           "127.0.0.198:" + std::to_string(base_port() + 198), {a.transport.address()},
                           no_heartbeat_within_a_test(), logs.sink());
