@@ -23,7 +23,7 @@ namespace {
 // and keeps every value for 10 minutes, so a peer's updates would never reach the nodes that store its first record.
 // Every cohort node registers this type: a record may be replaced (a forged replacement is still refused by whoever
 // reads it: records are sealed) and expires soon after its peer stops republishing it.
-constexpr dht::ValueType::Id kRecordType = 0x4348;
+constexpr dht::ValueType::Id kRecordType = detail::kDhtRecordType;
 
 using std::chrono::duration;
 using std::chrono::steady_clock;
@@ -63,7 +63,7 @@ Directory::Directory(PeerIdentity me, PeerKey run_public_key, const std::string&
       log_(std::move(log)),
       transport_(transport),
       dht_(std::make_unique<dht::DhtRunner>()),
-      key_("cohort-swarm/" + hex(run_public_key.data(), run_public_key.size())),
+      key_(detail::dht_run_key(run_public_key)),
       session_(new_session()),
       started_unix_(detail::unix_now()) {
   next_bucket_ = static_cast<int>(std::random_device{}() % kDhtBuckets);  // peers do not read in step
@@ -336,6 +336,10 @@ void Directory::start_read(bool everything) {
 }
 
 namespace detail {
+
+std::string dht_run_key(const PeerKey& run_public_key) {
+  return "cohort-swarm/" + hex(run_public_key.data(), run_public_key.size());
+}
 
 int dht_bucket(const PeerKey& peer) { return peer[0] % Directory::kDhtBuckets; }
 

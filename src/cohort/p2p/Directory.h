@@ -348,6 +348,10 @@ using SealedRecord = std::pair<const uint8_t*, size_t>;
 std::vector<uint8_t> records_body(const std::vector<SealedRecord>& records);
 // The sealed records of a kRecord body, up to the first that is cut short (pointing into `body`).
 std::vector<SealedRecord> sealed_records(const std::vector<uint8_t>& body);
+// The DHT key the records of the run with public key `run_public_key` go under, and the DHT value type
+// they are put as (Note [A peer's record is edited in place] in p2p/Directory.cpp).
+std::string dht_run_key(const PeerKey& run_public_key);
+constexpr uint16_t kDhtRecordType = 0x4348;
 // The bucket of the run's records a peer's goes to (Note [The run's records in sixteen buckets] in
 // p2p/Directory.cpp), and its name, the DHT value's user type that a read of one bucket asks for.
 int dht_bucket(const PeerKey& peer);

@@ -4,15 +4,10 @@
 
 #include <algorithm>
 #include <functional>
-#include <future>
-#include <memory>
 #include <optional>
 #include <thread>
 
 #include "cohort/p2p/Directory.h"
-#if COHORT_HAVE_SWARM
-#include <opendht/dhtrunner.h>
-#endif
 #include "unit/p2p/SwarmLoopback.h"
 
 namespace cohort::p2p {
@@ -420,123 +415,6 @@ TEST(SwarmDirectory, AHeartbeatAddressedToNobodyIsAnsweredWithTheRecord) {
     seen += a.directory.peers().empty() ? 0 : 1;
   }
   EXPECT_GE(seen, 5) << "a saw b's record in " << seen << " of 30 looks";
-}
-
-// Note [The run's records in sixteen buckets]: two peers in different buckets put their records, and an
-// observer that knows nobody (as `cohort swarm status`, with no transport) finds both in the DHT alone,
-// since it reads every bucket; every DHT node counts what it sends.
-TEST(SwarmDirectory, RecordsSpreadOverBucketsAreAllFoundByAPeerThatKnowsNobody) {
-  Logs logs;
-  const auto run = p2p::generate_run_key();
-  auto d = no_heartbeat_within_a_test();
-  d.dht_put_s = 0.5;
-  Peer a(run, 190, "", logs, d);
-  auto id = p2p::issue_token(run, 1h, now_unix());
-  while (p2p::detail::dht_bucket(id.token.peer_public_key) == p2p::detail::dht_bucket(a.transport.key()))
-    id = p2p::issue_token(run, 1h, now_unix());
-  Peer b(run, id, 191, a.transport.address(), logs, d);
-  a.directory.announce({{}, a.transport.address(), 3, 0, 1.0});
-  b.directory.announce({{}, b.transport.address(), 4, 0, 1.0});
-  p2p::Directory observer(p2p::issue_token(run, 1h, now_unix()), run.public_key,
-                          "127.0.0.192:" + std::to_string(base_port() + 192), {a.transport.address()}, d, logs.sink());
-  const auto deadline = p2p::Clock::now() + 15s;
-  // A record goes into the DHT when it is sealed and the DHT has a contact: announced again until then.
-  for (int64_t samples = 1; p2p::Clock::now() < deadline && observer.peers().size() < 2; ++samples) {
-    a.directory.announce({{}, a.transport.address(), 3, samples, 1.0});
-    b.directory.announce({{}, b.transport.address(), 4, samples, 1.0});
-    std::this_thread::sleep_for(100ms);
-  }
-  const auto seen = observer.peers();
-  ASSERT_EQ(seen.size(), 2u);
-  for (const auto& p : seen) EXPECT_EQ(p.step, p.key == a.transport.key() ? 3 : 4);
-  EXPECT_GT(a.directory.dht_bytes_sent(), 0);
-  EXPECT_GT(observer.dht_bytes_sent(), 0);
-}
-
-// A bare OpenDHT node at 127.0.0.<host> that knows the one at 127.0.0.<bootstrap>: a reader, or a peer of
-// an earlier release, beside the directories.
-void start_bare_dht_node(dht::DhtRunner& node, int host, int bootstrap) {
-  dht::DhtRunner::Config config;
-  config.threaded = true;
-  config.bind4 = dht::SockAddr::resolve("127.0.0." + std::to_string(host), std::to_string(base_port() + host)).front();
-  node.run(config, {});
-  node.bootstrap("127.0.0." + std::to_string(bootstrap), std::to_string(base_port() + bootstrap));
-}
-
-// The DHT key of a run's records (Directory.cpp's).
-dht::InfoHash run_dht_key(const p2p::RunKey& run) {
-  return dht::InfoHash::get("cohort-swarm/" + p2p::hex(run.public_key.data(), run.public_key.size()));
-}
-
-// A peer that knows others reads one bucket of records at a time (Note [The run's records in sixteen
-// buckets]): a's directory puts its record named by its bucket, and a read of the run's key that asks for
-// that bucket finds it, one that asks for another bucket finds nothing. The reader is a bare OpenDHT node
-// that knows a alone (on loopback OpenDHT addresses a third node wrongly: docs/scaling.md).
-TEST(SwarmDirectory, ARecordIsReadByItsBucketAndNotByAnother) {
-  Logs logs;
-  const auto run = p2p::generate_run_key();
-  auto d = no_heartbeat_within_a_test();
-  d.dht_put_s = 0.5;
-  Peer a(run, 193, "", logs, d);
-  dht::DhtRunner reader;
-  start_bare_dht_node(reader, 194, 193);
-  const auto key = run_dht_key(run);
-  const int bucket = p2p::detail::dht_bucket(a.transport.key());
-  const auto count = [&](int b) {  // values a read of bucket b returns
-    std::promise<size_t> got;
-    auto n = std::make_shared<size_t>(0);
-    reader.get(
-        key,
-        [n](const std::vector<std::shared_ptr<dht::Value>>& values) {
-          *n += values.size();
-          return true;
-        },
-        [n, &got](bool) { got.set_value(*n); }, {}, dht::Where{}.userType(p2p::detail::dht_bucket_name(b)));
-    return got.get_future().get();
-  };
-  size_t mine = 0;
-  const auto deadline = p2p::Clock::now() + 20s;
-  // A record goes into the DHT when it is sealed and the DHT has a contact: announced again until then.
-  for (int64_t samples = 1; p2p::Clock::now() < deadline && (mine = count(bucket)) == 0; ++samples) {
-    a.directory.announce({{}, a.transport.address(), 7, samples, 1.0});
-    std::this_thread::sleep_for(200ms);
-  }
-  EXPECT_EQ(mine, 1u);
-  EXPECT_EQ(count((bucket + 1) % p2p::Directory::kDhtBuckets), 0u);
-  reader.join();
-}
-
-// A peer of an earlier release puts its record with no bucket (no user type) under the run's key, as
-// every record was before Note [The run's records in sixteen buckets]: an observer that knows nobody
-// still reads it. The old peer here is a bare OpenDHT node putting such a record.
-TEST(SwarmDirectory, ARecordOfAnEarlierReleaseWithNoBucketIsReadByAPeerThatKnowsNobody) {
-  Logs logs;
-  const auto run = p2p::generate_run_key();
-  Peer a(run, 196, "", logs, no_heartbeat_within_a_test());
-  const auto old = p2p::issue_token(run, 1h, now_unix());
-  const std::string old_address = "127.0.0.197:" + std::to_string(base_port() + 197);
-  p2p::PeerRecord record{{}, old_address, 9, 0, 1.0};
-  record.key = old.token.peer_public_key;
-  record.written_unix = now_unix();
-  const auto sealed = p2p::seal(old, p2p::PeerKey{}, p2p::next_counter(), p2p::detail::encode_record(record));
-  dht::DhtRunner bare;
-  start_bare_dht_node(bare, 197, 196);
-  auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
-  value->id = 197;
-  value->type = 0x4348;  // Directory.cpp's kRecordType, as every release has it
-  bare.put(run_dht_key(run), value);
-  p2p::Directory observer(p2p::issue_token(run, 1h, now_unix()), run.public_key,
-                          "127.0.0.198:" + std::to_string(base_port() + 198), {a.transport.address()},
-                          no_heartbeat_within_a_test(), logs.sink());
-  const auto sees_old = [&] {
-    const auto peers = observer.peers();
-    return std::any_of(peers.begin(), peers.end(),
-                       [&](const p2p::PeerRecord& p) { return p.key == old.token.peer_public_key && p.step == 9; });
-  };
-  const auto deadline = p2p::Clock::now() + 15s;
-  while (p2p::Clock::now() < deadline && !sees_old()) std::this_thread::sleep_for(50ms);
-  EXPECT_TRUE(sees_old());
-  bare.join();
 }
 
 #endif  // COHORT_HAVE_SWARM
