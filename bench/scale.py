@@ -29,12 +29,14 @@ and in groups of 8 (--accuracy-group-sizes). The rendezvous store at 8 to 1,024 
 Every peer runs on the same cores, so past a few peers per core the machine, not the swarm, sets the
 round time: compare the counts with each other and group sizes at one count, not with a cluster.
 Parts not built yet (zero1/fsdp against torchrun) are listed under "not_run" with the reason.
+--netns (root) puts each of cohort's swarm peers in a network namespace of its own on one bridge, an
+address each as machines have, instead of a loopback address each (the links are not shaped).
 
 Run (PY: the reference environment's Python, ~/.cache/cohort/torch-2.14.1/bin/python):
   python3 bench/scale.py --cohort build/cohort --peers 4,8,16,32,64 --group-sizes 0,8 --hivemind-python $PY \
     --hivemind-peers 4,8 --launch-workers 2,4,8,16,32 --torch-python $PY --faults 32:8:8 --accuracy 16,32 \
     --out bench/results/scale.json"""
-import argparse, json, os, platform, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, json, os, platform, shutil, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -271,17 +273,86 @@ def run_launch(system, cohort, python, workers, steps, work, strategy="ddp"):
 BOOTSTRAP_PEERS = 1
 
 
+# --netns: each swarm peer in a network namespace of its own, on a bridge in a hub namespace, so that every
+# peer has an address of its own on one network, as machines do. On loopback OpenDHT gives a loopback address
+# in another node's answer that node's address, and peers sharing a port then all search through the peer
+# they bootstrapped from (Note [The run's records in sixteen buckets] in p2p/Directory.cpp); here it does not.
+# The links are not shaped (bench/cost_model.py shapes them): the cores still set the pace.
+NETNS = False
+NETNS_HUB = "ccs-hub"
+_netns_made = set()
+# The kernel's table of IPv4 neighbours (ARP) is one for all namespaces: 64 peers that each know 63 others
+# hold 4,032 entries, and past gc_thresh3 (1,024 by default) no new neighbour is resolved and packets to it
+# are dropped ("neighbor table overflow" in dmesg): the first 34 peers met, the rest heard nobody. Machines
+# have a table each. So the thresholds are raised while the namespaces stand, and put back after.
+NEIGH_SYSCTLS = {"net.ipv4.neigh.default.gc_thresh2": 16384, "net.ipv4.neigh.default.gc_thresh3": 32768}
+_neigh_before = {}
+
+
+def peer_host(address):
+    """The host peer number `address` listens on: 127.0.0.`address`, or with --netns its namespace's."""
+    return f"10.82.{address // 200}.{address % 200 + 1}" if NETNS else f"127.0.0.{address}"
+
+
+def _ip(*args):
+    subprocess.run(["ip", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def netns_machine(address):
+    """The command prefix that runs a process in peer `address`'s namespace, made on first use; empty
+    without --netns."""
+    if not NETNS:
+        return []
+    name = f"ccs-{address}"
+    if not _netns_made:
+        netns_teardown()
+        for key, want in NEIGH_SYSCTLS.items():
+            have = int(subprocess.run(["sysctl", "-n", key], check=True, stdout=subprocess.PIPE, text=True).stdout)
+            if have < want:
+                _neigh_before[key] = have
+                subprocess.run(["sysctl", "-q", "-w", f"{key}={want}"], check=True)
+        _ip("netns", "add", NETNS_HUB)
+        _ip("-n", NETNS_HUB, "link", "add", "br0", "type", "bridge")
+        _ip("-n", NETNS_HUB, "link", "set", "br0", "up")
+        _netns_made.add(NETNS_HUB)
+    if name not in _netns_made:
+        _ip("netns", "add", name)
+        _ip("-n", name, "link", "set", "lo", "up")
+        _ip("link", "add", f"ccs-v{address}", "netns", name, "type", "veth", "peer", "name", f"ccs-h{address}",
+            "netns", NETNS_HUB)
+        _ip("-n", name, "addr", "add", peer_host(address) + "/16", "dev", f"ccs-v{address}")
+        _ip("-n", name, "link", "set", f"ccs-v{address}", "up")
+        _ip("-n", NETNS_HUB, "link", "set", f"ccs-h{address}", "master", "br0")
+        _ip("-n", NETNS_HUB, "link", "set", f"ccs-h{address}", "up")
+        _netns_made.add(name)
+    return ["ip", "netns", "exec", name]
+
+
+def netns_teardown():
+    names = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, text=True).stdout.split()
+    for name in names:
+        if name.startswith("ccs-"):
+            subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
+    _netns_made.clear()
+    for key, value in reversed(list(_neigh_before.items())):
+        subprocess.run(["sysctl", "-q", "-w", f"{key}={value}"])
+    _neigh_before.clear()
+
+
 def swarm_peer(cohort, i, address, peers, group_size, steps, port, work, start_with, extra=(), partition=None):
-    """Starts peer `i` of the swarm on 127.0.0.`address`, training partition `partition` (default i) of
+    """Starts peer `i` of the swarm on peer_host(`address`), training partition `partition` (default i) of
     `peers`; its output goes to out{i}.txt."""
     through = i % BOOTSTRAP_PEERS if i >= BOOTSTRAP_PEERS else 0
-    args = swarm_peer_args(cohort, os.path.join(work, f"p{i}"), f"127.0.0.{address}:{port}", peers,
+    args = swarm_peer_args(cohort, os.path.join(work, f"p{i}"), f"{peer_host(address)}:{port}", peers,
                            i if partition is None else partition, start_with, group_size, steps, matchmaking_s=2,
                            averaging_timeout_s=10, dist_timeout_s=300,
-                           bootstrap=f"127.0.0.{10 + through}:{port}" if i else None,
+                           bootstrap=f"{peer_host(10 + through)}:{port}" if i else None,
                            extra=["model.name=mlp", "data.train_limit=0", "data.test_limit=1000",
                                   "data.batch_size=32"] + list(extra))
-    return subprocess.Popen(args, stdout=open(os.path.join(work, f"out{i}.txt"), "w"), stderr=subprocess.STDOUT)
+    # The namespaces of the peers it bootstraps through come first, so their addresses exist.
+    netns_machine(10 + through)
+    return subprocess.Popen(netns_machine(address) + args, stdout=open(os.path.join(work, f"out{i}.txt"), "w"),
+                            stderr=subprocess.STDOUT)
 
 
 def last_step(run_dir):
@@ -407,6 +478,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     samples = 0  # trained by every peer (swarm_samples), against the target's steps below
     state_times, record_frames, training_rate, training_frames, training_step, training_deal = [], [], [], [], [], []
     dht_rate = []  # what each peer's DHT node sent over UDP a second (swarm_dht_bytes_sent)
+    dht_training, dht_start = [], []  # the same while it trained, and before its first logged step
     background = []  # and with its records, a peer at a time
     for d in dirs:
         try:
@@ -439,13 +511,16 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
                     state_times.append(r["swarm_state_seconds"])
                 if "swarm_record_frames_sent" in r and "train_seconds" in r:
                     logged.append((r["train_seconds"], r["swarm_record_bytes_sent"], r["swarm_record_frames_sent"],
-                                   r["step"], r.get("swarm_deal_bytes_sent")))
+                                   r["step"], r.get("swarm_deal_bytes_sent"), r.get("swarm_dht_bytes_sent")))
         # While it trains, from its first logged step to its last: the start, where every peer beats to
         # every other before the first round, left out.
         if len(logged) > 1 and logged[-1][0] > logged[0][0]:
             span = logged[-1][0] - logged[0][0]
             training_rate.append((logged[-1][1] - logged[0][1]) / span)
             training_frames.append((logged[-1][2] - logged[0][2]) / span)
+            if logged[0][5] is not None:
+                dht_training.append((logged[-1][5] - logged[0][5]) / span)
+                dht_start.append(logged[0][5])
             if logged[-1][3] > logged[0][3]:
                 steps_logged = logged[-1][3] - logged[0][3]
                 training_step.append((logged[-1][1] - logged[0][1]) / steps_logged)
@@ -487,6 +562,11 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         # nodes nearest the run's key answer the reads: Note [The run's records in sixteen buckets]).
         "dht_bytes_per_peer_per_s": round(statistics.mean(dht_rate)) if dht_rate else None,
         "dht_bytes_per_s_busiest_peer": round(max(dht_rate)) if dht_rate else None,
+        # The same while training, and what a peer's DHT sent before its first step (the wait for the swarm).
+        "dht_bytes_per_peer_per_s_training": round(statistics.mean(dht_training)) if dht_training else None,
+        "dht_bytes_per_s_busiest_peer_training": round(max(dht_training)) if dht_training else None,
+        "dht_bytes_per_peer_before_first_step": round(statistics.mean(dht_start)) if dht_start else None,
+        "dht_bytes_before_first_step_busiest_peer": round(max(dht_start)) if dht_start else None,
         # Background traffic a peer in all: its records and deals, and its DHT node.
         "background_bytes_per_peer_per_s": round(statistics.mean(background)) if background else None,
         # The frames behind those bytes: each costs a send, a seal and a wake-up at both ends.
@@ -552,13 +632,20 @@ def main():
     ap.add_argument("--port", type=int, default=27000, help="the first port (two runs at once need apart ones)")
     ap.add_argument("--bootstrap-peers", type=int, default=1,
                     help="swarm runs: how many of the first peers the others join through (peer i through i %% K)")
+    ap.add_argument("--netns", action="store_true",
+                    help="each swarm peer in a network namespace of its own on a bridge (root), not on loopback")
     ap.add_argument("--keep-work", action="store_true", help="keep every run's directory (logs, metrics)")
     ap.add_argument("--accuracy-no-ddp", action="store_true", help="the swarm runs alone (--set applies to them)")
     ap.add_argument("--accuracy-group-sizes", default="0,8", help="swarm.group_size values beside ddp")
     ap.add_argument("--out")
     a = ap.parse_args()
-    global BOOTSTRAP_PEERS
+    global BOOTSTRAP_PEERS, NETNS
     BOOTSTRAP_PEERS = max(1, a.bootstrap_peers)
+    NETNS = a.netns
+    if NETNS and os.geteuid() != 0:
+        sys.exit("--netns needs root (ip netns)")
+    if NETNS:
+        atexit.register(netns_teardown)
     # --set reaches the swarm's peers only: beside ddp, only the swarm's own keys (and the log's) may differ;
     # the recipe both share has its own flags.
     shared = [kv for kv in a.set if not kv.split("=", 1)[0].startswith(("swarm.", "log."))]
@@ -638,7 +725,7 @@ def main():
         },
         "settings": {"model": "mlp", "local_batch": 32, "steps": a.steps, "matchmaking_s": 2,
                      "averaging_timeout_s": 10, "sampler": "partition", "threads_per_peer": 1, "set": a.set,
-                     "bootstrap_peers": BOOTSTRAP_PEERS},
+                     "bootstrap_peers": BOOTSTRAP_PEERS, "netns": NETNS},
         "swarm": rows,
         "launch": launch,
         "faults": faults,

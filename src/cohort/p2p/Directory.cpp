@@ -308,6 +308,19 @@ void Directory::put(const std::vector<uint8_t>& sealed) {
   dht_->put(dht::InfoHash::get(key_), value, [](bool) {});
 }
 
+// Note [A waiting peer reads every record once in six reads]
+// A peer waiting for swarm.min_peers_to_start (and one catching up) asks fresh_peers for every record, and
+// with that every read it made was of every record: one each dht_read_known_s from each waiting peer, and
+// OpenDHT 2.4.12 fetches each record of a read with a get of its own from each of the nodes near the run's
+// key. In 64 network namespaces (bench/scale.py --netns, 2026-12-07) those reads sent up to 7.8 MB/s in all
+// while the peers waited for each other, 120 kB/s a peer: N records to N readers. A peer's DHT sent 1.6 to
+// 1.9 MB before its first step, the busiest 8.9 to 10.2 (0.5 to 0.6 and 2.5 to 3.1 since). Between two
+// reads of every record a waiting peer hears the peers it found directly, and the peers that found it beat
+// to it (Note [Records go to the peers directly]): a newcomer's read of every record reaches every peer
+// that started before it. So a read of every record that fresh_peers asks for is made at most once in
+// kFullReadGapReads reads of a peer that knows others (30 s by default), the others in between of the next
+// bucket; a peer that knows nobody still reads every record at each read, every dht_read_s.
+//
 // Reads the run's records from the DHT without waiting: the answers arrive on OpenDHT's thread.
 void Directory::start_read(bool everything) {
   std::string bucket;  // empty: every record
@@ -316,7 +329,11 @@ void Directory::start_read(bool everything) {
     if (read_in_flight_) return;
     read_in_flight_ = true;
     ++reads_started_;
-    if (std::exchange(full_read_wanted_, false)) everything = true;  // fresh_peers asked for every record
+    // fresh_peers asked for every record (Note [A waiting peer reads every record once in six reads]).
+    const auto now = steady_clock::now();
+    const auto full_gap = duration<double>(kFullReadGapReads * options_.dht_read_known_s);
+    if (std::exchange(full_read_wanted_, false) && now - last_full_read_ >= full_gap) everything = true;
+    if (everything) last_full_read_ = now;
     if (!everything) bucket = detail::dht_bucket_name(next_bucket_), next_bucket_ = (next_bucket_ + 1) % kDhtBuckets;
   }
   dht_->get(

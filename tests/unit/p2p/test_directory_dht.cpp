@@ -143,6 +143,47 @@ TEST(SwarmDirectory, ARecordOfAnEarlierReleaseWithNoBucketIsReadByAPeerThatKnows
   bare.join();
 }
 
+// Note [A waiting peer reads every record once in six reads]: c knows a, and asks fresh_peers for every
+// record again and again, as a peer waiting for the swarm does. A record only a read of every record finds
+// (an earlier release's, with no bucket), put after the read of every record that c's first call made, is
+// found, and not before six reads' time has passed since that call: the reads in between were of one
+// bucket each.
+TEST(SwarmDirectory, AWaitingPeerReadsEveryRecordOnceInSixReads) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  auto d = no_heartbeat_within_a_test();
+  d.dht_read_known_s = 0.5;
+  const auto gap = std::chrono::duration<double>(p2p::Directory::kFullReadGapReads * d.dht_read_known_s);
+  Peer a(run, 210, "", logs, d);
+  Peer c(run, 211, a.transport.address(), logs, d);
+  ASSERT_TRUE(meet({{&a, {{}, a.transport.address(), 1, 0, 1.0}}, {&c, {{}, c.transport.address(), 1, 0, 1.0}}}));
+  dht::DhtRunner bare;
+  start_bare_dht_node(bare, 212, 210);
+  // c read every record last while it knew nobody: the first read fresh_peers asks for once the gap has
+  // passed reads them all.
+  std::this_thread::sleep_for(gap + 500ms);
+  const auto asked = p2p::Clock::now();
+  c.directory.fresh_peers(10);
+  const auto old = p2p::issue_token(run, 1h, now_unix());
+  p2p::PeerRecord record{{}, "127.0.0.213:" + std::to_string(base_port() + 213), 9, 0, 1.0};
+  record.key = old.token.peer_public_key;
+  record.written_unix = now_unix();
+  const auto sealed = p2p::seal(old, p2p::PeerKey{}, p2p::next_counter(), p2p::detail::encode_record(record));
+  auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
+  value->id = 213;
+  value->type = p2p::detail::kDhtRecordType;
+  bare.put(run_dht_key(run), value);
+  const auto sees_old = [&] {
+    const auto peers = c.directory.peers();
+    return std::any_of(peers.begin(), peers.end(), [&](const p2p::PeerRecord& p) { return p.key == record.key; });
+  };
+  while (p2p::Clock::now() < asked + 20s && !sees_old()) c.directory.fresh_peers(0.3);
+  const auto seen_at = p2p::Clock::now();
+  ASSERT_TRUE(sees_old());
+  EXPECT_GE(std::chrono::duration<double>(seen_at - asked).count(), gap.count());
+  bare.join();
+}
+
 #endif  // COHORT_HAVE_SWARM
 
 }  // namespace
