@@ -263,8 +263,9 @@ def fit(points, burst=0):
 
 # A check is host-bound when the same collective with no tbf (the host floor) takes at least this share
 # of the predicted time: the host's cores then set the time as much as the link does, and the 20% the
-# check allows cannot tell the two apart. At 8 machines on 2 cores a 1 MiB all-reduce took 26 ms with no
-# tbf, where the model gives 19 ms for a 1 Gbit/s link (2026-12-07); at 4 MiB, 39 against 65.
+# check allows cannot tell the two apart. At 8 machines on 2 cores a 1 MiB all-reduce took 24 ms with no
+# tbf, where the model gives 17 ms for a 1 Gbit/s link; at 4 MiB, 33 against 63 (2026-12-07,
+# bench/results/cost_model_host_floor.json).
 HOST_BOUND = 0.8
 
 
@@ -484,6 +485,9 @@ def background_traffic(runs_json):
             "record_frame_bytes": record_frame, "checks": checks, "predicted": predicted}
 
 
+SLOW_NETWORK_BURST = 256 * 1024  # bench/slow_network.py's tbf bucket ("256kb")
+
+
 def step_checks(check_result):
     """The step model (compute, plus the all-reduce the backward does not hide) against whole ddp steps
     measured over the same kind of link, which the fit never saw: bench/slow_network.py's ResNet-18 on
@@ -500,11 +504,11 @@ def step_checks(check_result):
     rows = []
     for run in ("none", "fp16"):
         n = sn["runs"][run]["sync_bytes_per_step"]
-        comm = predict("all_reduce", 2, n, fitted["alpha_s"], fitted["bandwidth_bytes_per_s"], fitted.get("burst_bytes", 0))
+        comm = predict("all_reduce", 2, n, fitted["alpha_s"], fitted["bandwidth_bytes_per_s"], SLOW_NETWORK_BURST)
         # dist.bucket_mb counts gradient bytes before compression: a bucket on the wire is that share.
         wire = CLUSTER["bucket_bytes"] * n / sn["runs"][run]["sync_bytes_per_step_uncompressed"]
         last = predict("all_reduce", 2, min(n, wire), fitted["alpha_s"], fitted["bandwidth_bytes_per_s"],
-                       fitted.get("burst_bytes", 0))
+                       SLOW_NETWORK_BURST)
         pred = compute + max(last, comm - CLUSTER["backward_share"] * compute)
         meas = sn["runs"][run]["step_seconds"]
         rows.append({"run": f"resnet18, 2 machines, 100mbit, compress {run}", "bytes": n, "measured_s": meas,

@@ -36,7 +36,7 @@ Run (PY: the reference environment's Python, ~/.cache/cohort/torch-2.14.1/bin/py
   python3 bench/scale.py --cohort build/cohort --peers 4,8,16,32,64 --group-sizes 0,8 --hivemind-python $PY \
     --hivemind-peers 4,8 --launch-workers 2,4,8,16,32 --torch-python $PY --faults 32:8:8 --accuracy 16,32 \
     --out bench/results/scale.json"""
-import argparse, atexit, json, os, platform, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, json, signal, os, platform, shutil, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -279,12 +279,14 @@ BOOTSTRAP_PEERS = 1
 # they bootstrapped from (Note [The run's records in sixteen buckets] in p2p/Directory.cpp); here it does not.
 # The links are not shaped (bench/cost_model.py shapes them): the cores still set the pace.
 NETNS = False
-NETNS_HUB = "ccs-hub"
+NETNS_PREFIX = f"ccs{os.getpid()}-"  # this run's namespaces: two runs at once keep apart
+NETNS_HUB = NETNS_PREFIX + "hub"
 _netns_made = set()
 # The kernel's table of IPv4 neighbours (ARP) is one for all namespaces: 64 peers that each know 63 others
 # hold 4,032 entries, and past gc_thresh3 (1,024 by default) no new neighbour is resolved and packets to it
 # are dropped ("neighbor table overflow" in dmesg): the first 34 peers met, the rest heard nobody. Machines
-# have a table each. So the thresholds are raised while the namespaces stand, and put back after.
+# have a table each. So the thresholds are raised while the namespaces stand, and put back after, on
+# SIGTERM too (not while another run's namespaces stand; a run killed outright leaves them raised).
 NEIGH_SYSCTLS = {"net.ipv4.neigh.default.gc_thresh2": 16384, "net.ipv4.neigh.default.gc_thresh3": 32768}
 _neigh_before = {}
 
@@ -303,7 +305,7 @@ def netns_machine(address):
     without --netns."""
     if not NETNS:
         return []
-    name = f"ccs-{address}"
+    name = f"{NETNS_PREFIX}{address}"
     if not _netns_made:
         netns_teardown()
         for key, want in NEIGH_SYSCTLS.items():
@@ -328,12 +330,18 @@ def netns_machine(address):
     return ["ip", "netns", "exec", name]
 
 
+def _netns_names():
+    listed = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, text=True).stdout.splitlines()
+    return [line.split()[0] for line in listed if line.strip()]
+
+
 def netns_teardown():
-    names = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, text=True).stdout.split()
-    for name in names:
-        if name.startswith("ccs-"):
+    for name in _netns_names():
+        if name.startswith(NETNS_PREFIX):
             subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
     _netns_made.clear()
+    if any(name.startswith("ccs") for name in _netns_names()):
+        return  # another run's namespaces stand: it puts the thresholds back
     for key, value in reversed(list(_neigh_before.items())):
         subprocess.run(["sysctl", "-q", "-w", f"{key}={value}"])
     _neigh_before.clear()
@@ -646,6 +654,7 @@ def main():
         sys.exit("--netns needs root (ip netns)")
     if NETNS:
         atexit.register(netns_teardown)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # atexit then runs
     # --set reaches the swarm's peers only: beside ddp, only the swarm's own keys (and the log's) may differ;
     # the recipe both share has its own flags.
     shared = [kv for kv in a.set if not kv.split("=", 1)[0].startswith(("swarm.", "log."))]

@@ -285,8 +285,9 @@ void Directory::run() {
 // So each record names its bucket, one of kDhtBuckets by the first byte of its peer's key (the value's
 // user type), and a peer that knows others reads one bucket each dht_read_known_s, in turn, asking for
 // that bucket's values alone (a Where on the user type, applied where they are stored): N / 16 records
-// a read. A peer that knows nobody (a newcomer, an observer) and one that asks for fresh records
-// (fresh_peers: waiting for the swarm, catching up) read them all. The reads of peers that know others
+// a read. A peer that knows nobody (a newcomer, an observer) reads them all, and so does one that asks for
+// fresh records (fresh_peers: waiting for the swarm, catching up), once in six reads (Note [A waiting peer
+// reads every record once in six reads]). The reads of peers that know others
 // only merge views the records sent directly did not (a swarm started from two sets of initial peers),
 // now within 16 reads, 80 s by default. One key, not a key a bucket: that was tried first, and the 17
 // searches each peer then kept alive cost, in OpenDHT's upkeep, what the values saved (138 to 191 kB/s).
@@ -318,8 +319,9 @@ void Directory::put(const std::vector<uint8_t>& sealed) {
 // reads of every record a waiting peer hears the peers it found directly, and the peers that found it beat
 // to it (Note [Records go to the peers directly]): a newcomer's read of every record reaches every peer
 // that started before it. So a read of every record that fresh_peers asks for is made at most once in
-// kFullReadGapReads reads of a peer that knows others (30 s by default), the others in between of the next
-// bucket; a peer that knows nobody still reads every record at each read, every dht_read_s.
+// kFullReadGapReads reads' time (30 s by default) after the last that completed, by a peer that knows others,
+// the reads in between of the next bucket; a peer that knows nobody still reads every record at each read,
+// every dht_read_s. A read of every record that failed does not count: the next is made at once.
 //
 // Reads the run's records from the DHT without waiting: the answers arrive on OpenDHT's thread.
 void Directory::start_read(bool everything) {
@@ -330,10 +332,9 @@ void Directory::start_read(bool everything) {
     read_in_flight_ = true;
     ++reads_started_;
     // fresh_peers asked for every record (Note [A waiting peer reads every record once in six reads]).
-    const auto now = steady_clock::now();
     const auto full_gap = duration<double>(kFullReadGapReads * options_.dht_read_known_s);
-    if (std::exchange(full_read_wanted_, false) && now - last_full_read_ >= full_gap) everything = true;
-    if (everything) last_full_read_ = now;
+    const bool full_due = !last_full_read_ || steady_clock::now() - *last_full_read_ >= full_gap;
+    if (std::exchange(full_read_wanted_, false) && full_due) everything = true;
     if (!everything) bucket = detail::dht_bucket_name(next_bucket_), next_bucket_ = (next_bucket_ + 1) % kDhtBuckets;
   }
   dht_->get(
@@ -343,9 +344,10 @@ void Directory::start_read(bool everything) {
           if (value) take_in(value->data.data(), value->data.size(), PublicKey{});
         return true;
       },
-      [this](bool) {
+      [this, everything](bool ok) {
         std::lock_guard lock(mutex_);
         read_in_flight_ = false;
+        if (ok && everything) last_full_read_ = steady_clock::now();  // one that failed is tried again at once
         ++reads_;
         changed_.notify_all();
       },

@@ -172,7 +172,7 @@ class Directory {
   // The live peers other than this one, as of the last read; newest record of each.
   std::vector<PeerRecord> peers() const;
   // Waits until a read of the DHT that starts after this call completes (or `timeout_s`), a read of every
-  // record unless this peer read every record within the last kFullReadGapReads reads' time (then of the
+  // record unless this peer completed one within the last kFullReadGapReads reads' time (then of the
   // next bucket: Note [A waiting peer reads every record once in six reads] in p2p/Directory.cpp); returns
   // the live peers then.
   std::vector<PeerRecord> fresh_peers(double timeout_s);
@@ -282,7 +282,7 @@ class Directory {
   bool read_in_flight_ = false;
   int next_bucket_ = 0;            // the bucket a peer that knows others reads next
   bool full_read_wanted_ = false;  // fresh_peers asked for every record: the next read reads them all
-  std::chrono::steady_clock::time_point last_full_read_{};  // when a read of every record last started
+  std::optional<std::chrono::steady_clock::time_point> last_full_read_;  // a read of every record last completed
   // Addresses of peers met, to make DHT contacts of (Note [Every peer is a DHT contact]).
   std::vector<std::string> to_contact_;
   struct Entry {
