@@ -2,6 +2,7 @@
 when given."""
 import json
 import os
+import subprocess
 
 
 def machine():
@@ -45,3 +46,39 @@ def swarm_peer_args(cohort, run_dir, listen, peers, partition, start_with, group
     if bootstrap:
         args.append(f"swarm.initial_peers={bootstrap}")
     return args + list(extra)
+
+
+# "Machines" that are network namespaces on one bridge, for bench/cost_model.py (links shaped with tc's tbf)
+# and bench/scale.py --netns (an address a peer). Root only.
+def _ip(*args):
+    subprocess.run(["ip", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def netns_bridge(hub):
+    """A namespace `hub` holding the bridge br0 that the machines' links plug into."""
+    _ip("netns", "add", hub)
+    _ip("-n", hub, "link", "add", "br0", "type", "bridge")
+    _ip("-n", hub, "link", "set", "br0", "up")
+
+
+def netns_machine(hub, name, dev, index, cidr, rate=None, burst=None):
+    """A namespace `name` with one veth, `dev`-v`index` in it holding `cidr` and `dev`-h`index` on `hub`'s
+    bridge; with `rate` (as tc writes it: 1gbit), tbf shapes both ends to it with a bucket of `burst`
+    bytes (netem is missing on these machines)."""
+    inside, outside = f"{dev}-v{index}", f"{dev}-h{index}"
+    _ip("netns", "add", name)
+    _ip("-n", name, "link", "set", "lo", "up")
+    _ip("link", "add", inside, "netns", name, "type", "veth", "peer", "name", outside, "netns", hub)
+    _ip("-n", name, "addr", "add", cidr, "dev", inside)
+    _ip("-n", name, "link", "set", inside, "up")
+    _ip("-n", hub, "link", "set", outside, "master", "br0")
+    _ip("-n", hub, "link", "set", outside, "up")
+    if rate:
+        for where, link in ((name, inside), (hub, outside)):
+            _ip("netns", "exec", where, "tc", "qdisc", "add", "dev", link, "root", "tbf", "rate", rate, "burst",
+                str(burst), "latency", "400ms")
+
+
+def netns_delete(names):
+    for name in names:
+        subprocess.run(["ip", "netns", "del", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -37,7 +37,7 @@ import argparse, json, math, os, platform, secrets, shutil, statistics, subproce
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchlib import emit, swarm_peer_args  # noqa: E402
+from benchlib import emit, netns_bridge, netns_delete, netns_machine, swarm_peer_args  # noqa: E402
 
 HUB = "ccm-hub"
 MAX_MACHINES = 8
@@ -56,8 +56,7 @@ def sh(*cmd, check=True):
 
 
 def teardown():
-    for name in [ns(i) for i in range(MAX_MACHINES)] + [HUB]:
-        sh("ip", "netns", "del", name, check=False)
+    netns_delete([ns(i) for i in range(MAX_MACHINES)] + [HUB])
 
 
 def burst_for(rate):
@@ -71,30 +70,12 @@ def burst_for(rate):
 
 
 def setup(machines, rate):
-    """A bridge in the hub namespace; each machine's veth shaped to `rate` each way."""
+    """A bridge in the hub namespace; each machine's veth shaped to `rate` each way, or not at all with
+    `rate` None (the host floor: the links as fast as the host moves bytes)."""
     teardown()
-    sh("ip", "netns", "add", HUB)
-    sh("ip", "-n", HUB, "link", "add", "br0", "type", "bridge")
-    sh("ip", "-n", HUB, "link", "set", "br0", "up")
+    netns_bridge(HUB)
     for i in range(machines):
-        sh("ip", "netns", "add", ns(i))
-        sh("ip", "-n", ns(i), "link", "set", "lo", "up")
-        sh("ip", "link", "add", f"ccm-v{i}", "netns", ns(i), "type", "veth", "peer", "name", f"ccm-h{i}",
-           "netns", HUB)
-        sh("ip", "-n", ns(i), "addr", "add", addr(i) + "/24", "dev", f"ccm-v{i}")
-        sh("ip", "-n", ns(i), "link", "set", f"ccm-v{i}", "up")
-        sh("ip", "-n", HUB, "link", "set", f"ccm-h{i}", "master", "br0")
-        sh("ip", "-n", HUB, "link", "set", f"ccm-h{i}", "up")
-        for where, dev in ((ns(i), f"ccm-v{i}"), (HUB, f"ccm-h{i}")):
-            sh("ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
-               "burst", str(burst_for(rate)), "latency", "400ms")
-
-
-def unshape(machines):
-    """The links as fast as the host moves bytes: no tbf on any veth (the host floor)."""
-    for i in range(machines):
-        for where, dev in ((ns(i), f"ccm-v{i}"), (HUB, f"ccm-h{i}")):
-            sh("ip", "netns", "exec", where, "tc", "qdisc", "del", "dev", dev, "root")
+        netns_machine(HUB, ns(i), "ccm", i, addr(i) + "/24", rate, burst_for(rate) if rate else None)
 
 
 def run_collectives(a, machines, rate, port):
@@ -271,18 +252,19 @@ HOST_BOUND = 0.8
 
 def check(measured, fit_on, host_floor=None):
     """Per link rate and collective: alpha and B fitted on the fit_on counts, and every other count's
-    predictions beside the measurements, each with its host floor where one was measured. Each collective gets its own pair: Gloo's ring all-reduce
-    pipelines its chunks and reaches 95% of the link, while its all-gather and LibTorch 1.13's
-    reduce-scatter (an all-to-all, GlooCommunicator.cpp) send whole chunks and reach less."""
+    predictions beside the measurements, each with its host floor where one was measured. Each collective
+    gets its own pair: Gloo's ring all-reduce pipelines its chunks and reaches 95% of the link, while its
+    all-gather and LibTorch 1.13's reduce-scatter (an all-to-all, GlooCommunicator.cpp) send whole chunks
+    and reach less."""
     floor = {(int(p), r["op"], r["bytes"]): r["median_s"] for p, rs in (host_floor or {}).items() for r in rs}
     out = {}
     for rate, by_count in measured.items():
         out[rate] = {"fit_on_machines": sorted(fit_on), "ops": {}, "rows": []}
+        burst = burst_for(rate)
         ops = sorted({r["op"] for rs in by_count.values() for r in rs})
         for op in ops:
             points = [(op, int(p), r["bytes"], r["median_s"]) for p, rs in by_count.items() if int(p) in fit_on
                       for r in rs if r["op"] == op]
-            burst = burst_for(rate)
             alpha, bandwidth = fit(points, burst)
             min_bytes, max_bytes = min(x[2] for x in points), max(x[2] for x in points)
             out[rate]["ops"][op] = {"alpha_s": alpha, "bandwidth_bytes_per_s": bandwidth, "burst_bytes": burst}
@@ -637,8 +619,7 @@ def main():
         try:
             port = a.port
             for p in [int(x) for x in a.machines.split(",")] if a.host_floor else []:
-                setup(p, "1gbit")
-                unshape(p)
+                setup(p, None)
                 t0 = time.time()
                 res.setdefault("host_floor", {})[str(p)] = run_collectives(a, p, None, port)
                 print(f"no tbf x {p}: {time.time() - t0:.0f} s", file=sys.stderr)

@@ -40,7 +40,7 @@ import argparse, atexit, json, signal, os, platform, shutil, statistics, subproc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchlib import emit, swarm_peer_args  # noqa: E402
+from benchlib import emit, netns_bridge, netns_delete, netns_machine, swarm_peer_args  # noqa: E402
 
 
 def rss_kib(pid):
@@ -296,51 +296,31 @@ def peer_host(address):
     return f"10.82.{address // 200}.{address % 200 + 1}" if NETNS else f"127.0.0.{address}"
 
 
-def _ip(*args):
-    subprocess.run(["ip", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def netns_machine(address):
+def in_namespace(address):
     """The command prefix that runs a process in peer `address`'s namespace, made on first use; empty
     without --netns."""
     if not NETNS:
         return []
     name = f"{NETNS_PREFIX}{address}"
     if not _netns_made:
-        netns_teardown()
         for key, want in NEIGH_SYSCTLS.items():
             have = int(subprocess.run(["sysctl", "-n", key], check=True, stdout=subprocess.PIPE, text=True).stdout)
             if have < want:
                 _neigh_before[key] = have
                 subprocess.run(["sysctl", "-q", "-w", f"{key}={want}"], check=True)
-        _ip("netns", "add", NETNS_HUB)
-        _ip("-n", NETNS_HUB, "link", "add", "br0", "type", "bridge")
-        _ip("-n", NETNS_HUB, "link", "set", "br0", "up")
+        netns_bridge(NETNS_HUB)
         _netns_made.add(NETNS_HUB)
     if name not in _netns_made:
-        _ip("netns", "add", name)
-        _ip("-n", name, "link", "set", "lo", "up")
-        _ip("link", "add", f"ccs-v{address}", "netns", name, "type", "veth", "peer", "name", f"ccs-h{address}",
-            "netns", NETNS_HUB)
-        _ip("-n", name, "addr", "add", peer_host(address) + "/16", "dev", f"ccs-v{address}")
-        _ip("-n", name, "link", "set", f"ccs-v{address}", "up")
-        _ip("-n", NETNS_HUB, "link", "set", f"ccs-h{address}", "master", "br0")
-        _ip("-n", NETNS_HUB, "link", "set", f"ccs-h{address}", "up")
+        netns_machine(NETNS_HUB, name, "ccs", address, peer_host(address) + "/16")
         _netns_made.add(name)
     return ["ip", "netns", "exec", name]
 
 
-def _netns_names():
-    listed = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, text=True).stdout.splitlines()
-    return [line.split()[0] for line in listed if line.strip()]
-
-
 def netns_teardown():
-    for name in _netns_names():
-        if name.startswith(NETNS_PREFIX):
-            subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
+    netns_delete(_netns_made)
     _netns_made.clear()
-    if any(name.startswith("ccs") for name in _netns_names()):
+    listed = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, text=True).stdout
+    if any(line.startswith("ccs") for line in listed.splitlines()):
         return  # another run's namespaces stand: it puts the thresholds back
     for key, value in reversed(list(_neigh_before.items())):
         subprocess.run(["sysctl", "-q", "-w", f"{key}={value}"])
@@ -358,8 +338,8 @@ def swarm_peer(cohort, i, address, peers, group_size, steps, port, work, start_w
                            extra=["model.name=mlp", "data.train_limit=0", "data.test_limit=1000",
                                   "data.batch_size=32"] + list(extra))
     # The namespaces of the peers it bootstraps through come first, so their addresses exist.
-    netns_machine(10 + through)
-    return subprocess.Popen(netns_machine(address) + args, stdout=open(os.path.join(work, f"out{i}.txt"), "w"),
+    in_namespace(10 + through)
+    return subprocess.Popen(in_namespace(address) + args, stdout=open(os.path.join(work, f"out{i}.txt"), "w"),
                             stderr=subprocess.STDOUT)
 
 

@@ -287,16 +287,17 @@ void Directory::run() {
 // that bucket's values alone (a Where on the user type, applied where they are stored): N / 16 records
 // a read. A peer that knows nobody (a newcomer, an observer) reads them all, and so does one that asks for
 // fresh records (fresh_peers: waiting for the swarm, catching up), once in six reads (Note [A waiting peer
-// reads every record once in six reads]). The reads of peers that know others
-// only merge views the records sent directly did not (a swarm started from two sets of initial peers),
-// now within 16 reads, 80 s by default. One key, not a key a bucket: that was tried first, and the 17
+// reads every record once in six reads]). The reads of peers that know others only merge views the
+// records sent directly did not (a swarm started from two sets of initial peers), now within 16 reads, 80 s
+// by default. One key, not a key a bucket: that was tried first, and the 17
 // searches each peer then kept alive cost, in OpenDHT's upkeep, what the values saved (138 to 191 kB/s).
 // Now the busiest peer sends 59 to 103 kB/s, its values 19. On loopback one peer carried it all because
 // OpenDHT 2.4.12 replaces a loopback address in another node's answer with that node's own
 // (network_engine.cpp) and these peers share a port: every search ran through the peer all of them
 // joined through. With the initial peers spread over 8 peers the busiest sent 13 to 17 kB/s (25 and 27
-// before). What is left growing is OpenDHT's upkeep of the searches and every peer's put every
-// dht_put_s. A record of an earlier release has no bucket: a newcomer reads it, a peer that knows others
+// before). What is left growing: a bucket read's N / 16 records (a get each from each node near the key),
+// OpenDHT's upkeep of the searches, and every peer's put every dht_put_s (docs/scaling.md, "An address a
+// peer"). A record of an earlier release has no bucket: a newcomer reads it, a peer that knows others
 // only hears it directly.
 void Directory::put(const std::vector<uint8_t>& sealed) {
   auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
