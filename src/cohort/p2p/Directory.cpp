@@ -186,6 +186,11 @@ std::vector<PeerRecord> Directory::fresh_peers(double timeout_s) {
 
 int64_t Directory::dht_bytes_sent() const { return dht_sent_->load(); }
 
+uint64_t Directory::dht_reads() const {
+  std::lock_guard lock(mutex_);
+  return reads_;
+}
+
 int64_t Directory::peers_seen() const {
   std::lock_guard lock(mutex_);
   return static_cast<int64_t>(seen_.size());
@@ -266,7 +271,7 @@ void Directory::run() {
       last_put = steady_clock::now();
     }
     const bool knows_peers = publishing && !peers().empty();
-    if (contact && since(last_read) >= (knows_peers ? options_.dht_read_known_s : options_.dht_read_s)) {
+    if (contact && since(last_read) >= read_gap(knows_peers)) {
       start_read(!knows_peers);
       last_read = steady_clock::now();
     }
@@ -337,10 +342,15 @@ void Directory::start_read(bool everything) {
     const bool full_due = !last_full_read_ || steady_clock::now() - *last_full_read_ >= full_gap;
     if (std::exchange(full_read_wanted_, false) && full_due) everything = true;
     if (!everything) bucket = detail::dht_bucket_name(next_bucket_), next_bucket_ = (next_bucket_ + 1) % kDhtBuckets;
+    read_records_ = 0;
   }
   dht_->get(
       dht::InfoHash::get(key_),
       [this](const std::vector<std::shared_ptr<dht::Value>>& values) {
+        {
+          std::lock_guard lock(mutex_);
+          read_records_ += values.size();
+        }
         for (const auto& value : values)
           if (value) take_in(value->data.data(), value->data.size(), PublicKey{});
         return true;
@@ -349,10 +359,31 @@ void Directory::start_read(bool everything) {
         std::lock_guard lock(mutex_);
         read_in_flight_ = false;
         if (ok && everything) last_full_read_ = steady_clock::now();  // one that failed is tried again at once
+        last_read_records_ = read_records_;
         ++reads_;
         changed_.notify_all();
       },
       {}, bucket.empty() ? dht::Where{} : dht::Where{}.userType(bucket));
+}
+
+// Note [A read of many records delays the next]
+// A peer that knows others read one bucket every dht_read_known_s, N / 16 records a read, and OpenDHT
+// 2.4.12 fetches each with a get of its own from each of the nodes near the run's key: a peer's DHT sent
+// 1.4, 3.4, 7.8 and 14.4 kB/s at 8, 16, 32 and 64 peers in network namespaces (bench/scale.py --netns,
+// 2026-12-07), doubling with the swarm, and a read of every record (a waiting peer's, once in six reads)
+// fetched all N at once. So a read that brought k records delays the next by k / kDhtRecordsPerRead
+// reads' time (dht_read_known_s at the least): a peer that knows others fetches about two records each
+// dht_read_known_s on average, whatever the swarm's size, and the nodes near the key answer 2N / 5 a
+// second. What it slows is what those reads are for, merging views that the records sent directly did
+// not: one peer reads the whole run in N / 2 reads' time, but the N peers read different buckets, so the
+// swarm reads 2N records each dht_read_known_s as before 64 peers, and two views that split meet about as
+// soon; the heartbeat's gossip brings each peer about 16 records a second besides (Note [The heartbeat
+// passes on a few records] in p2p/DirectorySend.cpp). A peer that knows nobody reads every record each
+// dht_read_s, as before: it has no other way in.
+double Directory::read_gap(bool knows_peers) const {
+  if (!knows_peers) return options_.dht_read_s;
+  std::lock_guard lock(mutex_);
+  return options_.dht_read_known_s * std::max(1.0, static_cast<double>(last_read_records_) / kDhtRecordsPerRead);
 }
 
 namespace detail {

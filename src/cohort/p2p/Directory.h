@@ -30,9 +30,10 @@
 // records of the other peers this one knows, drawn anew each beat (each still sealed by its own peer), so that two
 // peers who found each other in the DHT learn everyone the other knows within a few beats, whatever their own view of
 // the DHT (Notes [The heartbeat is its own clock] in Directory.cpp and [The heartbeat passes on a few records] in
-// DirectorySend.cpp). A peer that knows others reads the DHT only every dht_read_known_s (the reads are most of what
-// the DHT costs: with DiLoCo, more than the averaging); a newcomer finds the live peers there, and by knocking on its
-// initial peers (Note [A peer that knows nobody knocks]), and tells them of itself directly.
+// DirectorySend.cpp). A peer that knows others reads the DHT only every dht_read_known_s, and less often after a
+// read of many records (the reads are most of what the DHT costs: Note [A read of many records delays the next] in
+// Directory.cpp); a newcomer finds the live peers there, and by knocking on its initial peers (Note [A peer that
+// knows nobody knocks]), and tells them of itself directly.
 #pragma once
 
 #include <algorithm>
@@ -193,6 +194,12 @@ class Directory {
   // A read of every record that fresh_peers asks for is made at most once in this many dht_read_known_s
   // (Note [A waiting peer reads every record once in six reads] in p2p/Directory.cpp).
   static constexpr double kFullReadGapReads = 6;
+  // A peer that knows others fetches about this many records a dht_read_known_s from the DHT, however
+  // large the swarm: a read that brought k records delays the next by k / kDhtRecordsPerRead reads' time
+  // (Note [A read of many records delays the next] in p2p/Directory.cpp).
+  static constexpr double kDhtRecordsPerRead = 2;
+  // DHT reads completed since it started (the tests read it).
+  uint64_t dht_reads() const;
 
  private:
   void run();
@@ -239,6 +246,8 @@ class Directory {
   void put(const std::vector<uint8_t>& sealed);
   // Reads the run's records: every one (`everything`), or the next bucket's in turn.
   void start_read(bool everything);
+  // How long after the last read's start the next is due (Note [A read of many records delays the next]).
+  double read_gap(bool knows_peers) const;
   // Takes in one sealed record, from the DHT (no carrier: all zero) or in a frame of `carrier`: kept when
   // newer than the last of that peer. The carrier's own record is vouched for by its frame (open_carried).
   void take_in(const uint8_t* data, size_t size, const PeerKey& carrier);
@@ -338,6 +347,8 @@ class Directory {
   std::set<PeerKey> seen_;
   std::set<std::string> refused_logged_;    // each refusal logged once, not at every read
   uint64_t reads_started_ = 0, reads_ = 0;  // DHT reads started and completed
+  size_t read_records_ = 0;                 // records the read in flight brought so far
+  size_t last_read_records_ = 0;            // and the last read that completed
   bool stopping_ = false;
   std::thread thread_;
 };

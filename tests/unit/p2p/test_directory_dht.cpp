@@ -4,8 +4,10 @@
 // test_directory.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "cohort/p2p/Directory.h"
@@ -181,6 +183,59 @@ TEST(SwarmDirectory, AWaitingPeerReadsEveryRecordOnceInSixReads) {
   const auto seen_at = p2p::Clock::now();
   ASSERT_TRUE(sees_old());
   EXPECT_GE(std::chrono::duration<double>(seen_at - asked).count(), gap.count());
+  bare.join();
+}
+
+// Note [A read of many records delays the next]: c knows a, and a bare node puts 18 records of the run
+// that only a read of every record finds (an earlier release's, with no bucket). Once c's read of every
+// record has brought them (20 records and more: ten reads' worth), c makes no read for about 2 s, where it
+// read every 0.2 s (dht_read_known_s), and then reads as often as before: its reads of one bucket bring
+// one record at most.
+TEST(SwarmDirectory, AReadOfManyRecordsDelaysTheNext) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  auto d = no_heartbeat_within_a_test();
+  Peer a(run, 214, "", logs, d);
+  Peer c(run, 215, a.transport.address(), logs, d);
+  ASSERT_TRUE(meet({{&a, {{}, a.transport.address(), 1, 0, 1.0}}, {&c, {{}, c.transport.address(), 1, 0, 1.0}}}));
+  dht::DhtRunner bare;
+  start_bare_dht_node(bare, 216, 214);
+  std::set<p2p::PeerKey> old;
+  for (uint64_t i = 1; i <= 18; ++i) {
+    const auto id = p2p::issue_token(run, 1h, now_unix());
+    // At the bare node's address: c makes a DHT contact of every peer it sees.
+    p2p::PeerRecord record{{}, "127.0.0.216:" + std::to_string(base_port() + 216), 9, 0, 1.0};
+    record.key = id.token.peer_public_key;
+    record.written_unix = now_unix();  // live for the whole test (record_ttl_s is 60)
+    const auto sealed = p2p::seal(id, p2p::PeerKey{}, p2p::next_counter(), p2p::detail::encode_record(record));
+    auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
+    value->id = 1000 + i;
+    value->type = p2p::detail::kDhtRecordType;
+    bare.put(run_dht_key(run), value);
+    old.insert(record.key);
+  }
+  const auto sees_all = [&] {
+    size_t n = 0;
+    for (const auto& p : c.directory.peers()) n += old.count(p.key);
+    return n == old.size();
+  };
+  const auto deadline = p2p::Clock::now() + 30s;
+  while (p2p::Clock::now() < deadline && !sees_all()) c.directory.fresh_peers(0.3);
+  ASSERT_TRUE(sees_all());
+  // The longest wait between two reads completing, over 5 s from the read that brought them all.
+  auto last = p2p::Clock::now();
+  const auto until = last + 5s;
+  double longest = 0;
+  int reads = 0;
+  for (auto seen = c.directory.dht_reads(); p2p::Clock::now() < until;) {
+    std::this_thread::sleep_for(10ms);
+    if (c.directory.dht_reads() == seen) continue;
+    seen = c.directory.dht_reads(), ++reads;
+    longest = std::max(longest, std::chrono::duration<double>(p2p::Clock::now() - last).count());
+    last = p2p::Clock::now();
+  }
+  EXPECT_GE(longest, 1.5);
+  EXPECT_GE(reads, 3);
   bare.join();
 }
 
