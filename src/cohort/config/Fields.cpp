@@ -265,7 +265,8 @@ const std::vector<Field>& fields() {
             "swarm.sampler=partition: this peer's shard, 0 .. swarm.partitions - 1", {}, non_negative<int64_t>()),
       field("swarm.announce_s", &T::swarm, &SwarmConfig::announce_s,
             "swarm: this peer's record goes to the peers it knows at every change, and at least this often to each "
-            "that no change reached in the last peer_ttl_s / 2 - this (into the DHT every twice this)",
+            "that no change reached in the last peer_ttl_s / 2 - this (into the DHT every twice this, every 20 times "
+            "this once it knows others)",
             {}, positive<double>()),
       field("swarm.peer_ttl_s", &T::swarm, &SwarmConfig::peer_ttl_s,
             "swarm: a peer whose record is older than this is gone", {}, positive<double>()),

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <set>
 #include <utility>
 
 #include "cohort/p2p/Wire.h"
@@ -266,11 +267,13 @@ void Directory::run() {
     }
     if (publishing) resend_deal();  // Note [A leader vouches for its members until its next round]
     const bool contact = has_contact();
-    if (contact && !sealed.empty() && (leaving_now || since(last_put) >= options_.dht_put_s)) {
+    const bool knows_peers = publishing && !peers().empty();
+    // See Note [A peer that knows others puts seldom].
+    const double put_gap = knows_peers ? kDhtPutKnownPuts * options_.dht_put_s : options_.dht_put_s;
+    if (contact && !sealed.empty() && (leaving_now || since(last_put) >= put_gap)) {
       put(sealed);
       last_put = steady_clock::now();
     }
-    const bool knows_peers = publishing && !peers().empty();
     if (contact && since(last_read) >= read_gap(knows_peers)) {
       start_read(!knows_peers);
       last_read = steady_clock::now();
@@ -315,6 +318,21 @@ void Directory::put(const std::vector<uint8_t>& sealed) {
   dht_->put(dht::InfoHash::get(key_), value, [](bool) {});
 }
 
+// Note [A peer that knows others puts seldom]
+// Every peer put its record every dht_put_s (2 s), and OpenDHT follows each put with a find to each of the
+// nodes near the run's key, each answered with a list of nodes, and an answer to the put: in 64 network
+// namespaces, while training, the puts and what follows them were 298 of the DHT's 518 kB/s, 4 finds a
+// peer a second (bench/scale.py --netns, 2026-12-07, with Note [A read of many records delays the next]),
+// and every put reaches the same few nodes, N / 2 a second there. But nothing needs the DHT's copy to be
+// live. A peer that knows nobody knocks on the address of every record it read, live or not (Note [A peer
+// that knows nobody knocks]); a peer that knows others sends its heartbeat to a peer whose record expired
+// up to kHeartbeatAfterDeathS ago, and that peer answers with its record (Note [A heartbeat to nobody is
+// answered]); the records sent directly keep the known peers live. So once a peer knows others it puts its
+// record every kDhtPutKnownPuts dht_put_s (20 s by default), and at once when it leaves; a peer that knows
+// nobody puts every dht_put_s as before, so that the first peers of a swarm find each other's records live.
+// An observer that reads the DHT alone (cohort swarm status) counts a record live for record_ttl_s and that
+// much more (survey in parallel/swarm/SwarmPeer.cpp): a peer that died shows there for up to 24 s.
+
 // Note [A waiting peer reads every record once in six reads]
 // A peer waiting for swarm.min_peers_to_start (and one catching up) asks fresh_peers for every record, and
 // with that every read it made was of every record: one each dht_read_known_s from each waiting peer, and
@@ -342,24 +360,25 @@ void Directory::start_read(bool everything) {
     const bool full_due = !last_full_read_ || steady_clock::now() - *last_full_read_ >= full_gap;
     if (std::exchange(full_read_wanted_, false) && full_due) everything = true;
     if (!everything) bucket = detail::dht_bucket_name(next_bucket_), next_bucket_ = (next_bucket_ + 1) % kDhtBuckets;
-    read_records_ = 0;
   }
+  // The records it brought, by value id (one a peer): nodes that hold a record at different versions
+  // answer with each (Note [A read of many records delays the next]). OpenDHT calls back on one thread.
+  auto ids = std::make_shared<std::set<uint64_t>>();
   dht_->get(
       dht::InfoHash::get(key_),
-      [this](const std::vector<std::shared_ptr<dht::Value>>& values) {
-        {
-          std::lock_guard lock(mutex_);
-          read_records_ += values.size();
+      [this, ids](const std::vector<std::shared_ptr<dht::Value>>& values) {
+        for (const auto& value : values) {
+          if (!value) continue;
+          ids->insert(value->id);
+          take_in(value->data.data(), value->data.size(), PublicKey{});
         }
-        for (const auto& value : values)
-          if (value) take_in(value->data.data(), value->data.size(), PublicKey{});
         return true;
       },
-      [this, everything](bool ok) {
+      [this, everything, ids](bool ok) {
         std::lock_guard lock(mutex_);
         read_in_flight_ = false;
         if (ok && everything) last_full_read_ = steady_clock::now();  // one that failed is tried again at once
-        last_read_records_ = read_records_;
+        last_read_records_ = ids->size();
         ++reads_;
         changed_.notify_all();
       },
@@ -369,21 +388,26 @@ void Directory::start_read(bool everything) {
 // Note [A read of many records delays the next]
 // A peer that knows others read one bucket every dht_read_known_s, N / 16 records a read, and OpenDHT
 // 2.4.12 fetches each with a get of its own from each of the nodes near the run's key: a peer's DHT sent
-// 1.4, 3.4, 7.8 and 14.4 kB/s at 8, 16, 32 and 64 peers in network namespaces (bench/scale.py --netns,
-// 2026-12-07), doubling with the swarm, and a read of every record (a waiting peer's, once in six reads)
-// fetched all N at once. So a read that brought k records delays the next by k / kDhtRecordsPerRead
-// reads' time (dht_read_known_s at the least): a peer that knows others fetches about two records each
-// dht_read_known_s on average, whatever the swarm's size, and the nodes near the key answer 2N / 5 a
-// second. What it slows is what those reads are for, merging views that the records sent directly did
-// not: one peer reads the whole run in N / 2 reads' time, but the N peers read different buckets, so the
-// swarm reads 2N records each dht_read_known_s as before 64 peers, and two views that split meet about as
-// soon; the heartbeat's gossip brings each peer about 16 records a second besides (Note [The heartbeat
-// passes on a few records] in p2p/DirectorySend.cpp). A peer that knows nobody reads every record each
-// dht_read_s, as before: it has no other way in.
+// 2.0, 4.3, 8.5 and 15.6 kB/s at 8, 16, 32 and 64 peers in network namespaces (bench/scale.py --netns,
+// 2026-12-07), and a read of every record that fresh_peers asks for brought all N at once. So a read that
+// brought k records (distinct peers: two nodes may answer with two versions of one) delays the next by
+// k / kDhtRecordsPerRead reads' time, one dht_read_known_s at the least and kFullReadGapReads at the most:
+// a peer that knows others fetches about two records each dht_read_known_s up to 192 peers (16 buckets of
+// 12), and a read of every record that fresh_peers asks for still comes once in six reads' time (Note [A
+// waiting peer reads every record once in six reads]). 2.2, 3.5, 5.9 and 9.5 kB/s since (bench/results/
+// dht_read_pacing.json); what is left is the puts (Note [A peer that knows others puts seldom]), OpenDHT's
+// upkeep of its searches, and the reads of peers that know nobody. What it slows is what these reads are
+// for, merging views that the records sent directly did not. One peer reads a given bucket less often, but
+// the swarm as a whole still reads about 32 buckets each dht_read_known_s past 32 peers (N peers, each a
+// bucket every N / 32 reads), each bucket twice: a peer whose view split from the others' is read by one of
+// them within a read or two, and the heartbeat's gossip brings each peer about 16 records a second besides
+// (Note [The heartbeat passes on a few records] in p2p/DirectorySend.cpp). A peer that knows nobody reads
+// every record each dht_read_s, as before: it has no other way in.
 double Directory::read_gap(bool knows_peers) const {
   if (!knows_peers) return options_.dht_read_s;
   std::lock_guard lock(mutex_);
-  return options_.dht_read_known_s * std::max(1.0, static_cast<double>(last_read_records_) / kDhtRecordsPerRead);
+  const double reads = std::clamp(static_cast<double>(last_read_records_) / kDhtRecordsPerRead, 1.0, kFullReadGapReads);
+  return options_.dht_read_known_s * reads;
 }
 
 namespace detail {

@@ -18,11 +18,11 @@
 // Progress records change at every local step. Read back from the DHT, a record lagged its peer by up to a
 // second (a put, then the others' next read): a leader closed groups without peers it did not yet see as
 // ready, which then stepped alone and drifted (Note [A peer that fell out of a round resynchronizes]), and
-// a swarm's steps waited on the lag. So the DHT is for finding peers (a record put every `dht_put_s`, read
-// every `dht_read_s`), and each change of a record goes to the known peers as one frame over the swarm's
-// transport (at once when the step, readiness or leaving changes; other changes at most every 50 ms; with
-// group keys, readiness and a peer's samples only to the peers of its key: Notes [Readiness goes to the
-// group] in DirectorySend.cpp and [The target batch counted in the key and scaled to the swarm] in
+// a swarm's steps waited on the lag. So the DHT is for finding peers (a record put every `dht_put_s`, seldom
+// once its peer knows others, read every `dht_read_s`), and each change of a record goes to the known peers as one
+// frame over the swarm's transport (at once when the step, readiness or leaving changes; other changes at most every 50
+// ms; with group keys, readiness and a peer's samples only to the peers of its key: Notes [Readiness goes to the group]
+// in DirectorySend.cpp and [The target batch counted in the key and scaled to the swarm] in
 // parallel/swarm/SwarmProgress.cpp). The heartbeat, every announce_s, goes to every known peer that did not
 // hear this one's record lately (Note [A heartbeat skips the peers that heard this one lately]), or, while
 // a leader's deal vouches for this one, only to those that do not read deals (Note [A deal vouches for its
@@ -194,10 +194,15 @@ class Directory {
   // A read of every record that fresh_peers asks for is made at most once in this many dht_read_known_s
   // (Note [A waiting peer reads every record once in six reads] in p2p/Directory.cpp).
   static constexpr double kFullReadGapReads = 6;
-  // A peer that knows others fetches about this many records a dht_read_known_s from the DHT, however
-  // large the swarm: a read that brought k records delays the next by k / kDhtRecordsPerRead reads' time
+  // A peer that knows others fetches about this many records a dht_read_known_s from the DHT: a read that
+  // brought k records delays the next by k / kDhtRecordsPerRead reads' time, at most kFullReadGapReads
   // (Note [A read of many records delays the next] in p2p/Directory.cpp).
   static constexpr double kDhtRecordsPerRead = 2;
+  // Once it knows others, a peer puts its record into the DHT every this many dht_put_s, and when it
+  // leaves: the DHT's copy is an address to knock on more than a live record (Note [A peer that knows
+  // others puts seldom] in p2p/Directory.cpp). An observer that reads the DHT alone counts a record live
+  // for this many dht_put_s past record_ttl_s.
+  static constexpr double kDhtPutKnownPuts = 10;
   // DHT reads completed since it started (the tests read it).
   uint64_t dht_reads() const;
 
@@ -347,8 +352,7 @@ class Directory {
   std::set<PeerKey> seen_;
   std::set<std::string> refused_logged_;    // each refusal logged once, not at every read
   uint64_t reads_started_ = 0, reads_ = 0;  // DHT reads started and completed
-  size_t read_records_ = 0;                 // records the read in flight brought so far
-  size_t last_read_records_ = 0;            // and the last read that completed
+  size_t last_read_records_ = 0;            // distinct records the last read that completed brought
   bool stopping_ = false;
   std::thread thread_;
 };

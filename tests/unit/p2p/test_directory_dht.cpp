@@ -186,22 +186,23 @@ TEST(SwarmDirectory, AWaitingPeerReadsEveryRecordOnceInSixReads) {
   bare.join();
 }
 
-// Note [A read of many records delays the next]: c knows a, and a bare node puts 18 records of the run
+// Note [A read of many records delays the next]: c knows a, and a bare node puts 30 records of the run
 // that only a read of every record finds (an earlier release's, with no bucket). Once c's read of every
-// record has brought them (20 records and more: ten reads' worth), c makes no read for about 2 s, where it
-// read every 0.2 s (dht_read_known_s), and then reads as often as before: its reads of one bucket bring
-// one record at most.
+// record has brought them (32 records: sixteen reads' worth, at most six), c makes no read for about six
+// reads' time (3 s), where it read every 0.5 s (dht_read_known_s), and no longer; then it reads every 0.5
+// s again: its reads of one bucket bring one record at most.
 TEST(SwarmDirectory, AReadOfManyRecordsDelaysTheNext) {
   Logs logs;
   const auto run = p2p::generate_run_key();
   auto d = no_heartbeat_within_a_test();
+  d.dht_read_known_s = 0.5;
   Peer a(run, 214, "", logs, d);
   Peer c(run, 215, a.transport.address(), logs, d);
   ASSERT_TRUE(meet({{&a, {{}, a.transport.address(), 1, 0, 1.0}}, {&c, {{}, c.transport.address(), 1, 0, 1.0}}}));
   dht::DhtRunner bare;
   start_bare_dht_node(bare, 216, 214);
   std::set<p2p::PeerKey> old;
-  for (uint64_t i = 1; i <= 18; ++i) {
+  for (uint64_t i = 1; i <= 30; ++i) {
     const auto id = p2p::issue_token(run, 1h, now_unix());
     // At the bare node's address: c makes a DHT contact of every peer it sees.
     p2p::PeerRecord record{{}, "127.0.0.216:" + std::to_string(base_port() + 216), 9, 0, 1.0};
@@ -219,24 +220,73 @@ TEST(SwarmDirectory, AReadOfManyRecordsDelaysTheNext) {
     for (const auto& p : c.directory.peers()) n += old.count(p.key);
     return n == old.size();
   };
-  const auto deadline = p2p::Clock::now() + 30s;
+  const auto deadline = p2p::Clock::now() + 40s;
   while (p2p::Clock::now() < deadline && !sees_all()) c.directory.fresh_peers(0.3);
   ASSERT_TRUE(sees_all());
-  // The longest wait between two reads completing, over 5 s from the read that brought them all.
+  // The waits between reads completing, over 8 s from the read that brought them all.
+  std::vector<double> waits;
   auto last = p2p::Clock::now();
-  const auto until = last + 5s;
-  double longest = 0;
-  int reads = 0;
+  const auto until = last + 8s;
   for (auto seen = c.directory.dht_reads(); p2p::Clock::now() < until;) {
     std::this_thread::sleep_for(10ms);
     if (c.directory.dht_reads() == seen) continue;
-    seen = c.directory.dht_reads(), ++reads;
-    longest = std::max(longest, std::chrono::duration<double>(p2p::Clock::now() - last).count());
+    seen = c.directory.dht_reads();
+    waits.push_back(std::chrono::duration<double>(p2p::Clock::now() - last).count());
     last = p2p::Clock::now();
   }
-  EXPECT_GE(longest, 1.5);
-  EXPECT_GE(reads, 3);
+  ASSERT_FALSE(waits.empty());
+  const auto longest = std::max_element(waits.begin(), waits.end());
+  EXPECT_GE(*longest, 2.2);  // six reads' time from the read's start, less its own time
+  EXPECT_LE(*longest, 4.5);  // not sixteen (8 s)
+  // Then every 0.5 s again.
+  EXPECT_GE(waits.end() - longest - 1, 3);
+  for (auto w = longest + 1; w != waits.end(); ++w) EXPECT_LE(*w, 1.5);
   bare.join();
+}
+
+// Note [A peer that knows others puts seldom]: a and c know each other and put every 0.5 s (dht_put_s)
+// while they know nobody; a's record changes every 100 ms, and a bare node reads a's bucket every 200 ms
+// for 4 s. Knowing c, a puts every 5 s (kDhtPutKnownPuts dht_put_s): the reader sees at most one new
+// version of a's record (three, if the nodes it reads still differ), where a put every 0.5 s showed eight.
+TEST(SwarmDirectory, APeerThatKnowsOthersPutsItsRecordSeldom) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = puts_often();
+  Peer a(run, 218, "", logs, d);
+  Peer c(run, 219, a.transport.address(), logs, d);
+  ASSERT_TRUE(meet({{&a, {{}, a.transport.address(), 1, 0, 1.0}}, {&c, {{}, c.transport.address(), 1, 0, 1.0}}}));
+  dht::DhtRunner reader;
+  start_bare_dht_node(reader, 220, 218);
+  const auto bucket = p2p::detail::dht_bucket_name(p2p::detail::dht_bucket(a.transport.key()));
+  uint64_t id = 0;  // a's value id: the first 8 bytes of its key (Directory::put)
+  for (size_t i = 0; i < 8; ++i) id = (id << 8) | a.transport.key()[i];
+  const auto read = [&] {  // a's record as the DHT holds it, empty when it holds none
+    std::promise<std::vector<uint8_t>> got;
+    auto data = std::make_shared<std::vector<uint8_t>>();
+    reader.get(
+        run_dht_key(run),
+        [data, id](const std::vector<std::shared_ptr<dht::Value>>& values) {
+          for (const auto& value : values)
+            if (value && value->id == id) *data = value->data;
+          return true;
+        },
+        [data, &got](bool) { got.set_value(*data); }, {}, dht::Where{}.userType(bucket));
+    return got.get_future().get();
+  };
+  const auto put_once = p2p::Clock::now() + 20s;
+  while (p2p::Clock::now() < put_once && read().empty()) std::this_thread::sleep_for(100ms);
+  ASSERT_FALSE(read().empty());
+  std::set<std::vector<uint8_t>> versions;
+  int64_t samples = 1;
+  for (const auto until = p2p::Clock::now() + 4s; p2p::Clock::now() < until;) {
+    for (int i = 0; i < 2; ++i, ++samples) {
+      a.directory.announce({{}, a.transport.address(), 1, samples, 1.0});
+      std::this_thread::sleep_for(100ms);
+    }
+    versions.insert(read());
+  }
+  EXPECT_LE(versions.size(), 3u);
+  reader.join();
 }
 
 #endif  // COHORT_HAVE_SWARM

@@ -54,7 +54,11 @@ std::vector<p2p::PeerRecord> survey(const SwarmConfig& cfg, const std::string& p
   const auto host = p2p::split_host_port(bootstrap.front(), "--peers").first;
   // An address of this machine on the peer's network: the loopback one for a peer on loopback.
   const std::string listen = (host.rfind("127.", 0) == 0 ? std::string("127.0.0.1") : std::string("0.0.0.0")) + ":0";
-  p2p::Directory directory(identity, identity.token.run_public_key, listen, bootstrap, {},
+  // A peer that knows others puts its record seldom (Note [A peer that knows others puts seldom] in
+  // p2p/Directory.cpp): the DHT alone shows a live peer's record up to that much past its TTL.
+  p2p::DirectoryOptions d;
+  d.record_ttl_s += p2p::Directory::kDhtPutKnownPuts * d.dht_put_s;
+  p2p::Directory directory(identity, identity.token.run_public_key, listen, bootstrap, d,
                            [](const std::string& line) { std::cerr << "cohort: " << line << std::endl; });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
   std::vector<p2p::PeerRecord> seen;
