@@ -26,6 +26,11 @@ namespace {
 // reads it: records are sealed) and expires soon after its peer stops republishing it.
 constexpr dht::ValueType::Id kRecordType = detail::kDhtRecordType;
 
+// A peer that knows others puts its record at least this often, whatever dht_put_s (Note [A peer that knows
+// others puts seldom]): a third of the minute for which the DHT keeps a value, and for which a heartbeat
+// still goes to a peer whose record expired (Directory::kHeartbeatAfterDeathS).
+constexpr double kDhtPutKnownMaxS = 20;
+
 using std::chrono::duration;
 using std::chrono::steady_clock;
 
@@ -269,7 +274,9 @@ void Directory::run() {
     const bool contact = has_contact();
     const bool knows_peers = publishing && !peers().empty();
     // See Note [A peer that knows others puts seldom].
-    const double put_gap = knows_peers ? kDhtPutKnownPuts * options_.dht_put_s : options_.dht_put_s;
+    const double put_gap =
+        knows_peers ? std::max(options_.dht_put_s, std::min(kDhtPutKnownPuts * options_.dht_put_s, kDhtPutKnownMaxS))
+                    : options_.dht_put_s;
     if (contact && !sealed.empty() && (leaving_now || since(last_put) >= put_gap)) {
       put(sealed);
       last_put = steady_clock::now();
@@ -321,15 +328,20 @@ void Directory::put(const std::vector<uint8_t>& sealed) {
 // Note [A peer that knows others puts seldom]
 // Every peer put its record every dht_put_s (2 s), and OpenDHT follows each put with a find to each of the
 // nodes near the run's key, each answered with a list of nodes, and an answer to the put: in 64 network
-// namespaces, while training, the puts and what follows them were 298 of the DHT's 518 kB/s, 4 finds a
+// namespaces, while training, the puts and what follows them were 306 of the DHT's 475 kB/s, 4 finds a
 // peer a second (bench/scale.py --netns, 2026-12-07, with Note [A read of many records delays the next]),
 // and every put reaches the same few nodes, N / 2 a second there. But nothing needs the DHT's copy to be
 // live. A peer that knows nobody knocks on the address of every record it read, live or not (Note [A peer
 // that knows nobody knocks]); a peer that knows others sends its heartbeat to a peer whose record expired
 // up to kHeartbeatAfterDeathS ago, and that peer answers with its record (Note [A heartbeat to nobody is
 // answered]); the records sent directly keep the known peers live. So once a peer knows others it puts its
-// record every kDhtPutKnownPuts dht_put_s (20 s by default), and at once when it leaves; a peer that knows
-// nobody puts every dht_put_s as before, so that the first peers of a swarm find each other's records live.
+// record every kDhtPutKnownPuts dht_put_s (20 s by default), but at least every kDhtPutKnownMaxS: the DHT
+// keeps a value a minute, and a heartbeat goes to an expired record for a minute (with swarm.announce_s 4,
+// puts 80 s apart would leave a record out of the DHT for part of each gap). It puts at once when it
+// leaves; a peer that knows nobody puts every dht_put_s as before, so that the first peers of a swarm find
+// each other's records live. The DHT's copy of a record is then up to 20 s old: what it says of the step,
+// samples and readiness lags that much, and a waiting peer counts as seen (peers_seen) the peers whose
+// copies it read before it has met them.
 // An observer that reads the DHT alone (cohort swarm status) counts a record live for record_ttl_s and that
 // much more (survey in parallel/swarm/SwarmPeer.cpp): a peer that died shows there for up to 24 s.
 
