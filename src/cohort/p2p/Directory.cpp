@@ -165,6 +165,14 @@ void Directory::announce_digest(int64_t step, uint64_t digest) {
 
 std::vector<PeerRecord> Directory::peers() const { return written_since(detail::unix_now() - options_.record_ttl_s); }
 
+bool Directory::any_live_peer() const {
+  const double oldest = detail::unix_now() - options_.record_ttl_s;
+  std::lock_guard lock(mutex_);
+  for (const auto& [key, entry] : records_)
+    if (key != me_.token.peer_public_key && entry.heard_unix() >= oldest && !entry.record.leaving) return true;
+  return false;
+}
+
 std::vector<PeerRecord> Directory::written_since(double oldest_unix) const {
   std::lock_guard lock(mutex_);
   std::vector<PeerRecord> out;
@@ -266,17 +274,14 @@ void Directory::run() {
     if (!sealed.empty() && !owed.empty()) answer(sealed, owed);
     if (!sealed.empty() && direct_due) {
       send_direct(sealed, version, heartbeat, heartbeat && !news, group_only ? &record : nullptr);
-      if (heartbeat && peers().empty()) knock(sealed);
+      if (heartbeat && !any_live_peer()) knock(sealed);
       last_direct = steady_clock::now();
       if (heartbeat) last_heartbeat = last_direct;
     }
     if (publishing) resend_deal();  // Note [A leader vouches for its members until its next round]
     const bool contact = has_contact();
-    const bool knows_peers = publishing && !peers().empty();
-    // See Note [A peer that knows others puts seldom].
-    const double put_gap =
-        knows_peers ? std::max(options_.dht_put_s, std::min(kDhtPutKnownPuts * options_.dht_put_s, kDhtPutKnownMaxS))
-                    : options_.dht_put_s;
+    const bool knows_peers = publishing && any_live_peer();
+    const double put_gap = knows_peers ? known_put_gap(options_) : options_.dht_put_s;
     if (contact && !sealed.empty() && (leaving_now || since(last_put) >= put_gap)) {
       put(sealed);
       last_put = steady_clock::now();
@@ -316,10 +321,7 @@ void Directory::run() {
 // only hears it directly.
 void Directory::put(const std::vector<uint8_t>& sealed) {
   auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
-  // One value id per peer, so a peer's newer record replaces its older one on the nodes that store it.
-  uint64_t id = 0;
-  for (int i = 0; i < 8; ++i) id = (id << 8) | me_.token.peer_public_key[static_cast<size_t>(i)];
-  value->id = id;
+  value->id = detail::dht_value_id(me_.token.peer_public_key);
   value->type = kRecordType;
   value->user_type = detail::dht_bucket_name(detail::dht_bucket(me_.token.peer_public_key));
   dht_->put(dht::InfoHash::get(key_), value, [](bool) {});
@@ -344,6 +346,9 @@ void Directory::put(const std::vector<uint8_t>& sealed) {
 // copies it read before it has met them.
 // An observer that reads the DHT alone (cohort swarm status) counts a record live for record_ttl_s and that
 // much more (survey in parallel/swarm/SwarmPeer.cpp): a peer that died shows there for up to 24 s.
+double Directory::known_put_gap(const DirectoryOptions& options) {
+  return std::max(options.dht_put_s, std::min(kDhtPutKnownPuts * options.dht_put_s, kDhtPutKnownMaxS));
+}
 
 // Note [A waiting peer reads every record once in six reads]
 // A peer waiting for swarm.min_peers_to_start (and one catching up) asks fresh_peers for every record, and
@@ -429,6 +434,13 @@ std::string dht_run_key(const PeerKey& run_public_key) {
 }
 
 int dht_bucket(const PeerKey& peer) { return peer[0] % Directory::kDhtBuckets; }
+
+// The first 8 bytes of its key: the nodes that store it replace a value by id.
+uint64_t dht_value_id(const PeerKey& peer) {
+  uint64_t id = 0;
+  for (size_t i = 0; i < 8; ++i) id = (id << 8) | peer[i];
+  return id;
+}
 
 std::string dht_bucket_name(int bucket) { return "b" + std::to_string(bucket % Directory::kDhtBuckets); }
 

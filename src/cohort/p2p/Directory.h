@@ -203,6 +203,9 @@ class Directory {
   // others puts seldom] in p2p/Directory.cpp). An observer that reads the DHT alone counts a record live
   // for this many dht_put_s past record_ttl_s.
   static constexpr double kDhtPutKnownPuts = 10;
+  // How often a peer that knows others puts its record: kDhtPutKnownPuts dht_put_s, at most 20 s, and never
+  // less often than dht_put_s (Note [A peer that knows others puts seldom] in p2p/Directory.cpp).
+  static double known_put_gap(const DirectoryOptions& options);
   // DHT reads completed since it started (the tests read it).
   uint64_t dht_reads() const;
 
@@ -244,6 +247,8 @@ class Directory {
   // The live peers and those whose record expired less than kHeartbeatAfterDeathS ago (Note [A peer whose
   // record expired still hears the heartbeat]).
   std::vector<PeerRecord> heartbeat_peers() const;
+  // Whether peers() would not be empty, without copying the records.
+  bool any_live_peer() const;
   // The other peers' records written since `oldest_unix`, of peers that did not say they were leaving.
   std::vector<PeerRecord> written_since(double oldest_unix) const;
   // Sends `mine` to swarm.initial_peers and the peers seen (Note [A peer that knows nobody knocks]).
@@ -376,6 +381,8 @@ constexpr uint16_t kDhtRecordType = 0x4348;
 // The bucket of the run's records a peer's goes to (Note [The run's records in sixteen buckets] in
 // p2p/Directory.cpp), and its name, the DHT value's user type that a read of one bucket asks for.
 int dht_bucket(const PeerKey& peer);
+// The DHT value id of a peer's record: one a peer, so that its newer record replaces its older one.
+uint64_t dht_value_id(const PeerKey& peer);
 std::string dht_bucket_name(int bucket);
 // A kDeal body: the members a leader dealt for the step after its round, and the keys it dealt them.
 std::vector<uint8_t> deal_body(const std::vector<Dealt>& dealt);

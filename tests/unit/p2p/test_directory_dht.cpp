@@ -260,8 +260,7 @@ TEST(SwarmDirectory, APeerThatKnowsOthersPutsItsRecordSeldom) {
   dht::DhtRunner reader;
   start_bare_dht_node(reader, 220, 218);
   const auto bucket = p2p::detail::dht_bucket_name(p2p::detail::dht_bucket(a.transport.key()));
-  uint64_t id = 0;  // a's value id: the first 8 bytes of its key (Directory::put)
-  for (size_t i = 0; i < 8; ++i) id = (id << 8) | a.transport.key()[i];
+  const uint64_t id = p2p::detail::dht_value_id(a.transport.key());
   const auto read = [&] {  // a's record as the DHT holds it, empty when it holds none
     std::promise<std::vector<uint8_t>> got;
     auto data = std::make_shared<std::vector<uint8_t>>();

@@ -57,7 +57,7 @@ std::vector<p2p::PeerRecord> survey(const SwarmConfig& cfg, const std::string& p
   // A peer that knows others puts its record seldom (Note [A peer that knows others puts seldom] in
   // p2p/Directory.cpp): the DHT alone shows a live peer's record up to that much past its TTL.
   p2p::DirectoryOptions d;
-  d.record_ttl_s += p2p::Directory::kDhtPutKnownPuts * d.dht_put_s;
+  d.record_ttl_s += p2p::Directory::known_put_gap(d);
   p2p::Directory directory(identity, identity.token.run_public_key, listen, bootstrap, d,
                            [](const std::string& line) { std::cerr << "cohort: " << line << std::endl; });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
