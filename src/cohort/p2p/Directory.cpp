@@ -191,11 +191,21 @@ std::vector<PeerRecord> Directory::written_since(double oldest_unix) const {
 std::vector<PeerRecord> Directory::fresh_peers(double timeout_s) {
   {
     std::unique_lock lock(mutex_);
-    full_read_wanted_ = true;  // of every record, not of a bucket (Note [The run's records in sixteen buckets])
+    // Of every record, not of a bucket (Note [The run's records in sixteen buckets]), and only while a caller
+    // waits (Note [A newcomer reads a bucket at a time]).
+    ++full_read_waiters_;
     const uint64_t after = reads_started_;  // a read that starts after this call
     changed_.wait_for(lock, duration<double>(timeout_s), [&] { return reads_ > after || stopping_; });
+    --full_read_waiters_;
   }
   return peers();
+}
+
+void Directory::leave(PeerRecord mine, double timeout_s) {
+  mine.leaving = true;
+  announce(std::move(mine));
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, duration<double>(timeout_s), [&] { return left_ || stopping_; });
 }
 
 int64_t Directory::dht_bytes_sent() const { return dht_sent_->load(); }
@@ -282,12 +292,19 @@ void Directory::run() {
     const bool contact = has_contact();
     const bool knows_peers = publishing && any_live_peer();
     const double put_gap = knows_peers ? known_put_gap(options_) : options_.dht_put_s;
+    const auto left = [this] {  // leave() waits for this
+      std::lock_guard held(mutex_);
+      left_ = true;
+      changed_.notify_all();
+    };
     if (contact && !sealed.empty() && (leaving_now || since(last_put) >= put_gap)) {
-      put(sealed);
+      put(sealed, leaving_now ? std::function<void()>(left) : nullptr);
       last_put = steady_clock::now();
+    } else if (leaving_now) {
+      left();  // no DHT contact to put it through
     }
-    if (contact && since(last_read) >= read_gap(knows_peers)) {
-      start_read(!knows_peers);
+    if (contact && since(last_read) >= read_gap(publishing, knows_peers)) {
+      start_read(publishing, knows_peers);
       last_read = steady_clock::now();
     }
     lock.lock();
@@ -319,12 +336,14 @@ void Directory::run() {
 // OpenDHT's upkeep of the searches, and every peer's put every dht_put_s (docs/scaling.md, "An address a
 // peer"). A record of an earlier release has no bucket: a newcomer reads it, a peer that knows others
 // only hears it directly.
-void Directory::put(const std::vector<uint8_t>& sealed) {
+void Directory::put(const std::vector<uint8_t>& sealed, std::function<void()> done) {
   auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
   value->id = detail::dht_value_id(me_.token.peer_public_key);
   value->type = kRecordType;
   value->user_type = detail::dht_bucket_name(detail::dht_bucket(me_.token.peer_public_key));
-  dht_->put(dht::InfoHash::get(key_), value, [](bool) {});
+  dht_->put(dht::InfoHash::get(key_), value, [done = std::move(done)](bool) {
+    if (done) done();
+  });
 }
 
 // Note [A peer that knows others puts seldom]
@@ -358,35 +377,60 @@ double Directory::known_put_gap(const DirectoryOptions& options) {
 // while the peers waited for each other, 120 kB/s a peer: N records to N readers. A peer's DHT sent 1.6 to
 // 1.9 MB before its first step, the busiest 8.9 to 10.2 (0.5 to 0.6 and 2.5 to 3.1 since). Between two
 // reads of every record a waiting peer hears the peers it found directly, and the peers that found it beat
-// to it (Note [Records go to the peers directly]): a newcomer's read of every record reaches every peer
-// that started before it. So a read of every record that fresh_peers asks for is made at most once in
-// kFullReadGapReads reads' time (30 s by default) after the last that completed, by a peer that knows others,
-// the reads in between of the next bucket; a peer that knows nobody still reads every record at each read,
-// every dht_read_s. A read of every record that failed does not count: the next is made at once.
+// to it (Note [Records go to the peers directly]), and the records they pass on. So a read of every record
+// that fresh_peers asks for is made at most once in kFullReadGapReads reads' time (30 s by default) after
+// the last that completed, or after the directory started (Note [A newcomer reads a bucket at a time]), the
+// reads in between of the next bucket. A read of every record that failed does not count: the next is made
+// at once.
+
+// Note [A newcomer reads a bucket at a time]
+// A peer that knows nobody read every record of the run each dht_read_s until it met someone, and then,
+// waiting for the swarm, every record again at once (fresh_peers): 83 reads of every record by 64 peers
+// in network namespaces in a captured run (bench/scale.py --netns, 2026-12-07), 0.24 to 0.31 MB of DHT a
+// peer before its first step, N records to N peers through the few nodes near the run's key (8 reads and
+// 0.12 to 0.13 MB since: bench/results/dht_newcomer_buckets.json). A newcomer needs one live peer, not all of them: the
+// peers it meets tell the others of it and it of them (their heartbeats, and the records they pass on: Note [The
+// heartbeat passes on a few records] in p2p/DirectorySend.cpp), and it knocks on the address of every record it read
+// (Note [A peer that knows nobody knocks]). So a peer that knows nobody reads the buckets in turn, from a random one:
+// at 64 peers a read brings about four records. A read that brought no other peer's record is followed by the next
+// within dht_read_s / kSweepReadsPerRead (at the loop's 50 ms), so a near-empty swarm's sixteen buckets are
+// swept in about 2.5 s, where a read of every record came each second; once kDhtBuckets reads in a row
+// brought nobody, the next is of every record (it also finds an earlier release's records, which have no
+// bucket), and reads go on at one each dht_read_s, every kDhtBuckets-th of every record. And the directory's start
+// counts as a read of every record: a peer waiting for the swarm makes its first kFullReadGapReads reads' time (30 s)
+// after it started, not at once (Note [A waiting peer reads every record once in six reads]), and only while a caller
+// of fresh_peers waits: a wish left by a caller that had stopped waiting made a read of every record after the swarm
+// had started (25 of them, by 23 of 64 peers, 28 to 49 s into a captured run). An observer (cohort swarm status, with
+// no transport) reads every record each dht_read_s, as before: it has no other way in.
 //
 // Reads the run's records from the DHT without waiting: the answers arrive on OpenDHT's thread.
-void Directory::start_read(bool everything) {
+void Directory::start_read(bool publishing, bool knows_peers) {
   std::string bucket;  // empty: every record
+  bool everything = !publishing;
   {
     std::lock_guard lock(mutex_);
     if (read_in_flight_) return;
     read_in_flight_ = true;
     ++reads_started_;
+    // A sweep of every bucket found nobody (Note [A newcomer reads a bucket at a time]).
+    if (!knows_peers && empty_reads_ > 0 && empty_reads_ % kDhtBuckets == 0) everything = true;
     // fresh_peers asked for every record (Note [A waiting peer reads every record once in six reads]).
     const auto full_gap = duration<double>(kFullReadGapReads * options_.dht_read_known_s);
-    const bool full_due = !last_full_read_ || steady_clock::now() - *last_full_read_ >= full_gap;
-    if (std::exchange(full_read_wanted_, false) && full_due) everything = true;
+    const bool full_due = steady_clock::now() - last_full_read_ >= full_gap;
+    if (full_read_waiters_ > 0 && full_due) everything = true;
     if (!everything) bucket = detail::dht_bucket_name(next_bucket_), next_bucket_ = (next_bucket_ + 1) % kDhtBuckets;
   }
-  // The records it brought, by value id (one a peer): nodes that hold a record at different versions
-  // answer with each (Note [A read of many records delays the next]). OpenDHT calls back on one thread.
+  // The other peers' records it brought, by value id (one a peer): nodes that hold a record at different
+  // versions answer with each (Note [A read of many records delays the next]). OpenDHT calls back on one
+  // thread.
   auto ids = std::make_shared<std::set<uint64_t>>();
+  const uint64_t mine = detail::dht_value_id(me_.token.peer_public_key);
   dht_->get(
       dht::InfoHash::get(key_),
-      [this, ids](const std::vector<std::shared_ptr<dht::Value>>& values) {
+      [this, ids, mine](const std::vector<std::shared_ptr<dht::Value>>& values) {
         for (const auto& value : values) {
           if (!value) continue;
-          ids->insert(value->id);
+          if (value->id != mine) ids->insert(value->id);
           take_in(value->data.data(), value->data.size(), PublicKey{});
         }
         return true;
@@ -396,6 +440,7 @@ void Directory::start_read(bool everything) {
         read_in_flight_ = false;
         if (ok && everything) last_full_read_ = steady_clock::now();  // one that failed is tried again at once
         last_read_records_ = ids->size();
+        empty_reads_ = ids->empty() ? empty_reads_ + 1 : 0;
         ++reads_;
         changed_.notify_all();
       },
@@ -419,10 +464,13 @@ void Directory::start_read(bool everything) {
 // bucket every N / 32 reads), each bucket twice: a peer whose view split from the others' is read by one of
 // them within a read or two, and the heartbeat's gossip brings each peer about 16 records a second besides
 // (Note [The heartbeat passes on a few records] in p2p/DirectorySend.cpp). A peer that knows nobody reads
-// every record each dht_read_s, as before: it has no other way in.
-double Directory::read_gap(bool knows_peers) const {
-  if (!knows_peers) return options_.dht_read_s;
+// a bucket at a time, faster while its reads find nobody (Note [A newcomer reads a bucket at a time]).
+double Directory::read_gap(bool publishing, bool knows_peers) const {
   std::lock_guard lock(mutex_);
+  if (!knows_peers) {  // Note [A newcomer reads a bucket at a time]
+    const bool sweeping = publishing && last_read_records_ == 0 && empty_reads_ < kDhtBuckets;
+    return sweeping ? options_.dht_read_s / kSweepReadsPerRead : options_.dht_read_s;
+  }
   const double reads = std::clamp(static_cast<double>(last_read_records_) / kDhtRecordsPerRead, 1.0, kFullReadGapReads);
   return options_.dht_read_known_s * reads;
 }

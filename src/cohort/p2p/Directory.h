@@ -122,9 +122,9 @@ struct Refusal {
 };
 
 struct DirectoryOptions {
-  double announce_s = 1.0;        // a peer's heartbeat: its record to each peer it knows that no change reached lately
-  double dht_put_s = 2.0;         // and puts it into the DHT this often (and when it leaves)
-  double dht_read_s = 1.0;        // and reads the run's records from the DHT this often while it knows no peer
+  double announce_s = 1.0;  // a peer's heartbeat: its record to each peer it knows that no change reached lately
+  double dht_put_s = 2.0;   // and puts it into the DHT this often (and when it leaves)
+  double dht_read_s = 1.0;  // and reads a bucket of the run's records from the DHT this often while it knows no peer
   double dht_read_known_s = 5.0;  // and this often once it does (newcomers announce themselves directly)
   double record_ttl_s = 4.0;      // a record older than this is a dead peer's
 };
@@ -173,10 +173,14 @@ class Directory {
   // The live peers other than this one, as of the last read; newest record of each.
   std::vector<PeerRecord> peers() const;
   // Waits until a read of the DHT that starts after this call completes (or `timeout_s`), a read of every
-  // record unless this peer completed one within the last kFullReadGapReads reads' time (then of the
-  // next bucket: Note [A waiting peer reads every record once in six reads] in p2p/Directory.cpp); returns
-  // the live peers then.
+  // record unless this peer completed one, or started, within the last kFullReadGapReads reads' time (then
+  // of the next bucket: Notes [A waiting peer reads every record once in six reads], [A newcomer reads a
+  // bucket at a time] in p2p/Directory.cpp); returns the live peers then.
   std::vector<PeerRecord> fresh_peers(double timeout_s);
+  // Says that this peer leaves (`mine`, with `leaving` set: the others leave it out of their groups), and
+  // waits until that record has gone to the known peers and a put of it into the DHT completed, or
+  // `timeout_s`.
+  void leave(PeerRecord mine, double timeout_s);
   // Distinct peers ever seen alive (for the run's summary).
   int64_t peers_seen() const;
   // Empty, or what shows that another live process, started before this one, holds this peer's
@@ -198,6 +202,9 @@ class Directory {
   // brought k records delays the next by k / kDhtRecordsPerRead reads' time, at most kFullReadGapReads
   // (Note [A read of many records delays the next] in p2p/Directory.cpp).
   static constexpr double kDhtRecordsPerRead = 2;
+  // A peer that knows nobody reads the next bucket this many times a dht_read_s while its reads bring no
+  // other peer's record, until it has read all kDhtBuckets (Note [A newcomer reads a bucket at a time]).
+  static constexpr double kSweepReadsPerRead = 8;
   // Once it knows others, a peer puts its record into the DHT every this many dht_put_s, and when it
   // leaves: the DHT's copy is an address to knock on more than a live record (Note [A peer that knows
   // others puts seldom] in p2p/Directory.cpp). An observer that reads the DHT alone counts a record live
@@ -253,11 +260,14 @@ class Directory {
   std::vector<PeerRecord> written_since(double oldest_unix) const;
   // Sends `mine` to swarm.initial_peers and the peers seen (Note [A peer that knows nobody knocks]).
   void knock(const std::vector<uint8_t>& mine);
-  void put(const std::vector<uint8_t>& sealed);
-  // Reads the run's records: every one (`everything`), or the next bucket's in turn.
-  void start_read(bool everything);
-  // How long after the last read's start the next is due (Note [A read of many records delays the next]).
-  double read_gap(bool knows_peers) const;
+  // `done`, if any, is called on OpenDHT's thread once the put completed or failed.
+  void put(const std::vector<uint8_t>& sealed, std::function<void()> done = {});
+  // Reads the run's records: every one, or the next bucket's in turn (Note [A newcomer reads a bucket at a
+  // time]). `publishing`: this peer has a record (not an observer); `knows_peers`: it knows live peers.
+  void start_read(bool publishing, bool knows_peers);
+  // How long after the last read's start the next is due (Notes [A read of many records delays the next],
+  // [A newcomer reads a bucket at a time]).
+  double read_gap(bool publishing, bool knows_peers) const;
   // Takes in one sealed record, from the DHT (no carrier: all zero) or in a frame of `carrier`: kept when
   // newer than the last of that peer. The carrier's own record is vouched for by its frame (open_carried).
   void take_in(const uint8_t* data, size_t size, const PeerKey& carrier);
@@ -299,9 +309,13 @@ class Directory {
   };
   std::map<PeerKey, Sent> sent_;
   bool read_in_flight_ = false;
-  int next_bucket_ = 0;            // the bucket a peer that knows others reads next
-  bool full_read_wanted_ = false;  // fresh_peers asked for every record: the next read reads them all
-  std::optional<std::chrono::steady_clock::time_point> last_full_read_;  // a read of every record last completed
+  int next_bucket_ = 0;        // the bucket a peer that knows others reads next
+  int full_read_waiters_ = 0;  // callers of fresh_peers waiting: a read that starts now reads every record, when due
+  // A read of every record last completed, or this directory started (Note [A newcomer reads a bucket at a
+  // time]).
+  std::chrono::steady_clock::time_point last_full_read_ = std::chrono::steady_clock::now();
+  int empty_reads_ = 0;  // reads in a row that brought no other peer's record
+  bool left_ = false;    // this peer's leaving record went to the known peers and into the DHT (leave)
   // Addresses of peers met, to make DHT contacts of (Note [Every peer is a DHT contact]).
   std::vector<std::string> to_contact_;
   struct Entry {
@@ -357,7 +371,7 @@ class Directory {
   std::set<PeerKey> seen_;
   std::set<std::string> refused_logged_;    // each refusal logged once, not at every read
   uint64_t reads_started_ = 0, reads_ = 0;  // DHT reads started and completed
-  size_t last_read_records_ = 0;            // distinct records the last read that completed brought
+  size_t last_read_records_ = 0;            // distinct records of other peers the last read that completed brought
   bool stopping_ = false;
   std::thread thread_;
 };

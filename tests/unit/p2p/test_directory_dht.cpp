@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <future>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
+#include <variant>
 
 #include "cohort/p2p/Directory.h"
 #if COHORT_HAVE_SWARM
@@ -60,19 +62,82 @@ TEST(SwarmDirectory, RecordsSpreadOverBucketsAreAllFoundByAPeerThatKnowsNobody) 
   EXPECT_GT(observer.dht_bytes_sent(), 0);
 }
 
-// A bare OpenDHT node at 127.0.0.<host> that knows the one at 127.0.0.<bootstrap>: a reader, or a peer of
-// an earlier release, beside the directories.
+// A bare OpenDHT node at 127.0.0.<host> that knows the one at 127.0.0.<bootstrap> (none: `host` itself): a
+// reader, a peer of an earlier release, or a DHT that no peer listens at, beside the directories.
 void start_bare_dht_node(dht::DhtRunner& node, int host, int bootstrap) {
   dht::DhtRunner::Config config;
   config.threaded = true;
   config.bind4 = dht::SockAddr::resolve("127.0.0." + std::to_string(host), std::to_string(base_port() + host)).front();
   node.run(config, {});
-  node.bootstrap("127.0.0." + std::to_string(bootstrap), std::to_string(base_port() + bootstrap));
+  if (bootstrap != host)
+    node.bootstrap("127.0.0." + std::to_string(bootstrap), std::to_string(base_port() + bootstrap));
 }
 
 // The DHT key of a run's records.
 dht::InfoHash run_dht_key(const p2p::RunKey& run) {
   return dht::InfoHash::get(p2p::detail::dht_run_key(run.public_key));
+}
+
+// A live record of the run for `id`, with the address 127.0.0.<host> (a peer makes a DHT contact of every peer
+// it sees: give the bare node's, or one where nothing listens), put by the bare node `bare` under `value_id`:
+// named by `bucket`, or by none as a peer of an earlier release puts it (only a read of every record finds
+// that). Returns once the put completed.
+void put_record(dht::DhtRunner& bare, const p2p::RunKey& run, const p2p::PeerIdentity& id, int host, uint64_t value_id,
+                int bucket = -1) {
+  p2p::PeerRecord record{{}, "127.0.0." + std::to_string(host) + ":" + std::to_string(base_port() + host), 9, 0, 1.0};
+  record.key = id.token.peer_public_key;
+  record.written_unix = now_unix();  // live for the whole test (record_ttl_s is 60)
+  const auto sealed = p2p::seal(id, p2p::PeerKey{}, p2p::next_counter(), p2p::detail::encode_record(record));
+  auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
+  value->id = value_id;
+  value->type = p2p::detail::kDhtRecordType;
+  if (bucket >= 0) value->user_type = p2p::detail::dht_bucket_name(bucket);
+  std::promise<void> stored;
+  bare.put(run_dht_key(run), value, [&stored](bool) { stored.set_value(); });
+  stored.get_future().get();
+}
+
+// The same for a new peer of an earlier release; returns its key.
+p2p::PeerKey put_old_record(dht::DhtRunner& bare, const p2p::RunKey& run, int host, uint64_t value_id) {
+  const auto old = p2p::issue_token(run, 1h, now_unix());
+  put_record(bare, run, old, host, value_id);
+  return old.token.peer_public_key;
+}
+
+// The values of DHT value id `id` under the run's key that a read from `node` brings (of the bucket `where`
+// names, if any): each node's copy.
+std::vector<std::vector<uint8_t>> dht_values(dht::DhtRunner& node, const p2p::RunKey& run, uint64_t id,
+                                             dht::Where where = {}) {
+  std::promise<std::vector<std::vector<uint8_t>>> got;
+  auto data = std::make_shared<std::vector<std::vector<uint8_t>>>();
+  node.get(
+      run_dht_key(run),
+      [data, id](const std::vector<std::shared_ptr<dht::Value>>& values) {
+        for (const auto& value : values)
+          if (value && value->id == id) data->push_back(value->data);
+        return true;
+      },
+      [data, &got](bool) { got.set_value(*data); }, {}, std::move(where));
+  return got.get_future().get();
+}
+
+// Two peers, a at 127.0.0.<host> and c at <host> + 1, that met through a, and a bare OpenDHT node at <host> + 2
+// that knows a: a reader of the DHT, or a peer of an earlier release.
+struct MetPair {
+  MetPair(const p2p::RunKey& run, int host, Logs& logs, const p2p::DirectoryOptions& d)
+      : a(run, host, "", logs, d), c(run, host + 1, a.transport.address(), logs, d) {
+    met = meet({{&a, {{}, a.transport.address(), 1, 0, 1.0}}, {&c, {{}, c.transport.address(), 1, 0, 1.0}}});
+    start_bare_dht_node(bare, host + 2, host);
+  }
+  ~MetPair() { bare.join(); }
+  Peer a, c;
+  bool met = false;
+  dht::DhtRunner bare;
+};
+
+bool knows(const p2p::Directory& directory, const p2p::PeerKey& key) {
+  const auto peers = directory.peers();
+  return std::any_of(peers.begin(), peers.end(), [&](const p2p::PeerRecord& p) { return p.key == key; });
 }
 
 // A peer that knows others reads one bucket of records at a time (Note [The run's records in sixteen
@@ -119,71 +184,140 @@ TEST(SwarmDirectory, ARecordOfAnEarlierReleaseWithNoBucketIsReadByAPeerThatKnows
   Logs logs;
   const auto run = p2p::generate_run_key();
   Peer a(run, 196, "", logs, no_heartbeat_within_a_test());
-  const auto old = p2p::issue_token(run, 1h, now_unix());
-  const std::string old_address = "127.0.0.197:" + std::to_string(base_port() + 197);
-  p2p::PeerRecord record{{}, old_address, 9, 0, 1.0};
-  record.key = old.token.peer_public_key;
-  record.written_unix = now_unix();
-  const auto sealed = p2p::seal(old, p2p::PeerKey{}, p2p::next_counter(), p2p::detail::encode_record(record));
   dht::DhtRunner bare;
   start_bare_dht_node(bare, 197, 196);
-  auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
-  value->id = 197;
-  value->type = p2p::detail::kDhtRecordType;  // as every release has it
-  bare.put(run_dht_key(run), value);
+  const auto old = put_old_record(bare, run, 197, 197);
   p2p::Directory observer(p2p::issue_token(run, 1h, now_unix()), run.public_key,
                           "127.0.0.198:" + std::to_string(base_port() + 198), {a.transport.address()},
                           no_heartbeat_within_a_test(), logs.sink());
-  const auto sees_old = [&] {
-    const auto peers = observer.peers();
-    return std::any_of(peers.begin(), peers.end(),
-                       [&](const p2p::PeerRecord& p) { return p.key == old.token.peer_public_key && p.step == 9; });
-  };
   const auto deadline = p2p::Clock::now() + 15s;
-  while (p2p::Clock::now() < deadline && !sees_old()) std::this_thread::sleep_for(50ms);
-  EXPECT_TRUE(sees_old());
+  while (p2p::Clock::now() < deadline && !knows(observer, old)) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(knows(observer, old));
   bare.join();
 }
 
-// Note [A waiting peer reads every record once in six reads]: c knows a, and asks fresh_peers for every
-// record again and again, as a peer waiting for the swarm does. A record only a read of every record finds
-// (an earlier release's, with no bucket), put after the read of every record that c's first call made, is
-// found, and not before six reads' time has passed since that call: the reads in between were of one
-// bucket each.
+// Notes [A waiting peer reads every record once in six reads], [A newcomer reads a bucket at a time]: c
+// knows a, and asks fresh_peers for every record again and again, as a peer waiting for the swarm does. A
+// record only a read of every record finds (an earlier release's, with no bucket), put as soon as they
+// met, is found, but not before six reads' time has passed since c started: its start counts as a read of
+// every record. A second one, put once the first was found, is found six reads' time after that read.
 TEST(SwarmDirectory, AWaitingPeerReadsEveryRecordOnceInSixReads) {
   Logs logs;
   const auto run = p2p::generate_run_key();
   auto d = no_heartbeat_within_a_test();
   d.dht_read_known_s = 0.5;
-  const auto gap = std::chrono::duration<double>(p2p::Directory::kFullReadGapReads * d.dht_read_known_s);
-  Peer a(run, 210, "", logs, d);
-  Peer c(run, 211, a.transport.address(), logs, d);
-  ASSERT_TRUE(meet({{&a, {{}, a.transport.address(), 1, 0, 1.0}}, {&c, {{}, c.transport.address(), 1, 0, 1.0}}}));
-  dht::DhtRunner bare;
-  start_bare_dht_node(bare, 212, 210);
-  // c read every record last while it knew nobody: the first read fresh_peers asks for once the gap has
-  // passed reads them all.
-  std::this_thread::sleep_for(gap + 500ms);
-  const auto asked = p2p::Clock::now();
-  c.directory.fresh_peers(10);
-  const auto old = p2p::issue_token(run, 1h, now_unix());
-  p2p::PeerRecord record{{}, "127.0.0.213:" + std::to_string(base_port() + 213), 9, 0, 1.0};
-  record.key = old.token.peer_public_key;
-  record.written_unix = now_unix();
-  const auto sealed = p2p::seal(old, p2p::PeerKey{}, p2p::next_counter(), p2p::detail::encode_record(record));
-  auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
-  value->id = 213;
-  value->type = p2p::detail::kDhtRecordType;
-  bare.put(run_dht_key(run), value);
-  const auto sees_old = [&] {
-    const auto peers = c.directory.peers();
-    return std::any_of(peers.begin(), peers.end(), [&](const p2p::PeerRecord& p) { return p.key == record.key; });
+  const double gap = p2p::Directory::kFullReadGapReads * d.dht_read_known_s;
+  const auto started = p2p::Clock::now();
+  MetPair pair(run, 210, logs, d);
+  ASSERT_TRUE(pair.met);
+  auto& c = pair.c;
+  auto& bare = pair.bare;
+  const auto wait_for = [&](const p2p::PeerKey& key) {  // seconds from now until c sees `key`
+    const auto from = p2p::Clock::now();
+    while (p2p::Clock::now() < from + 20s && !knows(c.directory, key)) c.directory.fresh_peers(0.3);
+    return knows(c.directory, key) ? std::chrono::duration<double>(p2p::Clock::now() - from).count() : -1.0;
   };
-  while (p2p::Clock::now() < asked + 20s && !sees_old()) c.directory.fresh_peers(0.3);
-  const auto seen_at = p2p::Clock::now();
-  ASSERT_TRUE(sees_old());
-  EXPECT_GE(std::chrono::duration<double>(seen_at - asked).count(), gap.count());
+  const auto first = put_old_record(bare, run, 213, 212);
+  ASSERT_GE(wait_for(first), 0);
+  EXPECT_GE(std::chrono::duration<double>(p2p::Clock::now() - started).count(), gap);
+  const auto second = put_old_record(bare, run, 213, 213);
+  const double waited = wait_for(second);
+  ASSERT_GE(waited, 0);
+  EXPECT_GE(waited, gap - 0.5);  // from the read that found the first, which completed up to a read earlier
+}
+
+// Note [A newcomer reads a bucket at a time]: the DHT holds 32 live records of the run, two in each bucket,
+// and c knows nobody (its initial peer is a bare DHT node). Its first read brings the two of one bucket, not
+// the 32; knowing them, it reads again only after dht_read_known_s (10 s here).
+TEST(SwarmDirectory, ANewcomerReadsOneBucketOfManyRecords) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  auto d = no_heartbeat_within_a_test();
+  d.dht_read_known_s = 10;
+  dht::DhtRunner bare;
+  start_bare_dht_node(bare, 222, 222);
+  std::vector<int> in_bucket(p2p::Directory::kDhtBuckets, 0);
+  std::set<p2p::PeerKey> all;
+  while (all.size() < 2 * p2p::Directory::kDhtBuckets) {
+    const auto id = p2p::issue_token(run, 1h, now_unix());
+    const int bucket = p2p::detail::dht_bucket(id.token.peer_public_key);
+    if (in_bucket[static_cast<size_t>(bucket)] == 2) continue;
+    ++in_bucket[static_cast<size_t>(bucket)];
+    put_record(bare, run, id, 222, p2p::detail::dht_value_id(id.token.peer_public_key), bucket);
+    all.insert(id.token.peer_public_key);
+  }
+  Peer c(run, 223, "127.0.0.222:" + std::to_string(base_port() + 222), logs, d);
+  c.directory.announce({{}, c.transport.address(), 1, 0, 1.0});
+  const auto deadline = p2p::Clock::now() + 15s;
+  while (p2p::Clock::now() < deadline && c.directory.peers().empty()) std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(1s);  // a read of every record would have come by now
+  const auto seen = c.directory.peers();
+  ASSERT_EQ(seen.size(), 2u);  // 32 when a newcomer read every record
+  EXPECT_EQ(p2p::detail::dht_bucket(seen[0].key), p2p::detail::dht_bucket(seen[1].key));
   bare.join();
+}
+
+// Note [A newcomer reads a bucket at a time]: the DHT holds a's record alone, and three newcomers in turn
+// know nobody (their initial peer is a bare DHT node, they put nothing, and a reads the DHT once, so it
+// does not find them first). Reading one bucket each 2 s (dht_read_s), a newcomer would find a within 8 s
+// one time in three, and within 32 s; reads that find nobody come eight times as often, so each finds a
+// within a sweep of the sixteen buckets, about 5 s.
+TEST(SwarmDirectory, ANewcomerSweepsTheBucketsUntilItFindsAPeer) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  auto d = puts_often();
+  d.dht_read_s = 2;
+  dht::DhtRunner bare;
+  start_bare_dht_node(bare, 224, 224);
+  const std::string via_bare = "127.0.0.224:" + std::to_string(base_port() + 224);
+  auto reads_once = d;
+  reads_once.dht_read_s = reads_once.dht_read_known_s = 1000;
+  Peer a(run, 225, via_bare, logs, reads_once);
+  const uint64_t id = p2p::detail::dht_value_id(a.transport.key());
+  const auto in_dht = [&] { return !dht_values(bare, run, id).empty(); };
+  const auto put_by = p2p::Clock::now() + 20s;
+  // A record goes into the DHT when it is sealed and the DHT has a contact: announced again until then.
+  for (int64_t samples = 1; p2p::Clock::now() < put_by && !in_dht(); ++samples) {
+    a.directory.announce({{}, a.transport.address(), 1, samples, 1.0});
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(in_dht());
+  auto newcomer = d;
+  newcomer.dht_put_s = 1e9;  // a newcomer's record stays out of the DHT: the next finds a alone
+  for (const int host : {226, 230, 231}) {
+    Peer c(run, host, via_bare, logs, newcomer);
+    c.directory.announce({{}, c.transport.address(), 1, 0, 1.0});
+    const auto from = p2p::Clock::now();
+    while (p2p::Clock::now() < from + 40s && !knows(c.directory, a.transport.key())) std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(knows(c.directory, a.transport.key()));
+    EXPECT_LE(std::chrono::duration<double>(p2p::Clock::now() - from).count(), 8.0) << "newcomer at " << host;
+  }
+  bare.join();
+}
+
+// SwarmPeer's destructor: once leave() returns, a's record saying it leaves is in the DHT, and c, which knew
+// a, drops it (the frame that tells it may arrive after the put's answer).
+TEST(SwarmDirectory, WhenLeaveReturnsTheRecordSayingSoIsInTheDhtAndWithTheKnownPeers) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  const auto d = puts_often();
+  MetPair pair(run, 227, logs, d);
+  ASSERT_TRUE(pair.met);
+  auto &a = pair.a, &c = pair.c;
+  auto& reader = pair.bare;
+  a.directory.leave({{}, a.transport.address(), 1, 0, 1.0}, 30);
+  const uint64_t id = p2p::detail::dht_value_id(a.transport.key());
+  bool leaving = false;  // a node holds a's record saying it leaves
+  for (const auto& data : dht_values(reader, run, id)) {
+    const auto opened = p2p::open(data.data(), data.size(), run.public_key, now_unix());
+    const auto* o = std::get_if<p2p::Opened>(&opened);
+    const auto record = o ? p2p::detail::decode_record(o->payload, o->token.peer_public_key) : std::nullopt;
+    leaving = leaving || (record && record->leaving);
+  }
+  EXPECT_TRUE(leaving);
+  const auto deadline = p2p::Clock::now() + 5s;
+  while (p2p::Clock::now() < deadline && knows(c.directory, a.transport.key())) std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(knows(c.directory, a.transport.key()));
 }
 
 // Note [A read of many records delays the next]: c knows a, and a bare node puts 30 records of the run
@@ -196,25 +330,12 @@ TEST(SwarmDirectory, AReadOfManyRecordsDelaysTheNext) {
   const auto run = p2p::generate_run_key();
   auto d = no_heartbeat_within_a_test();
   d.dht_read_known_s = 0.5;
-  Peer a(run, 214, "", logs, d);
-  Peer c(run, 215, a.transport.address(), logs, d);
-  ASSERT_TRUE(meet({{&a, {{}, a.transport.address(), 1, 0, 1.0}}, {&c, {{}, c.transport.address(), 1, 0, 1.0}}}));
-  dht::DhtRunner bare;
-  start_bare_dht_node(bare, 216, 214);
+  MetPair pair(run, 214, logs, d);
+  ASSERT_TRUE(pair.met);
+  auto& c = pair.c;
+  auto& bare = pair.bare;
   std::set<p2p::PeerKey> old;
-  for (uint64_t i = 1; i <= 30; ++i) {
-    const auto id = p2p::issue_token(run, 1h, now_unix());
-    // At the bare node's address: c makes a DHT contact of every peer it sees.
-    p2p::PeerRecord record{{}, "127.0.0.216:" + std::to_string(base_port() + 216), 9, 0, 1.0};
-    record.key = id.token.peer_public_key;
-    record.written_unix = now_unix();  // live for the whole test (record_ttl_s is 60)
-    const auto sealed = p2p::seal(id, p2p::PeerKey{}, p2p::next_counter(), p2p::detail::encode_record(record));
-    auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
-    value->id = 1000 + i;
-    value->type = p2p::detail::kDhtRecordType;
-    bare.put(run_dht_key(run), value);
-    old.insert(record.key);
-  }
+  for (uint64_t i = 1; i <= 30; ++i) old.insert(put_old_record(bare, run, 216, 1000 + i));
   const auto sees_all = [&] {
     size_t n = 0;
     for (const auto& p : c.directory.peers()) n += old.count(p.key);
@@ -243,7 +364,6 @@ TEST(SwarmDirectory, AReadOfManyRecordsDelaysTheNext) {
   double after = 0;
   for (auto w = longest + 1; w != waits.end(); ++w) after += *w;
   EXPECT_LE(after / static_cast<double>(waits.end() - longest - 1), 1.2);
-  bare.join();
 }
 
 // Note [A peer that knows others puts seldom]: a and c know each other and put every 0.5 s (dht_put_s)
@@ -254,25 +374,15 @@ TEST(SwarmDirectory, APeerThatKnowsOthersPutsItsRecordSeldom) {
   Logs logs;
   const auto run = p2p::generate_run_key();
   const auto d = puts_often();
-  Peer a(run, 218, "", logs, d);
-  Peer c(run, 219, a.transport.address(), logs, d);
-  ASSERT_TRUE(meet({{&a, {{}, a.transport.address(), 1, 0, 1.0}}, {&c, {{}, c.transport.address(), 1, 0, 1.0}}}));
-  dht::DhtRunner reader;
-  start_bare_dht_node(reader, 220, 218);
+  MetPair pair(run, 218, logs, d);
+  ASSERT_TRUE(pair.met);
+  auto& a = pair.a;
+  auto& reader = pair.bare;
   const auto bucket = p2p::detail::dht_bucket_name(p2p::detail::dht_bucket(a.transport.key()));
   const uint64_t id = p2p::detail::dht_value_id(a.transport.key());
   const auto read = [&] {  // a's record as the DHT holds it, empty when it holds none
-    std::promise<std::vector<uint8_t>> got;
-    auto data = std::make_shared<std::vector<uint8_t>>();
-    reader.get(
-        run_dht_key(run),
-        [data, id](const std::vector<std::shared_ptr<dht::Value>>& values) {
-          for (const auto& value : values)
-            if (value && value->id == id) *data = value->data;
-          return true;
-        },
-        [data, &got](bool) { got.set_value(*data); }, {}, dht::Where{}.userType(bucket));
-    return got.get_future().get();
+    const auto copies = dht_values(reader, run, id, dht::Where{}.userType(bucket));
+    return copies.empty() ? std::vector<uint8_t>{} : copies.back();
   };
   const auto put_once = p2p::Clock::now() + 20s;
   while (p2p::Clock::now() < put_once && read().empty()) std::this_thread::sleep_for(100ms);
@@ -287,7 +397,6 @@ TEST(SwarmDirectory, APeerThatKnowsOthersPutsItsRecordSeldom) {
     versions.insert(read());
   }
   EXPECT_LE(versions.size(), 3u);
-  reader.join();
 }
 
 #endif  // COHORT_HAVE_SWARM

@@ -154,9 +154,7 @@ SwarmPeer::~SwarmPeer() {
   // Withdraw from matchmaking before the sockets close, so nobody waits for this peer in a new group.
   p2p::PeerRecord leaving;
   leaving.address = transport_->address();
-  leaving.leaving = true;
-  directory_->announce(leaving);
-  directory_->fresh_peers(1.0);
+  directory_->leave(leaving, 1.0);
 }
 
 void SwarmPeer::log(const std::string& line) const { std::cerr << "cohort: " << line << std::endl; }
