@@ -129,8 +129,14 @@ Directory::~Directory() {
   dht_->join();
 }
 
-void Directory::announce(PeerRecord mine, Reach reach) {
+void Directory::announce(PeerRecord mine, Reach reach) { announce(std::move(mine), reach, nullptr); }
+
+void Directory::announce(PeerRecord mine, Reach reach, uint64_t* leave_no) {
   std::lock_guard lock(mutex_);
+  if (leave_no) {
+    *leave_no = ++leaves_asked_;
+    mine_urgent_ = true;
+  }
   mine.key = me_.token.peer_public_key;
   if (mine.step != mine_.step || mine.ready != mine_.ready || mine.leaving != mine_.leaving) mine_urgent_ = true;
   // A change of step or key goes to everyone, but for one the last round's leader dealt (Note [A leader
@@ -203,9 +209,10 @@ std::vector<PeerRecord> Directory::fresh_peers(double timeout_s) {
 
 void Directory::leave(PeerRecord mine, double timeout_s) {
   mine.leaving = true;
-  announce(std::move(mine));
+  uint64_t leave_no = 0;
+  announce(std::move(mine), Reach::kEveryone, &leave_no);
   std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, duration<double>(timeout_s), [&] { return left_ || stopping_; });
+  changed_.wait_for(lock, duration<double>(timeout_s), [&] { return leaves_done_ >= leave_no || stopping_; });
 }
 
 int64_t Directory::dht_bytes_sent() const { return dht_sent_->load(); }
@@ -230,7 +237,7 @@ bool Directory::has_contact() const {
 }
 
 // Sends this peer's record to the peers it knows (Note [Records go to the peers directly]), puts it into
-// the DHT every dht_put_s and when it leaves, and reads the DHT every dht_read_s.
+// the DHT every dht_put_s (seldom once it knows others) and when it leaves, and reads the DHT (read_gap).
 void Directory::run() {
   auto last_direct = steady_clock::now() - std::chrono::hours(1);
   auto last_put = last_direct, last_read = last_direct, last_heartbeat = last_direct;
@@ -252,6 +259,7 @@ void Directory::run() {
     const bool direct_due =
         publishing && (mine_urgent_ || heartbeat || (mine_dirty_ && since(last_direct) >= kMinDirectGapS));
     const bool leaving_now = mine_urgent_ && mine_.leaving;
+    const uint64_t leave_no = leaves_asked_;  // the leave() whose record this is, if leaving_now
     std::vector<uint8_t> sealed;
     const bool group_only = !heartbeat && !mine_to_everyone_;
     PeerRecord record;  // as sealed: send_direct filters on its step and key
@@ -292,9 +300,9 @@ void Directory::run() {
     const bool contact = has_contact();
     const bool knows_peers = publishing && any_live_peer();
     const double put_gap = knows_peers ? known_put_gap(options_) : options_.dht_put_s;
-    const auto left = [this] {  // leave() waits for this
+    const auto left = [this, leave_no] {  // leave() waits for this
       std::lock_guard held(mutex_);
-      left_ = true;
+      leaves_done_ = std::max(leaves_done_, leave_no);
       changed_.notify_all();
     };
     if (contact && !sealed.empty() && (leaving_now || since(last_put) >= put_gap)) {
@@ -303,10 +311,8 @@ void Directory::run() {
     } else if (leaving_now) {
       left();  // no DHT contact to put it through
     }
-    if (contact && since(last_read) >= read_gap(publishing, knows_peers)) {
-      start_read(publishing, knows_peers);
+    if (contact && since(last_read) >= read_gap(publishing, knows_peers) && start_read(publishing, knows_peers))
       last_read = steady_clock::now();
-    }
     lock.lock();
     changed_.wait_for(lock, duration<double>(kMinDirectGapS), [&] { return stopping_ || mine_urgent_; });
   }
@@ -322,20 +328,19 @@ void Directory::run() {
 // So each record names its bucket, one of kDhtBuckets by the first byte of its peer's key (the value's
 // user type), and a peer that knows others reads one bucket each dht_read_known_s, in turn, asking for
 // that bucket's values alone (a Where on the user type, applied where they are stored): N / 16 records
-// a read. A peer that knows nobody (a newcomer, an observer) reads them all, and so does one that asks for
-// fresh records (fresh_peers: waiting for the swarm, catching up), once in six reads (Note [A waiting peer
-// reads every record once in six reads]). The reads of peers that know others only merge views the
-// records sent directly did not (a swarm started from two sets of initial peers), now within 16 reads, 80 s
-// by default. One key, not a key a bucket: that was tried first, and the 17
-// searches each peer then kept alive cost, in OpenDHT's upkeep, what the values saved (138 to 191 kB/s).
-// Now the busiest peer sends 59 to 103 kB/s, its values 19. On loopback one peer carried it all because
-// OpenDHT 2.4.12 replaces a loopback address in another node's answer with that node's own
-// (network_engine.cpp) and these peers share a port: every search ran through the peer all of them
-// joined through. With the initial peers spread over 8 peers the busiest sent 13 to 17 kB/s (25 and 27
-// before). What is left growing: a bucket read's N / 16 records (a get each from each node near the key),
-// OpenDHT's upkeep of the searches, and every peer's put every dht_put_s (docs/scaling.md, "An address a
-// peer"). A record of an earlier release has no bucket: a newcomer reads it, a peer that knows others
-// only hears it directly.
+// a read. An observer reads them all, and so does a peer that asks for fresh records (fresh_peers: waiting for
+// the swarm, catching up), once in six reads (Note [A waiting peer reads every record once in six reads]); a
+// newcomer reads a bucket at a time too (Note [A newcomer reads a bucket at a time]). The reads of peers that know
+// others only merge views the records sent directly did not (a swarm started from two sets of initial peers), now
+// within 16 reads, 80 s by default. One key, not a key a bucket: that was tried first, and the 17 searches each peer
+// then kept alive cost, in OpenDHT's upkeep, what the values saved (138 to 191 kB/s). Now the busiest peer sends 59 to
+// 103 kB/s, its values 19. On loopback one peer carried it all because OpenDHT 2.4.12 replaces a loopback address in
+// another node's answer with that node's own (network_engine.cpp) and these peers share a port: every search ran
+// through the peer all of them joined through. With the initial peers spread over 8 peers the busiest sent 13 to 17
+// kB/s (25 and 27 before). What is left growing: a bucket read's N / 16 records (a get each from each node near the
+// key), OpenDHT's upkeep of the searches, and every peer's put every dht_put_s (docs/scaling.md, "An address a peer").
+// A record of an earlier release has no bucket: an observer, a waiting peer's read of every record and a newcomer's
+// after sixteen empty buckets read it; a peer that knows others otherwise only hears it directly.
 void Directory::put(const std::vector<uint8_t>& sealed, std::function<void()> done) {
   auto value = std::make_shared<dht::Value>(sealed.data(), sealed.size());
   value->id = detail::dht_value_id(me_.token.peer_public_key);
@@ -393,8 +398,9 @@ double Directory::known_put_gap(const DirectoryOptions& options) {
 // heartbeat passes on a few records] in p2p/DirectorySend.cpp), and it knocks on the address of every record it read
 // (Note [A peer that knows nobody knocks]). So a peer that knows nobody reads the buckets in turn, from a random one:
 // at 64 peers a read brings about four records. A read that brought no other peer's record is followed by the next
-// within dht_read_s / kSweepReadsPerRead (at the loop's 50 ms), so a near-empty swarm's sixteen buckets are
-// swept in about 2.5 s, where a read of every record came each second; once kDhtBuckets reads in a row
+// dht_read_s / kSweepReadsPerRead after it started (at the loop's next 50 ms), so a near-empty swarm's sixteen
+// buckets are swept in about 2.5 s where a get is answered within 100 ms (more over a slow network), where a
+// read of every record came each second; a read that failed does not count. Once kDhtBuckets reads in a row
 // brought nobody, the next is of every record (it also finds an earlier release's records, which have no
 // bucket), and reads go on at one each dht_read_s, every kDhtBuckets-th of every record. And the directory's start
 // counts as a read of every record: a peer waiting for the swarm makes its first kFullReadGapReads reads' time (30 s)
@@ -404,12 +410,12 @@ double Directory::known_put_gap(const DirectoryOptions& options) {
 // no transport) reads every record each dht_read_s, as before: it has no other way in.
 //
 // Reads the run's records from the DHT without waiting: the answers arrive on OpenDHT's thread.
-void Directory::start_read(bool publishing, bool knows_peers) {
+bool Directory::start_read(bool publishing, bool knows_peers) {
   std::string bucket;  // empty: every record
   bool everything = !publishing;
   {
     std::lock_guard lock(mutex_);
-    if (read_in_flight_) return;
+    if (read_in_flight_) return false;
     read_in_flight_ = true;
     ++reads_started_;
     // A sweep of every bucket found nobody (Note [A newcomer reads a bucket at a time]).
@@ -435,16 +441,21 @@ void Directory::start_read(bool publishing, bool knows_peers) {
         }
         return true;
       },
-      [this, everything, ids](bool ok) {
+      [this, everything, ids, alone = !knows_peers](bool ok) {
         std::lock_guard lock(mutex_);
         read_in_flight_ = false;
         if (ok && everything) last_full_read_ = steady_clock::now();  // one that failed is tried again at once
         last_read_records_ = ids->size();
-        empty_reads_ = ids->empty() ? empty_reads_ + 1 : 0;
+        // A read that failed leaves the count as it was: after a failed read of every record, the next is one.
+        if (!alone)
+          empty_reads_ = 0;
+        else if (ok)
+          empty_reads_ = ids->empty() ? empty_reads_ + 1 : 0;
         ++reads_;
         changed_.notify_all();
       },
       {}, bucket.empty() ? dht::Where{} : dht::Where{}.userType(bucket));
+  return true;
 }
 
 // Note [A read of many records delays the next]

@@ -124,7 +124,9 @@ struct Refusal {
 struct DirectoryOptions {
   double announce_s = 1.0;  // a peer's heartbeat: its record to each peer it knows that no change reached lately
   double dht_put_s = 2.0;   // and puts it into the DHT this often (and when it leaves)
-  double dht_read_s = 1.0;  // and reads a bucket of the run's records from the DHT this often while it knows no peer
+  // and reads a bucket of the run's records from the DHT this often while it knows no peer (more often while the
+  // buckets it reads are empty: Note [A newcomer reads a bucket at a time]); an observer reads every record this often
+  double dht_read_s = 1.0;
   double dht_read_known_s = 5.0;  // and this often once it does (newcomers announce themselves directly)
   double record_ttl_s = 4.0;      // a record older than this is a dead peer's
 };
@@ -178,8 +180,8 @@ class Directory {
   // bucket at a time] in p2p/Directory.cpp); returns the live peers then.
   std::vector<PeerRecord> fresh_peers(double timeout_s);
   // Says that this peer leaves (`mine`, with `leaving` set: the others leave it out of their groups), and
-  // waits until that record has gone to the known peers and a put of it into the DHT completed, or
-  // `timeout_s`.
+  // waits until that record was handed to the transport for the known peers and a put of it into the DHT
+  // was answered or failed (at once without a DHT contact), or `timeout_s`.
   void leave(PeerRecord mine, double timeout_s);
   // Distinct peers ever seen alive (for the run's summary).
   int64_t peers_seen() const;
@@ -192,8 +194,9 @@ class Directory {
   // others' (the transport's counters see only the frames).
   int64_t dht_bytes_sent() const;
 
-  // The run's records fall in this many buckets, by the first byte of each peer's key, and a peer that knows
-  // others reads one at a time (Note [The run's records in sixteen buckets] in p2p/Directory.cpp).
+  // The run's records fall in this many buckets, by the first byte of each peer's key, and a peer reads one at
+  // a time (Notes [The run's records in sixteen buckets], [A newcomer reads a bucket at a time] in
+  // p2p/Directory.cpp).
   static constexpr int kDhtBuckets = 16;
   // A read of every record that fresh_peers asks for is made at most once in this many dht_read_known_s
   // (Note [A waiting peer reads every record once in six reads] in p2p/Directory.cpp).
@@ -202,8 +205,8 @@ class Directory {
   // brought k records delays the next by k / kDhtRecordsPerRead reads' time, at most kFullReadGapReads
   // (Note [A read of many records delays the next] in p2p/Directory.cpp).
   static constexpr double kDhtRecordsPerRead = 2;
-  // A peer that knows nobody reads the next bucket this many times a dht_read_s while its reads bring no
-  // other peer's record, until it has read all kDhtBuckets (Note [A newcomer reads a bucket at a time]).
+  // A peer that knows nobody reads the next bucket up to this many times a dht_read_s while its reads bring
+  // no other peer's record, for kDhtBuckets reads in a row (Note [A newcomer reads a bucket at a time]).
   static constexpr double kSweepReadsPerRead = 8;
   // Once it knows others, a peer puts its record into the DHT every this many dht_put_s, and when it
   // leaves: the DHT's copy is an address to knock on more than a live record (Note [A peer that knows
@@ -262,9 +265,12 @@ class Directory {
   void knock(const std::vector<uint8_t>& mine);
   // `done`, if any, is called on OpenDHT's thread once the put completed or failed.
   void put(const std::vector<uint8_t>& sealed, std::function<void()> done = {});
+  // announce, and for leave() the number of this leave in `leave_no`: its record is sent urgently.
+  void announce(PeerRecord mine, Reach reach, uint64_t* leave_no);
   // Reads the run's records: every one, or the next bucket's in turn (Note [A newcomer reads a bucket at a
   // time]). `publishing`: this peer has a record (not an observer); `knows_peers`: it knows live peers.
-  void start_read(bool publishing, bool knows_peers);
+  // False when a read was still in flight: none started.
+  bool start_read(bool publishing, bool knows_peers);
   // How long after the last read's start the next is due (Notes [A read of many records delays the next],
   // [A newcomer reads a bucket at a time]).
   double read_gap(bool publishing, bool knows_peers) const;
@@ -309,13 +315,14 @@ class Directory {
   };
   std::map<PeerKey, Sent> sent_;
   bool read_in_flight_ = false;
-  int next_bucket_ = 0;        // the bucket a peer that knows others reads next
+  int next_bucket_ = 0;        // the bucket this peer reads next
   int full_read_waiters_ = 0;  // callers of fresh_peers waiting: a read that starts now reads every record, when due
   // A read of every record last completed, or this directory started (Note [A newcomer reads a bucket at a
   // time]).
   std::chrono::steady_clock::time_point last_full_read_ = std::chrono::steady_clock::now();
-  int empty_reads_ = 0;  // reads in a row that brought no other peer's record
-  bool left_ = false;    // this peer's leaving record went to the known peers and into the DHT (leave)
+  int empty_reads_ = 0;  // reads in a row that brought no other peer's record, while it knew nobody
+  // leave() calls so far, and the last of them whose record went out (its put answered, or no DHT contact).
+  uint64_t leaves_asked_ = 0, leaves_done_ = 0;
   // Addresses of peers met, to make DHT contacts of (Note [Every peer is a DHT contact]).
   std::vector<std::string> to_contact_;
   struct Entry {

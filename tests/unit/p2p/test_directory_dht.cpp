@@ -219,11 +219,56 @@ TEST(SwarmDirectory, AWaitingPeerReadsEveryRecordOnceInSixReads) {
   };
   const auto first = put_old_record(bare, run, 213, 212);
   ASSERT_GE(wait_for(first), 0);
-  EXPECT_GE(std::chrono::duration<double>(p2p::Clock::now() - started).count(), gap);
+  const auto found_first = p2p::Clock::now();
+  EXPECT_GE(std::chrono::duration<double>(found_first - started).count(), gap);
   const auto second = put_old_record(bare, run, 213, 213);
-  const double waited = wait_for(second);
-  ASSERT_GE(waited, 0);
-  EXPECT_GE(waited, gap - 0.5);  // from the read that found the first, which completed up to a read earlier
+  ASSERT_GE(wait_for(second), 0);
+  // The read that found the first completed at most one fresh_peers call (0.3 s) before it was seen.
+  EXPECT_GE(std::chrono::duration<double>(p2p::Clock::now() - found_first).count(), gap - 0.5);
+}
+
+// Note [A newcomer reads a bucket at a time]: a caller of fresh_peers asks for a read of every record only
+// while it waits. c knows a, and six reads' time after c started, one fresh_peers call times out before the
+// next read is due (every 2 s here); then a record that only a read of every record finds (an earlier
+// release's) is put, and nobody asks: c's reads for the next 6 s are of one bucket each, and none finds it.
+// (A wish that outlived its caller made the next read one of every record.)
+TEST(SwarmDirectory, AWishForEveryRecordLapsesWithItsCaller) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  auto d = no_heartbeat_within_a_test();
+  d.dht_read_known_s = 0.5;
+  MetPair pair(run, 233, logs, d);
+  ASSERT_TRUE(pair.met);
+  auto& c = pair.c;
+  const auto gap = std::chrono::duration<double>(p2p::Directory::kFullReadGapReads * d.dht_read_known_s);
+  std::this_thread::sleep_for(gap + 500ms);  // a read of every record is due from here on
+  const auto reads = c.directory.dht_reads();
+  c.directory.fresh_peers(0.001);
+  const auto old = put_old_record(pair.bare, run, 235, 235);
+  const auto until = p2p::Clock::now() + 6s;
+  while (p2p::Clock::now() < until && !knows(c.directory, old)) std::this_thread::sleep_for(50ms);
+  EXPECT_GT(c.directory.dht_reads(), reads + 2);  // it read, of one bucket each
+  EXPECT_FALSE(knows(c.directory, old));
+}
+
+// Note [A newcomer reads a bucket at a time]: the DHT holds one record, an earlier release's (no bucket), and
+// c knows nobody (its initial peer is a bare DHT node, and it puts nothing). Its reads of the sixteen buckets
+// find nobody, and the read after them, of every record, finds it.
+TEST(SwarmDirectory, ANewcomerWhoseBucketsHoldNobodyReadsEveryRecord) {
+  Logs logs;
+  const auto run = p2p::generate_run_key();
+  auto d = no_heartbeat_within_a_test();
+  d.dht_put_s = 1e9;
+  dht::DhtRunner bare;
+  start_bare_dht_node(bare, 236, 236);
+  const auto old = put_old_record(bare, run, 236, 236);
+  Peer c(run, 237, "127.0.0.236:" + std::to_string(base_port() + 236), logs, d);
+  c.directory.announce({{}, c.transport.address(), 1, 0, 1.0});
+  const auto deadline = p2p::Clock::now() + 20s;
+  while (p2p::Clock::now() < deadline && !knows(c.directory, old)) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(knows(c.directory, old));
+  EXPECT_GE(c.directory.dht_reads(), static_cast<uint64_t>(p2p::Directory::kDhtBuckets));
+  bare.join();
 }
 
 // Note [A newcomer reads a bucket at a time]: the DHT holds 32 live records of the run, two in each bucket,
@@ -305,7 +350,9 @@ TEST(SwarmDirectory, WhenLeaveReturnsTheRecordSayingSoIsInTheDhtAndWithTheKnownP
   ASSERT_TRUE(pair.met);
   auto &a = pair.a, &c = pair.c;
   auto& reader = pair.bare;
+  const auto asked = p2p::Clock::now();
   a.directory.leave({{}, a.transport.address(), 1, 0, 1.0}, 30);
+  EXPECT_LT(std::chrono::duration<double>(p2p::Clock::now() - asked).count(), 10.0);  // not its 30 s timeout
   const uint64_t id = p2p::detail::dht_value_id(a.transport.key());
   bool leaving = false;  // a node holds a's record saying it leaves
   for (const auto& data : dht_values(reader, run, id)) {
@@ -318,11 +365,17 @@ TEST(SwarmDirectory, WhenLeaveReturnsTheRecordSayingSoIsInTheDhtAndWithTheKnownP
   const auto deadline = p2p::Clock::now() + 5s;
   while (p2p::Clock::now() < deadline && knows(c.directory, a.transport.key())) std::this_thread::sleep_for(20ms);
   EXPECT_FALSE(knows(c.directory, a.transport.key()));
+  // A peer with no DHT contact (it knows no other node) returns at once.
+  Peer alone(run, 232, "", logs, d);
+  alone.directory.announce({{}, alone.transport.address(), 1, 0, 1.0});
+  const auto alone_asked = p2p::Clock::now();
+  alone.directory.leave({{}, alone.transport.address(), 1, 0, 1.0}, 30);
+  EXPECT_LT(std::chrono::duration<double>(p2p::Clock::now() - alone_asked).count(), 10.0);
 }
 
 // Note [A read of many records delays the next]: c knows a, and a bare node puts 30 records of the run
 // that only a read of every record finds (an earlier release's, with no bucket). Once c's read of every
-// record has brought them (32 records: sixteen reads' worth, at most six), c makes no read for about six
+// record has brought them (31 other peers' records: fifteen reads' worth, at most six), c makes no read for about six
 // reads' time (3 s), where it read every 0.5 s (dht_read_known_s), and no longer; then it reads every 0.5
 // s again: its reads of one bucket bring one record at most.
 TEST(SwarmDirectory, AReadOfManyRecordsDelaysTheNext) {
