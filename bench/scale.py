@@ -276,7 +276,7 @@ BOOTSTRAP_PEERS = 1
 # --netns: each swarm peer in a network namespace of its own, on a bridge in a hub namespace, so that every
 # peer has an address of its own on one network, as machines do. On loopback OpenDHT gives a loopback address
 # in another node's answer that node's address, and peers sharing a port then all search through the peer
-# they bootstrapped from (Note [The run's records in sixteen buckets] in p2p/Directory.cpp); here it does not.
+# they bootstrapped from (Note [The run's records in sixteen buckets] in p2p/DirectoryDht.cpp); here it does not.
 # The links are not shaped (bench/cost_model.py shapes them): the cores still set the pace.
 NETNS = False
 NETNS_PREFIX = f"ccs{os.getpid()}-"  # this run's namespaces: two runs at once keep apart

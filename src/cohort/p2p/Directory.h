@@ -32,7 +32,7 @@
 // the DHT (Notes [The heartbeat is its own clock] in Directory.cpp and [The heartbeat passes on a few records] in
 // DirectorySend.cpp). A peer that knows others reads the DHT only every dht_read_known_s, and less often after a
 // read of many records (the reads are most of what the DHT costs: Note [A read of many records delays the next] in
-// Directory.cpp); a newcomer finds the live peers there, and by knocking on its initial peers (Note [A peer that
+// DirectoryDht.cpp); a newcomer finds the live peers there, and by knocking on its initial peers (Note [A peer that
 // knows nobody knocks]), and tells them of itself directly.
 #pragma once
 
@@ -177,7 +177,7 @@ class Directory {
   // Waits until a read of the DHT that starts after this call completes (or `timeout_s`), a read of every
   // record unless this peer completed one, or started, within the last kFullReadGapReads reads' time (then
   // of the next bucket: Notes [A waiting peer reads every record once in six reads], [A newcomer reads a
-  // bucket at a time] in p2p/Directory.cpp); returns the live peers then.
+  // bucket at a time] in p2p/DirectoryDht.cpp); returns the live peers then.
   std::vector<PeerRecord> fresh_peers(double timeout_s);
   // Says that this peer leaves (`mine`, with `leaving` set: the others leave it out of their groups), and
   // waits until that record was handed to the transport for the known peers and a put of it into the DHT
@@ -196,25 +196,25 @@ class Directory {
 
   // The run's records fall in this many buckets, by the first byte of each peer's key, and a peer reads one at
   // a time (Notes [The run's records in sixteen buckets], [A newcomer reads a bucket at a time] in
-  // p2p/Directory.cpp).
+  // p2p/DirectoryDht.cpp).
   static constexpr int kDhtBuckets = 16;
   // A read of every record that fresh_peers asks for is made at most once in this many dht_read_known_s
-  // (Note [A waiting peer reads every record once in six reads] in p2p/Directory.cpp).
+  // (Note [A waiting peer reads every record once in six reads] in p2p/DirectoryDht.cpp).
   static constexpr double kFullReadGapReads = 6;
   // A peer that knows others fetches about this many records a dht_read_known_s from the DHT: a read that
   // brought k records delays the next by k / kDhtRecordsPerRead reads' time, at most kFullReadGapReads
-  // (Note [A read of many records delays the next] in p2p/Directory.cpp).
+  // (Note [A read of many records delays the next] in p2p/DirectoryDht.cpp).
   static constexpr double kDhtRecordsPerRead = 2;
   // A peer that knows nobody reads the next bucket up to this many times a dht_read_s while its reads bring
   // no other peer's record, for kDhtBuckets reads in a row (Note [A newcomer reads a bucket at a time]).
   static constexpr double kSweepReadsPerRead = 8;
   // Once it knows others, a peer puts its record into the DHT every this many dht_put_s, and when it
   // leaves: the DHT's copy is an address to knock on more than a live record (Note [A peer that knows
-  // others puts seldom] in p2p/Directory.cpp). An observer that reads the DHT alone counts a record live
+  // others puts seldom] in p2p/DirectoryDht.cpp). An observer that reads the DHT alone counts a record live
   // for this many dht_put_s past record_ttl_s.
   static constexpr double kDhtPutKnownPuts = 10;
   // How often a peer that knows others puts its record: kDhtPutKnownPuts dht_put_s, at most 20 s, and never
-  // less often than dht_put_s (Note [A peer that knows others puts seldom] in p2p/Directory.cpp).
+  // less often than dht_put_s (Note [A peer that knows others puts seldom] in p2p/DirectoryDht.cpp).
   static double known_put_gap(const DirectoryOptions& options);
   // DHT reads completed since it started (the tests read it).
   uint64_t dht_reads() const;
@@ -400,7 +400,7 @@ std::vector<SealedRecord> sealed_records(const std::vector<uint8_t>& body);
 std::string dht_run_key(const PeerKey& run_public_key);
 constexpr uint16_t kDhtRecordType = 0x4348;
 // The bucket of the run's records a peer's goes to (Note [The run's records in sixteen buckets] in
-// p2p/Directory.cpp), and its name, the DHT value's user type that a read of one bucket asks for.
+// p2p/DirectoryDht.cpp), and its name, the DHT value's user type that a read of one bucket asks for.
 int dht_bucket(const PeerKey& peer);
 // The DHT value id of a peer's record: one a peer, so that its newer record replaces its older one.
 uint64_t dht_value_id(const PeerKey& peer);

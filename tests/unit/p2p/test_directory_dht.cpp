@@ -1,6 +1,6 @@
 // The swarm's directory and the DHT, with real sockets and a real OpenDHT on loopback (SwarmLoopback.h):
 // where the run's records go in the DHT and which of them a read asks for (Note [The run's records in
-// sixteen buckets] in p2p/Directory.cpp). How peers find each other and whom a change reaches:
+// sixteen buckets] in p2p/DirectoryDht.cpp). How peers find each other and whom a change reaches:
 // test_directory.cpp.
 #include <gtest/gtest.h>
 

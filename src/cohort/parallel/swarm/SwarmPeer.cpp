@@ -55,7 +55,7 @@ std::vector<p2p::PeerRecord> survey(const SwarmConfig& cfg, const std::string& p
   // An address of this machine on the peer's network: the loopback one for a peer on loopback.
   const std::string listen = (host.rfind("127.", 0) == 0 ? std::string("127.0.0.1") : std::string("0.0.0.0")) + ":0";
   // A peer that knows others puts its record seldom (Note [A peer that knows others puts seldom] in
-  // p2p/Directory.cpp): the DHT alone shows a live peer's record up to that much past its TTL.
+  // p2p/DirectoryDht.cpp): the DHT alone shows a live peer's record up to that much past its TTL.
   p2p::DirectoryOptions d;
   d.record_ttl_s += p2p::Directory::known_put_gap(d);
   p2p::Directory directory(identity, identity.token.run_public_key, listen, bootstrap, d,
@@ -354,7 +354,7 @@ std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
           {"swarm_deal_bytes_sent", static_cast<double>(s.deal_bytes_sent)},
           {"swarm_deal_frames_sent", static_cast<double>(s.deal_frames_sent)},
           // Background traffic the transport does not carry: the DHT's, over UDP (Note [The run's records
-          // in sixteen buckets] in p2p/Directory.cpp).
+          // in sixteen buckets] in p2p/DirectoryDht.cpp).
           {"swarm_dht_bytes_sent", static_cast<double>(directory_->dht_bytes_sent())},
           {"swarm_frames_refused", static_cast<double>(s.frames_refused)},
           {"swarm_peers_seen", static_cast<double>(directory_->peers_seen())},
