@@ -19,6 +19,9 @@ With --hivemind-python, the same swarm in Hivemind (bench/peers/hivemind_fmnist.
 MLP, batch, target batch, matchmaking and averaging timeouts, target_group_size = swarm.group_size, and no
 training before every peer is seen): peers finished, wall and training time, the median and p95 time of a
 global step (epoch to epoch), memory.
+For both systems on loopback, run as root: the IP bytes the peers sent each other while all of them trained,
+as the kernel counts them (nftables; WireBytes), a peer a second and a step on average: one yardstick for
+what each system counts of itself (wire_bytes_per_peer_per_s, wire_bytes_per_peer_per_step).
 --launch-workers 2,8,32 with --torch-python: cohort's launcher and DDP against torchrun and PyTorch's DDP
 (bench/peers/torchrun_ddp_mlp.py) on the same MLP, 32 samples a worker a step: wall (command start to
 exit) and training time. --faults 32:8:8: 8 of 32 peers in groups of 8 killed a third of the way into
@@ -117,7 +120,58 @@ def kill_running(procs):
             kill_tree(p)
 
 
-def wait_sampling(procs, limit_s, marks, all_done=None, pss_every_s=5.0, memory=None):
+class WireBytes:
+    """The IP bytes the peers send each other over loopback, as the kernel counts them (nftables counters on
+    the output hook; root): one yardstick for cohort and Hivemind, whatever each counts itself, with all that
+    goes on the wire (TCP/IP headers, acknowledgements, a DHT's UDP, a daemon's own traffic). A packet counts
+    when either end is a peer's address (127.0.0.10 and up), once. A connection a peer opens leaves from
+    127.0.0.1, not from its own address (cohort's do; the kernel picks the source), so the bytes cannot be
+    told apart by peer: the figure is the mean over the peers. The window is from the moment every peer
+    trains to the first peer's end (wait_sampling calls begin and end)."""
+
+    TABLE = "cohort_scale_wire"
+    PEERS = "127.0.0.10-127.0.0.254"
+
+    def __init__(self, peers):
+        self.peers = peers
+        self.begin_t = self.end_t = self.first = self.last = None
+        subprocess.run(["nft", "delete", "table", "ip", self.TABLE], capture_output=True)
+        subprocess.run(["nft", "-f", "-"], check=True, text=True,
+                       input=f"table ip {self.TABLE} {{\n  chain out {{\n    type filter hook output priority 0;\n"
+                             f"    ip saddr {self.PEERS} counter accept\n    ip daddr {self.PEERS} counter\n"
+                             "  }\n}\n")
+
+    @staticmethod
+    def available():
+        return os.geteuid() == 0 and shutil.which("nft") is not None
+
+    def read(self):
+        listing = json.loads(subprocess.run(["nft", "-j", "list", "table", "ip", self.TABLE], check=True,
+                                            capture_output=True, text=True).stdout)
+        return sum(e["counter"]["bytes"] for item in listing["nftables"]
+                   for e in item.get("rule", {}).get("expr", []) if "counter" in e)
+
+    def begin(self):
+        self.begin_t, self.first = time.time(), self.read()
+
+    def end(self):
+        self.end_t, self.last = time.time(), self.read()
+
+    def close(self):
+        subprocess.run(["nft", "delete", "table", "ip", self.TABLE], capture_output=True)
+
+    def summary(self, seconds_per_step):
+        """Bytes a peer sent a second in the window, on average, and a step's (a second's times the training
+        time a step)."""
+        if self.first is None or self.last is None or self.end_t - self.begin_t < 1:
+            return {"wire_window_s": None}
+        s = self.end_t - self.begin_t
+        rate = (self.last - self.first) / s / self.peers
+        return {"wire_window_s": round(s, 1), "wire_bytes_per_peer_per_s": round(rate),
+                "wire_bytes_per_peer_per_step": round(rate * seconds_per_step) if seconds_per_step else None}
+
+
+def wait_sampling(procs, limit_s, marks, all_done=None, pss_every_s=5.0, memory=None, wire=None):
     """Waits for `procs` (SIGTERM past limit_s; killed when `memory` says the machine is out of it),
     sampling memory and watching each peer's file marks[i] =
     (path, text) for the line that says it started training. Resident sets are read every 0.5 s; PSS, whose
@@ -125,7 +179,8 @@ def wait_sampling(procs, limit_s, marks, all_done=None, pss_every_s=5.0, memory=
     the seconds from that line to its exit (None if never seen), the largest resident set of one process,
     the largest PSS of one peer's process tree, both in KiB, and the CPU seconds this sampler used). When
     all_done() says every peer has finished training, what is still running 5 s later is killed
-    (Hivemind's shutdown took minutes)."""
+    (Hivemind's shutdown took minutes). `wire` (WireBytes) begins when every peer trains and ends when the
+    first peer ends or all_done() says so."""
     start, peak_rss, peak_pss, done_at, pss_at = time.time(), 0, 0, None, 0.0
     cpu0 = time.process_time()
     ended, started = [None] * len(procs), [None] * len(procs)
@@ -160,6 +215,10 @@ def wait_sampling(procs, limit_s, marks, all_done=None, pss_every_s=5.0, memory=
             peak_rss = max([peak_rss] + [rss_kib(pid) for pid in tree])
             if read_pss:
                 peak_pss = max(peak_pss, pss_kib(tree))
+        if wire and wire.begin_t is None and all(started):
+            wire.begin()
+        if wire and wire.begin_t is not None and wire.end_t is None and (done_at or any(ended)):
+            wire.end()
         time.sleep(0.5)
     now = time.time()
     return (now - start, [(e or now) - b if b else None for b, e in zip(started, ended)], peak_rss, peak_pss,
@@ -197,8 +256,13 @@ def run_hivemind(python, peers, group_size, steps, port, work, matchmaking_s):
         return True
 
     memory = Memory()
-    wall, trained, peak_rss, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks, all_done,
-                                                                    memory=memory)
+    wire = WireBytes(peers) if WireBytes.available() else None
+    try:
+        wall, trained, peak_rss, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks, all_done,
+                                                                        memory=memory, wire=wire)
+    finally:
+        if wire:
+            wire.close()
     finished, train_s, step_s, sums = 0, [], [], []
     for i in range(peers):
         events = []
@@ -235,6 +299,7 @@ def run_hivemind(python, peers, group_size, steps, port, work, matchmaking_s):
         "exit_codes": sorted(set(p.returncode for p in procs)),
         "least_available_mib": memory.least_mib,
         **({"stopped": f"out of memory: under {memory.floor_mib} MiB available"} if memory.stopped else {}),
+        **(wire.summary(statistics.median(train_s) / steps if train_s else None) if wire else {}),
     }
 
 
@@ -460,7 +525,12 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     dirs = [os.path.join(work, f"p{i}") for i in range(peers)]
     procs = [swarm_peer(cohort, i, 10 + i, peers, group_size, steps, port, work, peers, extra) for i in range(peers)]
     marks = [(os.path.join(work, f"out{i}.txt"), " peers in the swarm after ") for i in range(peers)]
-    wall, trained, peak, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks)
+    wire = WireBytes(peers) if WireBytes.available() and not NETNS else None
+    try:
+        wall, trained, peak, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks, wire=wire)
+    finally:
+        if wire:
+            wire.close()
     codes = [p.returncode for p in procs]
     rounds, failed, sizes, times, avg_bytes, record_rate, distances, state_rounds = 0, [], [], [], [], [], [], 0
     samples = 0  # trained by every peer (swarm_samples), against the target's steps below
@@ -577,6 +647,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         "peak_pss_mib_per_peer": round(peak_pss / 1024, 1),
         "observer_cpu_s": round(observer_cpu, 1),
         "errors": errors,
+        **(wire.summary(statistics.median(train_s) / steps if train_s else None) if wire else {}),
     }
 
 
