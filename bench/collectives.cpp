@@ -12,6 +12,7 @@
 #include <chrono>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/torch.h>
@@ -24,6 +25,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long each rank leaves its links idle before a repetition's barrier (--idle-ms): with a shaped link,
+// long enough for its token bucket to fill again, so that every repetition starts as the cost model
+// assumes (bench/cost_model.py). Back to back, a repetition found the bucket as the last one left it.
+std::chrono::microseconds idle{0};
+
 // Seconds of one collective of `bytes` (float32), as every rank sees it: a barrier lines the ranks up
 // first, so rank 0's clock measures the collective and not the wait for a late rank.
 double time_once(cohort::comm::Communicator& comm, const std::string& op, int64_t bytes) {
@@ -31,6 +37,7 @@ double time_once(cohort::comm::Communicator& comm, const std::string& op, int64_
   const int64_t n = std::max<int64_t>(w, bytes / 4 / w * w);  // whole chunks per rank
   at::Tensor full = at::ones({n});
   at::Tensor part = at::ones({n / w});
+  std::this_thread::sleep_for(idle);
   comm.barrier("collectives: line up")->wait();
   const auto t0 = Clock::now();
   if (op == "all_reduce")
@@ -55,13 +62,15 @@ nlohmann::json measure(cohort::comm::Communicator& comm, const std::string& op, 
 int main(int argc, char** argv) {
   CLI::App app{"cohort's collectives by message size (bench/cost_model.py runs it)"};
   int64_t min_bytes = 4096, max_bytes = 64 << 20;
-  double seconds_per_size = 3.0;
+  double seconds_per_size = 3.0, idle_ms = 0.0;
   std::string ops = "all_reduce,reduce_scatter,all_gather";
   app.add_option("--min-bytes", min_bytes, "smallest buffer (bytes)");
   app.add_option("--max-bytes", max_bytes, "largest buffer (bytes); sizes step by 4x");
   app.add_option("--seconds-per-size", seconds_per_size, "time spent at each size (at least 3 repetitions)");
   app.add_option("--ops", ops, "comma-separated: all_reduce, reduce_scatter, all_gather");
+  app.add_option("--idle-ms", idle_ms, "idle time before each repetition's barrier (a shaped link's bucket refills)");
   CLI11_PARSE(app, argc, argv);
+  idle = std::chrono::microseconds(static_cast<int64_t>(idle_ms * 1000));
   at::set_num_threads(1);
 
   cohort::comm::World world = cohort::comm::rendezvous(cohort::comm::world_from_env(cohort::comm::current_env()),

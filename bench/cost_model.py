@@ -88,7 +88,7 @@ def run_collectives(a, machines, rate, port):
     env = dict(os.environ, WORLD_SIZE=str(machines), MASTER_ADDR=addr(0), MASTER_PORT=str(port),
                LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", COHORT_TOKEN=secrets.token_hex(32), OMP_NUM_THREADS="1")
     procs = [subprocess.Popen(["ip", "netns", "exec", ns(i), a.collectives, "--max-bytes", str(max_bytes),
-                               "--seconds-per-size", str(a.seconds_per_size)],
+                               "--seconds-per-size", str(a.seconds_per_size), "--idle-ms", str(a.idle_ms)],
                               env=dict(env, RANK=str(i)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(machines)]
     outs = [p.communicate(timeout=1800) for p in procs]
@@ -246,7 +246,7 @@ def fit(points, burst=0):
 # of the predicted time: the host's cores then set the time as much as the link does, and the 20% the
 # check allows cannot tell the two apart. At 8 machines on 2 cores a 1 MiB all-reduce took 24 ms with no
 # tbf, where the model gives 17 ms for a 1 Gbit/s link; at 4 MiB, 33 against 63 (2026-12-07,
-# bench/results/cost_model_host_floor.json).
+# bench/results/cost_model_host_floor_back_to_back.json).
 HOST_BOUND = 0.8
 
 
@@ -254,8 +254,8 @@ def check(measured, fit_on, host_floor=None):
     """Per link rate and collective: alpha and B fitted on the fit_on counts, and every other count's
     predictions beside the measurements, each with its host floor where one was measured. Each collective
     gets its own pair: Gloo's ring all-reduce pipelines its chunks and reaches 95% of the link, while its
-    all-gather and LibTorch 1.13's reduce-scatter (an all-to-all, GlooCommunicator.cpp) send whole chunks
-    and reach less."""
+    all-gather and LibTorch 1.13's reduce-scatter (a direct exchange, GlooCommunicator.cpp) send whole
+    chunks and reach less."""
     floor = {(int(p), r["op"], r["bytes"]): r["median_s"] for p, rs in (host_floor or {}).items() for r in rs}
     out = {}
     for rate, by_count in measured.items():
@@ -583,6 +583,10 @@ def main():
     ap.add_argument("--max-bytes-1gbit", type=int, default=64 << 20)
     ap.add_argument("--max-bytes-slow", type=int, default=16 << 20, help="largest buffer below 1 Gbit/s")
     ap.add_argument("--seconds-per-size", type=float, default=2.0)
+    # Long enough for a link's bucket to fill again before each repetition, as the model assumes: 16 KiB
+    # at 100 Mbit/s takes 1.3 ms, 125 KB at 1 Gbit/s 1 ms. Runs before 2026-12-07 went back to back (0),
+    # and a repetition found the bucket as the last had left it (docs/scaling.md, "A cost model").
+    ap.add_argument("--idle-ms", type=float, default=3.0, help="each rank's idle time before a repetition")
     ap.add_argument("--port", type=int, default=29640)
     ap.add_argument("--cohort", default="build/cohort", help="for --swarm-machines")
     ap.add_argument("--swarm-machines", default="",
