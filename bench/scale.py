@@ -39,7 +39,7 @@ Run (PY: the reference environment's Python, ~/.cache/cohort/torch-2.14.1/bin/py
   python3 bench/scale.py --cohort build/cohort --peers 4,8,16,32,64 --group-sizes 0,8 --hivemind-python $PY \
     --hivemind-peers 4,8 --launch-workers 2,4,8,16,32 --torch-python $PY --faults 32:8:8 --accuracy 16,32 \
     --out bench/results/scale.json"""
-import argparse, atexit, json, signal, os, platform, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, contextlib, json, signal, os, platform, shutil, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -142,8 +142,15 @@ class WireBytes:
                              "  }\n}\n")
 
     @staticmethod
-    def available():
-        return os.geteuid() == 0 and shutil.which("nft") is not None
+    @contextlib.contextmanager
+    def counting(peers, wanted=True):
+        """A WireBytes for `peers`, deleted on the way out; None without root or nft, or unless `wanted`."""
+        wire = WireBytes(peers) if wanted and os.geteuid() == 0 and shutil.which("nft") else None
+        try:
+            yield wire
+        finally:
+            if wire:
+                wire.close()
 
     def read(self):
         listing = json.loads(subprocess.run(["nft", "-j", "list", "table", "ip", self.TABLE], check=True,
@@ -256,13 +263,9 @@ def run_hivemind(python, peers, group_size, steps, port, work, matchmaking_s):
         return True
 
     memory = Memory()
-    wire = WireBytes(peers) if WireBytes.available() else None
-    try:
+    with WireBytes.counting(peers) as wire:
         wall, trained, peak_rss, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks, all_done,
                                                                         memory=memory, wire=wire)
-    finally:
-        if wire:
-            wire.close()
     finished, train_s, step_s, sums = 0, [], [], []
     for i in range(peers):
         events = []
@@ -525,12 +528,8 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     dirs = [os.path.join(work, f"p{i}") for i in range(peers)]
     procs = [swarm_peer(cohort, i, 10 + i, peers, group_size, steps, port, work, peers, extra) for i in range(peers)]
     marks = [(os.path.join(work, f"out{i}.txt"), " peers in the swarm after ") for i in range(peers)]
-    wire = WireBytes(peers) if WireBytes.available() and not NETNS else None
-    try:
+    with WireBytes.counting(peers, wanted=not NETNS) as wire:
         wall, trained, peak, peak_pss, observer_cpu = wait_sampling(procs, 300 + 10 * steps, marks, wire=wire)
-    finally:
-        if wire:
-            wire.close()
     codes = [p.returncode for p in procs]
     rounds, failed, sizes, times, avg_bytes, record_rate, distances, state_rounds = 0, [], [], [], [], [], [], 0
     samples = 0  # trained by every peer (swarm_samples), against the target's steps below
