@@ -537,6 +537,7 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
     dht_rate = []  # what each peer's DHT node sent over UDP a second (swarm_dht_bytes_sent)
     dht_training, dht_start = [], []  # the same while it trained, and before its first logged step
     background = []  # and with its records, a peer at a time
+    known = []  # the live records a peer held while it trained (swarm_peers_known), its mean over its steps
     for d in dirs:
         try:
             with open(os.path.join(d, "summary.json")) as f:
@@ -558,9 +559,12 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         if "swarm_record_frames_sent" in s:
             record_frames.append(s["swarm_record_frames_sent"] / wall)
         logged = []  # (train_seconds, record bytes, record frames, step, deal bytes) at each logged step
+        held = []
         with open(os.path.join(d, "metrics.jsonl")) as f:
             for line in f:
                 r = json.loads(line)
+                if "swarm_peers_known" in r and r.get("step", 0) > 5:  # past the first rounds, where all meet
+                    held.append(r["swarm_peers_known"])
                 if "swarm_group_size" in r:
                     sizes.append(r["swarm_group_size"])
                     times.append(r["swarm_round_seconds"])
@@ -569,6 +573,8 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
                 if "swarm_record_frames_sent" in r and "train_seconds" in r:
                     logged.append((r["train_seconds"], r["swarm_record_bytes_sent"], r["swarm_record_frames_sent"],
                                    r["step"], r.get("swarm_deal_bytes_sent"), r.get("swarm_dht_bytes_sent")))
+        if held:
+            known.append(statistics.mean(held))
         # While it trains, from its first logged step to its last: the start, where every peer beats to
         # every other before the first round, left out.
         if len(logged) > 1 and logged[-1][0] > logged[0][0]:
@@ -636,6 +642,9 @@ def run_swarm(cohort, peers, group_size, steps, port, work, extra=()):
         "record_bytes_per_peer_per_step_training": round(statistics.mean(training_step)) if training_step else None,
         # Of those, the leaders' deals (a peer leads about one round in a group's size).
         "deal_bytes_per_peer_per_step_training": round(statistics.mean(training_deal)) if training_deal else None,
+        # The other peers' live records a peer holds while it trains (after step 5): the median peer's
+        # mean, and the largest.
+        "peers_known_per_peer": [round(statistics.median(known), 1), round(max(known), 1)] if known else None,
         # With swarm.group_size: the weight (DiLoCo: outer state) averagings, and the largest relative L2
         # distance of a peer from its group's average at its last one.
         "state_rounds": state_rounds,

@@ -244,6 +244,12 @@ const std::vector<Field>& fields() {
             "two-dimensional Moshpit grid: Note [Groups on a grid] in p2p/Matchmaking.cpp) so averages still mix "
             "across the swarm (0: every ready peer, one group; hivemind's target_group_size)",
             {}, non_negative<int64_t>()),
+      field("swarm.grid", &T::swarm, &SwarmConfig::grid,
+            "swarm with swarm.group_size: dealt (each round's leader deals its members over the next round's keys "
+            "and tells every peer) or fixed (a peer keeps the two coordinates its first rounds dealt it, as in "
+            "Moshpit SGD, so no deal is needed and its records go only to the peers that share a coordinate; "
+            "the same on every peer)",
+            {"dealt", "fixed"}),
       field("swarm.average_state_every", &T::swarm, &SwarmConfig::average_state_every,
             "swarm with swarm.group_size: every N steps the round's group also averages the parameters, which "
             "groups smaller than the swarm would otherwise let drift apart (hivemind.Optimizer's "

@@ -149,6 +149,8 @@ class Averager {
   void send_deal(uint64_t round, const std::vector<PeerRecord>& peers, const std::vector<Dealt>& dealt);
   // Whether the live peer `key` (or this one) takes its key from its leader's count (PeerRecord::kTakesDeals).
   bool takes_deals(const std::vector<PeerRecord>& peers, const PeerKey& key) const;
+  // Whether the live peer `key` (or this one) keeps its grid coordinates (PeerRecord::grid): it is not dealt.
+  bool keeps_coordinates(const std::vector<PeerRecord>& peers, const PeerKey& key) const;
   // The group a kGroup message names, when it is well formed and names this peer; sets said_.
   std::optional<std::vector<Member>> group_from(const Message& m);
 
@@ -180,6 +182,7 @@ class Averager {
     int64_t keys = 0;
     int64_t swarm = 0;
   } said_;
+  PeerRecord mine_;             // this peer's record as the round's matchmaking announced it
   uint64_t round_ = 0;          // the round average() is in
   bool claimed_twice_ = false;  // a group of round_ other than this peer's came (decline_other_groups)
   // The last rounds this peer averaged in, with its group in each: a group of one of them that arrives

@@ -137,12 +137,14 @@ void Directory::announce(PeerRecord mine, Reach reach, uint64_t* leave_no) {
   // A change of step or key goes to everyone, but for one the last round's leader dealt (Note [A leader
   // deals its groups over the next round's keys] in p2p/Matchmaking.cpp): the others heard of it there.
   const bool moved = mine.step != mine_.step || mine.group_key != mine_.group_key;
+  const bool grid = reach == Reach::kGrid && grid_fixed(mine);
   const bool everyone = reach == Reach::kEveryone || mine.group_key == 0 || mine.leaving != mine_.leaving ||
-                        (moved && reach != Reach::kDealt);
+                        (moved && reach != Reach::kDealt && !grid);
   if (everyone) {
     mine_to_everyone_ = true;
     ++everyone_version_;
   }
+  if (grid) mine_to_grid_ = true;
   mine.digest_step = mine_.digest_step;
   mine.digest = mine_.digest;
   mine.session = session_;
@@ -257,7 +259,8 @@ void Directory::run() {
     const uint64_t leave_no = leaves_asked_;  // the leave() whose record this is, if leaving_now
     std::vector<uint8_t> sealed;
     const bool group_only = !heartbeat && !mine_to_everyone_;
-    PeerRecord record;  // as sealed: send_direct filters on its step and key
+    const bool grid_change = mine_to_grid_;  // to the peers that share a coordinate, not the key's alone
+    PeerRecord record;                       // as sealed: send_direct filters on its step and key
     const uint64_t version = everyone_version_;
     const bool news = mine_dirty_;  // a heartbeat that carries a change skips nobody
     if (direct_due || (publishing && !owed.empty())) {
@@ -265,6 +268,7 @@ void Directory::run() {
       record.written_unix = detail::unix_now();
       if (direct_due) {
         mine_dirty_ = mine_urgent_ = false;
+        mine_to_grid_ = false;
         if (!group_only) mine_to_everyone_ = false;
       }
       sealed = seal(me_, PeerKey{}, next_counter(), detail::encode_record(record));
@@ -286,7 +290,8 @@ void Directory::run() {
     }
     if (!sealed.empty() && !owed.empty()) answer(sealed, owed);
     if (!sealed.empty() && direct_due) {
-      send_direct(sealed, version, heartbeat, heartbeat && !news, group_only ? &record : nullptr);
+      send_direct(sealed, version, heartbeat, heartbeat && !news, group_only && !grid_change ? &record : nullptr,
+                  grid_fixed(record) ? &record : nullptr);
       if (heartbeat && !any_live_peer()) knock(sealed);
       last_direct = steady_clock::now();
       if (heartbeat) last_heartbeat = last_direct;

@@ -84,6 +84,9 @@ struct PeerRecord {
   uint64_t group_key = 0;
   // What its transport reads, as bits (0 from a peer of an earlier release). Set by the directory.
   uint64_t features = 0;
+  // Its two grid coordinates, once fixed (swarm.grid=fixed: Note [A grid whose coordinates stay] in
+  // parallel/swarm/SwarmGrid.cpp), as grid_word packs them; 0 while they are dealt anew each round.
+  uint64_t grid = 0;
   static constexpr uint64_t kPairFrames = 1;      // frames for it may carry a MAC (p2p/Auth.h's seal_for)
   static constexpr uint64_t kPolyPairFrames = 2;  // that MAC may be a Poly1305 tag ("CSW3", PairMac::kPoly1305)
   static constexpr uint64_t kPartPieces = 4;      // it reads parts in pieces (Note [A part travels in pieces])
@@ -107,6 +110,15 @@ struct PeerRecord {
 // `p` as matchmaking should see it: on its dealt step with its dealt key, not ready and with no samples
 // yet, and out of a group of more than one, where a deal is ahead of its record; as it is otherwise.
 PeerRecord as_dealt(PeerRecord p);
+
+// PeerRecord::grid: coordinates (c0, c1) that stay, packed with a bit that says so.
+uint64_t grid_word(uint64_t c0, uint64_t c1);
+// Whether `p` keeps its coordinates (it names its key for every step, and reads no deal of its own).
+bool grid_fixed(const PeerRecord& p);
+// The group key a peer whose coordinates stay names on `step` (Note [Groups on a grid] in p2p/Matchmaking.cpp).
+uint64_t fixed_key_at(const PeerRecord& p, int64_t step);
+// Whether two peers whose coordinates stay share one: they average together every other round.
+bool grid_mates(const PeerRecord& a, const PeerRecord& b);
 
 // One member of a round's groups and the group key the leader dealt it for the next step.
 struct Dealt {
@@ -155,6 +167,9 @@ class Directory {
     // As kGroup, for a change of step and key that the last round's leader already told the others of
     // (Note [A leader deals its groups over the next round's keys] in p2p/Matchmaking.cpp).
     kDealt,
+    // A change of step of a peer whose coordinates stay: to the peers that share one with it, which meet
+    // it in their next two rounds (Note [A grid whose coordinates stay] in parallel/swarm/SwarmGrid.cpp).
+    kGrid,
   };
   // This peer's record: sent to the known peers now (a change of step, readiness or leaving) or within
   // 50 ms (other changes), and again with the heartbeat every announce_s to the peers no change reached
@@ -226,8 +241,11 @@ class Directory {
   // `group_of` (the record sealed in `mine`), only to the live peers on its step with its group key. The
   // heartbeat (`with_others`) passes on others' records to a few and skips the peers heard_lately.
   // `skip_heard`: a heartbeat that carries no change not yet sent.
+  // `grid_of` (the record sealed in `mine`, where its coordinates stay): only to the peers that share a
+  // coordinate with it, the peers whose coordinates are still dealt, and the heartbeat's gossip peers
+  // (Note [A grid whose coordinates stay] in parallel/swarm/SwarmGrid.cpp).
   void send_direct(const std::vector<uint8_t>& mine, uint64_t version, bool with_others, bool skip_heard,
-                   const PeerRecord* group_of);
+                   const PeerRecord* group_of, const PeerRecord* grid_of);
   // Whether `peer` was sent this peer's record at `version` recently enough to skip a heartbeat (Note [A
   // heartbeat skips the peers that heard this one lately]).
   bool heard_lately(const PeerKey& peer, uint64_t version, std::chrono::steady_clock::time_point now) const;
@@ -252,8 +270,15 @@ class Directory {
   void answer(const std::vector<uint8_t>& mine, const std::set<PeerKey>& owed);
   // Up to kGossipRecords of the other live records, drawn at random, and the peers of `to` the heartbeat
   // passes them on to, into `gossip_to` (Note [The heartbeat passes on a few records]).
-  std::vector<std::pair<PeerKey, std::vector<uint8_t>>> gossip(const std::vector<PeerRecord>& to,
-                                                               std::set<PeerKey>& gossip_to);
+  // `grid_of`: this peer's record, where its coordinates stay: the peers that share none are not welcomed,
+  // and every live record is returned, shuffled, for send_direct to pass each peer its own mates' (Note [A
+  // grid whose coordinates stay] in parallel/swarm/SwarmGrid.cpp).
+  struct Passed {
+    PeerRecord record;
+    std::vector<uint8_t> sealed;
+  };
+  std::vector<Passed> gossip(const std::vector<PeerRecord>& to, std::set<PeerKey>& gossip_to,
+                             const PeerRecord* grid_of = nullptr);
   // The live peers and those whose record expired less than kHeartbeatAfterDeathS ago (Note [A peer whose
   // record expired still hears the heartbeat]).
   std::vector<PeerRecord> heartbeat_peers() const;
@@ -306,6 +331,7 @@ class Directory {
   bool mine_dirty_ = false;        // changed since it was last sent
   bool mine_urgent_ = false;       // its step, readiness or leaving changed: send it now
   bool mine_to_everyone_ = false;  // a change since it was last sent to everyone is not Reach::kGroup's
+  bool mine_to_grid_ = false;      // a change since it was last sent is Reach::kGrid's
   uint64_t everyone_version_ = 0;  // counts the changes of this peer's record meant for everyone
   // What send_direct last sent each peer, other than a heartbeat: when and at which everyone_version_.
   // The directory's thread alone reads and writes it.

@@ -37,7 +37,7 @@ using std::chrono::steady_clock;
 // To every peer in `to` a kRecord frame of this peer's record and, on a heartbeat to a few of them, some
 // others' (Note [The heartbeat passes on a few records]).
 void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, bool with_others, bool skip_heard,
-                            const PeerRecord* group_of) {
+                            const PeerRecord* group_of, const PeerRecord* grid_of) {
   std::vector<PeerRecord> to = with_others ? heartbeat_peers() : peers();
   if (group_of) {
     // A peer dealt to this step and key is on its way there, whatever its record says yet.
@@ -49,9 +49,18 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
   }
   const double live_since = detail::unix_now() - options_.record_ttl_s;
   const auto now = steady_clock::now();
-  std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
+  std::vector<Passed> others;
   std::set<PeerKey> gossip_to;
-  if (with_others) others = gossip(to, gossip_to);
+  if (with_others) others = gossip(to, gossip_to, grid_of);
+  if (grid_of) {
+    // A record whose coordinates are still dealt and that expired here is one from before its peer's stayed
+    // (every peer knew every other in the first rounds): it is not heartbeaten for a minute.
+    const auto apart = [&](const PeerRecord& p) {
+      if (gossip_to.count(p.key)) return false;
+      return grid_fixed(p) ? !grid_mates(p, *grid_of) : p.heard_unix < live_since;
+    };
+    to.erase(std::remove_if(to.begin(), to.end(), apart), to.end());
+  }
   if (skip_heard) {
     PeerKey dealer{};
     const bool vouched = vouched_lately(now, dealer);
@@ -65,9 +74,13 @@ void Directory::send_direct(const std::vector<uint8_t>& mine, uint64_t version, 
   }
   for (const auto& peer : to) {
     std::vector<detail::SealedRecord> records{{mine.data(), mine.size()}};
-    if (gossip_to.count(peer.key))
-      for (const auto& [key, sealed] : others)
-        if (key != peer.key) records.emplace_back(sealed.data(), sealed.size());
+    if (gossip_to.count(peer.key)) {
+      // Where coordinates stay, the records a peer can use are of the peers that share one with it.
+      const bool mates_only = grid_of && grid_fixed(peer);
+      for (const auto& p : others)
+        if (p.record.key != peer.key && (!mates_only || grid_mates(p.record, peer)) && records.size() <= kGossipRecords)
+          records.emplace_back(p.sealed.data(), p.sealed.size());
+    }
     // To a peer whose record expired, addressed to whoever is there now, as a knock is: another process may
     // have taken its address.
     const bool live = peer.heard_unix >= live_since;
@@ -253,9 +266,9 @@ void Directory::answer(const std::vector<uint8_t>& mine, const std::set<PeerKey>
 // sends 0.67 times what one at 8 does (paired runs: bench/results/scale.json). Every peer still hears
 // each live peer's own record from that peer at least every half TTL, which keeps each record live where
 // it is known (Note [A heartbeat skips the peers that heard this one lately]).
-std::vector<std::pair<PeerKey, std::vector<uint8_t>>> Directory::gossip(const std::vector<PeerRecord>& to,
-                                                                        std::set<PeerKey>& gossip_to) {
-  std::vector<std::pair<PeerKey, std::vector<uint8_t>>> others;
+std::vector<Directory::Passed> Directory::gossip(const std::vector<PeerRecord>& to, std::set<PeerKey>& gossip_to,
+                                                 const PeerRecord* grid_of) {
+  std::vector<Passed> others;
   std::lock_guard lock(mutex_);
   const double now = detail::unix_now(), oldest = now - options_.record_ttl_s;
   for (const auto& [key, entry] : records_)
@@ -263,13 +276,16 @@ std::vector<std::pair<PeerKey, std::vector<uint8_t>>> Directory::gossip(const st
     // deals to vouch for, and heartbeats it, addressed to nobody, until it answers (Notes [A deal vouches
     // for its members] and [A heartbeat to nobody is answered]).
     if (key != me_.token.peer_public_key && entry.heard_unix() >= oldest) {
-      others.emplace_back(key, entry.sealed);
-      if (entry.met_unix >= now - kWelcomeBeats * options_.announce_s) gossip_to.insert(key);
+      others.push_back({entry.record, entry.sealed});
+      // Where coordinates stay, a peer that shares none is met and forgotten again and again (the gossip
+      // brings its record, which its own heartbeat does not keep live here): it is not welcomed (Note [A
+      // grid whose coordinates stay] in parallel/swarm/SwarmGrid.cpp).
+      const bool apart = grid_of && grid_fixed(entry.record) && !grid_mates(entry.record, *grid_of);
+      if (entry.met_unix >= now - kWelcomeBeats * options_.announce_s && !apart) gossip_to.insert(key);
     }
-  if (others.size() > kGossipRecords) {
-    std::shuffle(others.begin(), others.end(), gossip_random_);
-    others.resize(kGossipRecords);
-  }
+  std::shuffle(others.begin(), others.end(), gossip_random_);
+  // Where coordinates stay, each peer it goes to is passed the records of its own mates: all are kept.
+  if (!grid_of && others.size() > kGossipRecords) others.resize(kGossipRecords);
   std::vector<PeerKey> live;
   for (const auto& peer : to)
     if (!gossip_to.count(peer.key) && peer.heard_unix >= oldest) live.push_back(peer.key);

@@ -53,8 +53,10 @@ Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member&
   // A peer dealt to the next step is seen there (Note [A leader deals its groups over the next round's keys]).
   for (const auto& record : peers) {
     const auto p = as_dealt(record);
-    // A peer one step behind is finishing the last round and about to be ready for this one.
-    if (p.step + 1 == round) s.anyone_waiting = true;
+    // A peer one step behind is finishing the last round and about to be ready for this one; one whose
+    // coordinates stay, only if it comes to this key (Note [A grid whose coordinates stay] in
+    // parallel/swarm/SwarmGrid.cpp).
+    if (p.step + 1 == round && (!grid_fixed(p) || fixed_key_at(p, round) == group_key)) s.anyone_waiting = true;
     if (p.step > round) s.ahead_at = std::max(s.ahead_at, p.step);
     if (p.step != round) continue;
     anyone_on_round = true;
@@ -132,6 +134,7 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
   const auto decide_at = after(start, options_.matchmaking_s);
   const auto give_up_at = after(start, 2 * options_.matchmaking_s + 1.0);
   const uint64_t group_key = mine.group_key;
+  mine_ = mine;
   const Member me = say_ready(round, std::move(mine));
   std::map<PeerKey, std::string> said_ready;  // by message
   std::set<PeerKey> told;                     // the peers this one sent its ready message
@@ -280,7 +283,7 @@ std::vector<Member> Averager::send_groups(uint64_t round, std::vector<Member> re
     for (size_t j = 0; j < group.size(); ++j) {
       if (group[j].key == transport_.key()) mine = group, said_.first = static_cast<uint64_t>(first);
       const int64_t place = first + static_cast<int64_t>(j);
-      if (group.size() > 1 && takes_deals(peers, group[j].key))
+      if (group.size() > 1 && takes_deals(peers, group[j].key) && !keeps_coordinates(peers, group[j].key))
         dealt.push_back({group[j].key, next_group_key(group_key, round, place, keys)});
     }
   }
@@ -305,6 +308,13 @@ uint64_t next_group_key(uint64_t key, uint64_t round, int64_t place, int64_t key
   const uint64_t coordinate =
       (start + static_cast<uint64_t>(place)) % static_cast<uint64_t>(std::max<int64_t>(1, keys));
   return 1 + (((round + 1) % 2) << 32) + coordinate;  // never 0: that is "any group"
+}
+
+// A member whose coordinates stay goes to the key its record names: no deal is needed (Note [A grid whose
+// coordinates stay] in parallel/swarm/SwarmGrid.cpp).
+bool Averager::keeps_coordinates(const std::vector<PeerRecord>& peers, const PeerKey& key) const {
+  if (key == transport_.key()) return grid_fixed(mine_);
+  return std::any_of(peers.begin(), peers.end(), [&](const PeerRecord& p) { return p.key == key && grid_fixed(p); });
 }
 
 // A peer of an earlier release counts the grid's keys itself, so its key may not be the one a deal names.

@@ -22,6 +22,7 @@ std::vector<uint8_t> encode_record(const PeerRecord& r) {
   w.u64(r.session).f64(r.started_unix);
   w.u64(r.group_key);
   w.u64(r.features);
+  w.u64(r.grid);
   return w.take();
 }
 
@@ -42,6 +43,7 @@ std::optional<PeerRecord> decode_record(const std::vector<uint8_t>& payload, con
   if (r.left() >= 16) rec.session = r.u64(), rec.started_unix = r.f64();
   if (r.left() >= 8) rec.group_key = r.u64();
   if (r.left() >= 8) rec.features = r.u64();
+  if (r.left() >= 8) rec.grid = r.u64();
   // A record speaks for the peer that signed it only.
   if (!r.ok() || version < 1 || rec.key != signer) return std::nullopt;
   return rec;
@@ -87,6 +89,27 @@ std::vector<Dealt> dealt_from(const std::vector<uint8_t>& body) {
 }  // namespace cohort::p2p::detail
 
 namespace cohort::p2p {
+
+namespace {
+constexpr uint64_t kGridFixed = 1ULL << 63;
+constexpr uint64_t kCoordinate = (1ULL << 31) - 1;
+}  // namespace
+
+uint64_t grid_word(uint64_t c0, uint64_t c1) { return kGridFixed | ((c0 & kCoordinate) << 32) | (c1 & kCoordinate); }
+
+bool grid_fixed(const PeerRecord& p) { return (p.grid & kGridFixed) != 0; }
+
+uint64_t fixed_key_at(const PeerRecord& p, int64_t step) {
+  const auto d = static_cast<uint64_t>(step % 2);
+  const uint64_t c[2] = {(p.grid >> 32) & kCoordinate, p.grid & kCoordinate};
+  return 1 + (d << 32) + c[1 - d];  // as SwarmPeer::group_key_for: never 0
+}
+
+bool grid_mates(const PeerRecord& a, const PeerRecord& b) {
+  return grid_fixed(a) && grid_fixed(b) &&
+         (((a.grid >> 32) & kCoordinate) == ((b.grid >> 32) & kCoordinate) ||
+          (a.grid & kCoordinate) == (b.grid & kCoordinate));
+}
 
 PeerRecord as_dealt(PeerRecord p) {
   if (p.dealt_step <= p.step) return p;

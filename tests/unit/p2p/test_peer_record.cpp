@@ -19,6 +19,7 @@ PeerRecord every_field_set() {
   r.group_size = 7, r.digest_step = 40, r.digest = 0x0123456789abcdefULL;
   r.session = 99, r.started_unix = 1.77e9;
   r.group_key = 5, r.features = PeerRecord::kPairFrames | PeerRecord::kPolyPairFrames;
+  r.grid = grid_word(3, 6);
   return r;
 }
 
@@ -41,6 +42,7 @@ TEST(SwarmRecord, EveryFieldReadsBackAndOnlyForItsSigner) {
   EXPECT_EQ(back->started_unix, r.started_unix);
   EXPECT_EQ(back->group_key, r.group_key);
   EXPECT_EQ(back->features, r.features);
+  EXPECT_EQ(back->grid, r.grid);
   PeerKey other = r.key;
   other[0] ^= 1;
   EXPECT_FALSE(detail::decode_record(detail::encode_record(r), other));
@@ -63,6 +65,28 @@ TEST(SwarmRecord, AnEarlierReleasesRecordReadsWithTheAppendedFieldsAtTheirDefaul
   EXPECT_EQ(back->session, 0u);
   EXPECT_EQ(back->group_key, 0u);
   EXPECT_EQ(back->features, 0u);
+  EXPECT_EQ(back->grid, 0u);
+  EXPECT_FALSE(grid_fixed(*back));
+}
+
+// Note [A grid whose coordinates stay] (parallel/swarm/SwarmGrid.cpp): a record whose coordinates stay names
+// its key for any step, as the peer itself does (the rows on even steps, the columns on odd), and two such
+// peers are mates when they share either coordinate; a record whose coordinates are dealt is nobody's mate.
+TEST(SwarmRecord, CoordinatesThatStayNameTheKeyOfEveryStepAndTheMatesThatShareOne) {
+  PeerRecord a, b, c, dealt;
+  a.grid = grid_word(2, 5), b.grid = grid_word(2, 7), c.grid = grid_word(4, 7);
+  EXPECT_TRUE(grid_fixed(a));
+  // Even steps average along dimension 0, among the peers that share c1; odd steps among those sharing c0.
+  EXPECT_EQ(fixed_key_at(a, 10), 1u + 5u);
+  EXPECT_EQ(fixed_key_at(a, 11), 1u + (1ULL << 32) + 2u);
+  EXPECT_EQ(fixed_key_at(b, 11), fixed_key_at(a, 11));
+  EXPECT_NE(fixed_key_at(b, 10), fixed_key_at(a, 10));
+  EXPECT_EQ(fixed_key_at(c, 10), fixed_key_at(b, 10));
+  EXPECT_TRUE(grid_mates(a, b));
+  EXPECT_TRUE(grid_mates(b, c));
+  EXPECT_FALSE(grid_mates(a, c));
+  EXPECT_FALSE(grid_mates(a, dealt));
+  EXPECT_FALSE(grid_fixed(dealt));
 }
 
 TEST(SwarmRecord, ABodyCarriesItsRecordsInOrderAndOneCutShortYieldsThoseBeforeTheCut) {

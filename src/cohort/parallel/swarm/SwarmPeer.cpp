@@ -225,7 +225,9 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   mine.samples = samples;
   mine.samples_per_s = samples_per_s_;
   mine.group_size = last_group_size_;
+  settle_on_grid();
   mine.group_key = group_key_for(step);
+  mine.grid = grid_word();
   if (flight_) flight_->round_began(step + 1, round_kind_);
   auto out = averager_->average(static_cast<uint64_t>(step), flat, static_cast<double>(samples), mine);
   record_round(step + 1, out);
@@ -235,7 +237,11 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   ++rounds_;
   last_group_ = out.group;
   leader_swarm_ = out.swarm;
-  move_on_grid(step, out.group.size() > 1 ? out.place : 0, out.keys);
+  move_on_grid(step, out.group.size() > 1 ? out.place : 0, out.keys, static_cast<int64_t>(out.group.size()));
+  // Its leader knows its grid's peers alone: the swarm is about a key's peers a key (Note [A grid whose
+  // coordinates stay] in SwarmGrid.cpp).
+  if (coordinates_stay() && grid_keys_ > 0 && out.group.size() > 1)
+    leader_swarm_ = grid_keys_ * static_cast<int64_t>(out.group.size());
   last_group_size_ = static_cast<int64_t>(out.group.size());
   group_size_sum_ += last_group_size_;
   last_round_s_ = out.matchmaking_s + out.averaging_s;
@@ -268,7 +274,11 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   // round's keys] in p2p/Matchmaking.cpp): the new step goes to the new key's peers, the rest hear it with
   // the next heartbeat.
   const bool dealt = out.keys > 1 && out.group.size() > 1 && !out.claimed_twice && !leaving && all_take_deals();
-  announce_at(step + 1, 0, leaving, dealt ? p2p::Directory::Reach::kDealt : p2p::Directory::Reach::kEveryone);
+  // One whose coordinates stay tells the peers of its next two rounds (Note [A grid whose coordinates stay]).
+  const auto reach = coordinates_stay() && !leaving ? p2p::Directory::Reach::kGrid
+                     : dealt                        ? p2p::Directory::Reach::kDealt
+                                                    : p2p::Directory::Reach::kEveryone;
+  announce_at(step + 1, 0, leaving, reach);
   if (leaving) log("swarm: leaving after step " + std::to_string(step + 1) + "; the others go on without this peer");
   return out.averaged;
 }
@@ -358,6 +368,9 @@ std::vector<std::pair<std::string, double>> SwarmPeer::figures() const {
           {"swarm_dht_bytes_sent", static_cast<double>(directory_->dht_bytes_sent())},
           {"swarm_frames_refused", static_cast<double>(s.frames_refused)},
           {"swarm_peers_seen", static_cast<double>(directory_->peers_seen())},
+          // The live records it holds now: every peer with swarm.grid=dealt, a bounded set with fixed (Note [A
+          // grid whose coordinates stay] in SwarmGrid.cpp).
+          {"swarm_peers_known", static_cast<double>(directory_->peers().size())},
           {"swarm_state_rounds", static_cast<double>(state_rounds_)},
           {"swarm_state_distance", state_distance_}};
 }

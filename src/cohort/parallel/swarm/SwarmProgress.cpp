@@ -135,6 +135,7 @@ void SwarmPeer::progress(int64_t step, int64_t samples) {
 void SwarmPeer::announce_at(int64_t step, int64_t samples, bool leaving, p2p::Directory::Reach reach) {
   p2p::PeerRecord r{{}, transport_->address(), step, samples, samples_per_s_, false, leaving, 0, last_group_size_};
   r.group_key = group_key_for(step);
+  r.grid = grid_word();
   directory_->announce(r, reach);
 }
 
