@@ -27,11 +27,15 @@ not the link, and is reported apart as host-bound rather than counted for or aga
 machine and all in one group, on the same links, and checks each averaging round (the butterfly) against
 the all-reduce's model with the all-reduce's alpha and B plus a software term (gamma) fitted on the
 2-machine swarm at the fastest rate: the prediction the swarm and DiLoCo rows below rest on.
+--swarm-grid 8:4 runs 8 peers, one a machine, in groups of 4 (swarm.group_size) that change from round
+to round, and checks their rounds, the gradients' and the weights' averaging after them, against a group
+of 4's butterfly with the same gamma: the mixing across groups that bounded groups pay for.
 
 Needs root (ip netns, tc). Prints JSON; --out writes it.
 Run: sudo python3 bench/cost_model.py --collectives build/bench/collectives --out bench/results/cost_model.json
 The swarm's check alone (fitted on 2 machines' collectives):
      sudo python3 bench/cost_model.py --machines 2 --swarm-machines 2,4,8 --out bench/results/cost_model_swarm.json
+The grid's rounds beside one group's: --machines 2 --no-host-floor --swarm-machines 2,4 --swarm-grid 8:4
 Only the predictions (no root, no measuring): python3 bench/cost_model.py --predict-only"""
 import argparse, json, math, os, platform, secrets, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -103,17 +107,20 @@ def run_collectives(a, machines, rate, port):
 SWARM_MODEL = {"name": "resnet18", "params": 11_175_370}
 
 
-def run_swarm(a, peers, rate, port):
-    """One swarm of `peers` peers, one a machine, all in one group (swarm.group_size=0), averaging
-    SWARM_MODEL's fp32 gradients (swarm.compress=none) over the shaped links: each averaging round's
-    seconds (swarm_averaging_seconds: the peer's part sent to every other member, the others' parts
-    reduced, the results back) and the averaging bytes a peer sent per round. The first two rounds meet
-    peers still starting, so they are left out."""
+def run_swarm(a, peers, rate, port, group_size=0):
+    """One swarm of `peers` peers, one a machine, all in one group (swarm.group_size=0) or in groups of
+    `group_size` on the grid, averaging SWARM_MODEL's fp32 gradients (swarm.compress=none) over the shaped
+    links: each averaging round's seconds (swarm_averaging_seconds: the peer's part sent to every other
+    member, the others' parts reduced, the results back) and the averaging bytes a peer sent per round;
+    in groups, also the weights' round after it (swarm_state_seconds, fp32 weights every step: the
+    default). Only rounds of a full group count. The first two rounds meet peers still starting, so they
+    are left out."""
     work = tempfile.mkdtemp(prefix="cohort-ccm-swarm-")
     procs = []
+    full = group_size or peers
     for i in range(peers):
         args = swarm_peer_args(a.cohort, os.path.join(work, f"p{i}"), f"{addr(i)}:{port}", peers, i, peers,
-                               group_size=0, steps=a.swarm_steps, matchmaking_s=a.swarm_matchmaking_s,
+                               group_size=group_size, steps=a.swarm_steps, matchmaking_s=a.swarm_matchmaking_s,
                                averaging_timeout_s=120, dist_timeout_s=600,
                                bootstrap=f"{addr(0)}:{port}" if i else None,
                                extra=[f"model.name={SWARM_MODEL['name']}", "data.image_size=32", "data.batch_size=16",
@@ -133,37 +140,52 @@ def run_swarm(a, peers, rate, port):
         tails = [open(os.path.join(work, f"out{i}.txt"), errors="replace").read()[-2000:] for i in range(peers)]
         shutil.rmtree(work, ignore_errors=True)
         sys.exit(f"the swarm of {peers} at {rate} failed:\n" + "\n".join(tails))
-    seconds, sent, sizes = [], [], {}
+    seconds, state, sent, sizes = [], [], [], {}
     for i in range(peers):
         d = os.path.join(work, f"p{i}")
         s = json.load(open(os.path.join(d, "summary.json")))
-        whole = True  # every round of this peer's was the whole swarm: its bytes a round are comparable
+        whole = True  # every round of this peer's was a full group: its bytes a round are comparable
         with open(os.path.join(d, "metrics.jsonl")) as f:
             for r in map(json.loads, f):
                 if "swarm_group_size" not in r:
                     continue
                 g = int(r["swarm_group_size"])
-                whole = whole and g == peers
+                whole = whole and g == full
                 if r.get("step", 0) <= 2:
                     continue
                 sizes[g] = sizes.get(g, 0) + 1
-                if g == peers:
+                if g == full:
                     seconds.append(r["swarm_averaging_seconds"])
+                    if group_size and r.get("swarm_state_seconds"):
+                        state.append(r["swarm_state_seconds"])
         if s["swarm_rounds"] and whole:
-            sent.append((s["swarm_bytes_sent"] - s.get("swarm_record_bytes_sent", 0)) / s["swarm_rounds"])
+            # In groups a round also averages the weights, as many bytes as the gradients: a bytes' round is either.
+            rounds = s["swarm_rounds"] + (s.get("swarm_state_rounds", 0) if group_size else 0)
+            sent.append((s["swarm_bytes_sent"] - s.get("swarm_record_bytes_sent", 0)) / rounds)
     shutil.rmtree(work, ignore_errors=True)
     seconds.sort()
-    out = {"peer_rounds_by_group_size": {str(k): v for k, v in sorted(sizes.items())}, "rounds": len(seconds)}
+    state.sort()
+    out = {"peer_rounds_by_group_size": {str(k): v for k, v in sorted(sizes.items())}, "rounds": len(seconds),
+           "group_size": group_size}
     if seconds:
         out.update({"averaging_s_median": statistics.median(seconds),
                     "averaging_s_p90": seconds[int(0.9 * (len(seconds) - 1))],
                     "averaging_bytes_sent_per_peer_per_round": statistics.mean(sent) if sent else None})
     else:
-        print(f"the swarm of {peers} at {rate}: no round of the whole group after step 2 ({sizes})", file=sys.stderr)
+        print(f"the swarm of {peers} at {rate}: no round of a full group after step 2 ({sizes})", file=sys.stderr)
+    if state:
+        out.update({"state_rounds": len(state), "state_s_median": statistics.median(state),
+                    "state_s_p90": state[int(0.9 * (len(state) - 1))]})
     return out
 
 
-def swarm_checks(check_result, swarm_measured, cores):
+def swarm_key(key):
+    """swarm_measured's keys: "8", 8 machines in one group; "8g4", 8 machines in groups of 4 on the grid."""
+    machines, _, group = key.partition("g")
+    return int(machines), int(group or 0)
+
+
+def swarm_checks(check_result, swarm_measured, cores, swarm_floor=None):
     """The butterfly moves what a ring all-reduce moves: a member sends (g-1)/g of the vector to the
     others' parts and (g-1)/g back as results, so its wire time is the all-reduce's model with the
     all-reduce's alpha and B (fitted on 2 machines of Gloo, never on a swarm). Unlike Gloo's ring, a
@@ -173,7 +195,9 @@ def swarm_checks(check_result, swarm_measured, cores):
     phase). gamma is fitted once, on the 2-machine swarm at the fastest rate (where it shows most);
     every other swarm row is a check. With more peers than this machine's cores the peers' software
     shares them: the software term is multiplied by peers / cores there (a machine with a core a peer
-    has 1). Bytes are checked too: 2 (g-1)/g of the vector, against what the peers counted."""
+    has 1). Bytes are checked too: 2 (g-1)/g of the vector, against what the peers counted. As for the
+    collectives, a check whose round with no tbf (`swarm_floor`, the host floor) takes HOST_BOUND of its
+    prediction or more measures this host's cores, and is set apart."""
     rows, n = [], 4 * SWARM_MODEL["params"]
     fits = {rate: (check_result or {}).get(rate, {}).get("ops", {}).get("all_reduce") for rate in swarm_measured or {}}
     rates = [r for r in fits if fits[r] and "2" in swarm_measured[r]]
@@ -188,26 +212,36 @@ def swarm_checks(check_result, swarm_measured, cores):
     for rate, by_count in swarm_measured.items():
         if not fits.get(rate):
             continue
-        for g, m in sorted(by_count.items(), key=lambda x: int(x[0])):
-            g = int(g)
-            if "averaging_s_median" not in m:
-                continue
+        for key, m in sorted(by_count.items(), key=lambda x: swarm_key(x[0])):
+            machines, group = swarm_key(key)
+            g = group or machines
+            # A group's members share the host's cores with every other group's.
+            software = gamma * 2 * (g - 1) / g * n * max(1.0, machines / cores)
             wire = predict("all_reduce", g, n, fits[rate]["alpha_s"], fits[rate]["bandwidth_bytes_per_s"],
                            fits[rate].get("burst_bytes", 0))
-            software = gamma * 2 * (g - 1) / g * n * max(1.0, g / cores)
-            pred, sent = wire + software, m["averaging_bytes_sent_per_peer_per_round"]
-            rows.append({"machines": g, "link": rate, "vector_bytes": n, "rounds": m["rounds"],
-                         "measured_s": m["averaging_s_median"], "measured_s_p90": m["averaging_s_p90"],
-                         "predicted_wire_s": wire, "predicted_software_s": software, "predicted_s": pred,
-                         "error": pred / m["averaging_s_median"] - 1, "error_wire_only": wire / m["averaging_s_median"] - 1,
-                         "fitted": rate == fast and g == 2, "bytes_sent_per_round": sent,
-                         "predicted_bytes": 2 * (g - 1) / g * n,
-                         "bytes_error": 2 * (g - 1) / g * n / sent - 1 if sent else None})
-    held = [r for r in rows if not r["fitted"]]
+            pred = wire + software
+            # One group of all averages the gradients; groups on the grid average the weights after them too.
+            for what, med, p90, count in (("gradients", "averaging_s_median", "averaging_s_p90", "rounds"),
+                                          ("weights", "state_s_median", "state_s_p90", "state_rounds")):
+                if med not in m:
+                    continue
+                sent = m["averaging_bytes_sent_per_peer_per_round"]
+                host_s = (swarm_floor or {}).get(key, {}).get(med)
+                rows.append({"machines": machines, "group_size": g, "averages": what, "link": rate, "vector_bytes": n,
+                             "rounds": m[count], "measured_s": m[med], "measured_s_p90": m[p90],
+                             "predicted_wire_s": wire, "predicted_software_s": software, "predicted_s": pred,
+                             "error": pred / m[med] - 1, "error_wire_only": wire / m[med] - 1,
+                             "fitted": rate == fast and key == "2", "bytes_sent_per_round": sent,
+                             "host_floor_s": host_s, "host_bound": host_s is not None and host_s >= HOST_BOUND * pred,
+                             "predicted_bytes": 2 * (g - 1) / g * n,
+                             "bytes_error": 2 * (g - 1) / g * n / sent - 1 if sent else None})
+    held = [r for r in rows if not r["fitted"] and not r["host_bound"]]
+    host_bound = [r for r in rows if not r["fitted"] and r["host_bound"]]
     return {"model": SWARM_MODEL, "gamma_s_per_byte": gamma, "gamma_fitted_on": f"2 machines at {fast}",
             "cores": cores, "rows": rows, "checks": len(held),
             "within_20pct": sum(abs(r["error"]) <= 0.2 for r in held),
-            "max_abs_error": max((abs(r["error"]) for r in held), default=None)}
+            "max_abs_error": max((abs(r["error"]) for r in held), default=None),
+            "host_bound": {"checks": len(host_bound), "within_20pct": sum(abs(r["error"]) <= 0.2 for r in host_bound)}}
 
 
 # --- the model ------------------------------------------------------------------------------------------
@@ -591,6 +625,8 @@ def main():
     ap.add_argument("--cohort", default="build/cohort", help="for --swarm-machines")
     ap.add_argument("--swarm-machines", default="",
                     help="swarm sizes whose butterfly round is measured on the same links, e.g. 2,4,8 (none: skip)")
+    ap.add_argument("--swarm-grid", default="",
+                    help="MACHINES:GROUP_SIZE,...: swarms on the grid whose rounds are measured on the same links, e.g. 8:4")
     ap.add_argument("--swarm-steps", type=int, default=8)
     ap.add_argument("--swarm-matchmaking-s", type=float, default=10.0,
                     help="swarm.matchmaking_s: long enough for a record to cross a link a round saturates")
@@ -609,19 +645,30 @@ def main():
            "command": " ".join(["python3"] + sys.argv),
            "commit": sh("git", "-C", HERE, "rev-parse", "--short", "HEAD", check=False).stdout.strip(),
            "link": "N network namespaces on a bridge, tc tbf at the rate each way on every veth"}
-    if max([int(x) for x in (a.machines + "," + a.swarm_machines).split(",") if x], default=0) > MAX_MACHINES:
+    grid_machines = ",".join(x.split(":")[0] for x in a.swarm_grid.split(",") if x)
+    if max([int(x) for x in (a.machines + "," + a.swarm_machines + "," + grid_machines).split(",") if x],
+           default=0) > MAX_MACHINES:
         sys.exit(f"at most {MAX_MACHINES} machines (namespaces) here: --machines and --swarm-machines")
     if a.from_json:  # the measurement keeps the machine and commit it was taken on
         earlier = json.load(open(a.from_json))
-        res.update({k: earlier[k] for k in ("machine", "commit", "measured", "host_floor", "swarm_measured")
-                    if k in earlier})
+        res.update({k: earlier[k] for k in ("machine", "commit", "measured", "host_floor", "swarm_measured",
+                                            "swarm_host_floor") if k in earlier})
         res["measured_by"] = earlier.get("measured_by", earlier.get("command", "python3 bench/cost_model.py"))
     elif not a.predict_only:
         if os.geteuid() != 0:
             sys.exit("bench/cost_model.py needs root for ip netns and tc (or --predict-only)")
         res["measured"] = {}
+        swarms = [(int(x), 0) for x in a.swarm_machines.split(",") if x]
+        swarms += [tuple(int(y) for y in x.split(":")) for x in a.swarm_grid.split(",") if x]
         try:
             port = a.port
+            for p, g in swarms if a.host_floor else []:
+                setup(p, None)
+                t0 = time.time()
+                res.setdefault("swarm_host_floor", {})[f"{p}g{g}" if g else str(p)] = run_swarm(a, p, "no tbf", port, g)
+                print(f"no tbf x {p} swarm peers{f' in groups of {g}' if g else ''}: {time.time() - t0:.0f} s",
+                      file=sys.stderr)
+                port += 1
             for p in [int(x) for x in a.machines.split(",")] if a.host_floor else []:
                 setup(p, None)
                 t0 = time.time()
@@ -636,11 +683,13 @@ def main():
                     res["measured"][rate][str(p)] = run_collectives(a, p, rate, port)
                     print(f"{rate} x {p}: {time.time() - t0:.0f} s", file=sys.stderr)
                     port += 1
-                for p in [int(x) for x in a.swarm_machines.split(",") if x]:
+                for p, g in swarms:
                     setup(p, rate)
                     t0 = time.time()
-                    res.setdefault("swarm_measured", {}).setdefault(rate, {})[str(p)] = run_swarm(a, p, rate, port)
-                    print(f"{rate} x {p} swarm peers: {time.time() - t0:.0f} s", file=sys.stderr)
+                    res.setdefault("swarm_measured", {}).setdefault(rate, {})[f"{p}g{g}" if g else str(p)] = \
+                        run_swarm(a, p, rate, port, g)
+                    print(f"{rate} x {p} swarm peers{f' in groups of {g}' if g else ''}: {time.time() - t0:.0f} s",
+                          file=sys.stderr)
                     port += 1
         finally:
             teardown()
@@ -648,7 +697,8 @@ def main():
         res["check"] = check(res["measured"], fit_on, res.get("host_floor"))
         res["step_check"] = step_checks(res["check"])
         if "swarm_measured" in res:
-            res["swarm_check"] = swarm_checks(res["check"], res["swarm_measured"], res["machine"]["cores"])
+            res["swarm_check"] = swarm_checks(res["check"], res["swarm_measured"], res["machine"]["cores"],
+                                              res.get("swarm_host_floor"))
     res["predictions"] = predictions(res.get("measured"), res.get("swarm_check"))
     emit(res, a.out)
 

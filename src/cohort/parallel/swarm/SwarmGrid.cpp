@@ -78,7 +78,10 @@ void SwarmPeer::join_smallest_group(int64_t step) {
 // coordinates stay, and a change of step goes to the peers that share a coordinate (Directory::Reach::
 // kGrid), which are the peers of its next two rounds. Its heartbeat goes to those peers, to the peers
 // whose coordinates are still dealt, and to the few it passes records on to; the others' records of it
-// expire, and it keeps records of a bounded set: about 2 (M - 1) peers and the gossip's few, not N.
+// expire, and it keeps records of a bounded set: about 2 (M - 1) peers and the gossip's few, not N. No
+// peer sees everyone, and the leaders still agree: a key's leader is the smallest key among its ready
+// peers (Note [Matchmaking]), and the peers of a key share a coordinate, so each holds all the others'
+// records.
 // Mixing: on the full grid a round along the rows and the next along the columns give every peer the
 // average of all in two rounds, and the two after that keep it there; with more peers than M x M the
 // grid is partly filled (a cell of 32 peers in groups of 8 holds two, rows and columns of 8 still each
