@@ -91,7 +91,10 @@ void SwarmPeer::join_smallest_group(int64_t step) {
 // swarm.grid=dealt, and swarm.group_size of at least the square root of the swarm keeps them. A peer
 // that no leader dealt yet (a newcomer, among peers whose coordinates stay)
 // takes the row and the column that the fewest live peers it knows hold (settle_on_grid), and stays
-// there. What it gives up: the groups no longer even out as peers leave (a row that lost a peer averages
+// there (one of the emptiest by its key, so that peers settling at once spread). Its target batch counts
+// the swarm as its key's live peers times the keys: its leader counts its mates alone (Note [The target
+// batch counted in the key and scaled to the swarm] in SwarmProgress.cpp). What it gives up: the groups
+// no longer even out as peers leave or as a start that was uneven left them (a row that lost a peer averages
 // in 7 until a newcomer takes the place), and a swarm that grows far past its first rounds' size keeps
 // their key count (its groups split: Note [Groups on a grid]).
 bool SwarmPeer::coordinates_stay() const {
@@ -109,11 +112,18 @@ void SwarmPeer::settle_on_grid() {
     ++rows[p.grid & 0x7FFFFFFFULL];
   }
   if (rows.empty()) return;  // the first rounds deal it, as everyone
-  const auto fewest = [](const std::map<uint64_t, int64_t>& held) {
-    return std::min_element(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.second < b.second; })
-        ->first;
+  // Of the rows (columns) the fewest hold, one by this peer's key: peers that settle at once, with one view
+  // of the grid, spread over its holes rather than all taking the first.
+  const auto& key = identity_.token.peer_public_key;
+  const auto fewest = [&](const std::map<uint64_t, int64_t>& held, size_t salt) {
+    int64_t least = held.begin()->second;
+    for (const auto& [c, n] : held) least = std::min(least, n);
+    std::vector<uint64_t> emptiest;
+    for (const auto& [c, n] : held)
+      if (n == least) emptiest.push_back(c);
+    return emptiest[(uint64_t{key[salt]} << 8 | key[salt + 1]) % emptiest.size()];
   };
-  grid_ = {fewest(columns), fewest(rows)};
+  grid_ = {fewest(columns, 0), fewest(rows, 2)};
   grid_keys_ = static_cast<int64_t>(std::max(columns.rbegin()->first, rows.rbegin()->first)) + 1;
   dealt_coordinates_ = 2;
 }

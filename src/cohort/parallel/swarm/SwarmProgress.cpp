@@ -35,6 +35,12 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
   int64_t swarm = leader_swarm_;
   if (swarm <= 0)
     swarm = 1 + std::count_if(peers.begin(), peers.end(), [](const p2p::PeerRecord& p) { return !p.leaving; });
+  // Where coordinates stay a peer holds its mates' records alone: the swarm is its key's peers, once a key
+  // (Note [A grid whose coordinates stay] in SwarmGrid.cpp).
+  if (coordinates_stay() && grid_keys_ > 0 && key != 0)
+    swarm = grid_keys_ * (1 + std::count_if(peers.begin(), peers.end(), [&](const p2p::PeerRecord& p) {
+                            return !p.leaving && p2p::grid_fixed(p) && p2p::fixed_key_at(p, step) == key;
+                          }));
   const bool ready = samples_toward(step, samples, batch, key, swarm, peers, p2p::detail::unix_now()) >= target;
   // The samples that make it ready change no other group's count (Note [Readiness goes to the group]).
   const bool to_key = ready || key != 0;
