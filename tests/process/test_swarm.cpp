@@ -68,7 +68,10 @@ TEST(Swarm, FourPeersOnPartitionsMatchFourWorkerDdp) {
   for (auto& res : results) ASSERT_EQ(res.exit_code, 0) << res.output;
   const auto reference = final_weights(ddp);
   const auto first = final_weights(dirs[0]);
-  EXPECT_LE(max_difference(first, reference), 1e-5);
+  // The butterfly sums in its members' order, the order of their keys, which are new each run: 2 runs of 11
+  // (2026-12-07) ended over 1e-5 from ddp at step 4 (2.2e-5 in the one read), the others under it; the
+  // peers agree to the bit.
+  EXPECT_LE(max_difference(first, reference), 5e-5);
   for (int i = 1; i < 4; ++i) EXPECT_EQ(max_difference(final_weights(dirs[i]), first), 0.0) << "peer " << i;
   const auto summary = read_json(dirs[0] / "summary.json");
   EXPECT_EQ(summary["swarm_mean_group_size"], 4);
