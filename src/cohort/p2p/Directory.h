@@ -37,6 +37,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -115,6 +116,8 @@ PeerRecord as_dealt(PeerRecord p);
 uint64_t grid_word(uint64_t c0, uint64_t c1);
 // Whether `p` keeps its coordinates (it names its key for every step, and reads no deal of its own).
 bool grid_fixed(const PeerRecord& p);
+// Its coordinates (c0, c1) as grid_word packed them (zeros where they do not stay).
+std::array<uint64_t, 2> grid_coordinates(const PeerRecord& p);
 // The group key a peer whose coordinates stay names on `step` (Note [Groups on a grid] in p2p/Matchmaking.cpp).
 uint64_t fixed_key_at(const PeerRecord& p, int64_t step);
 // Whether two peers whose coordinates stay share one: they average together every other round.

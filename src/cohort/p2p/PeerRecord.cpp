@@ -3,6 +3,7 @@
 // records: p2p/Directory.cpp; matchmaking sends deals: p2p/Matchmaking.cpp). A record's fields are
 // only ever appended, so a peer of an earlier release reads the fields it knows and ignores the rest.
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "cohort/p2p/Directory.h"
@@ -99,16 +100,18 @@ uint64_t grid_word(uint64_t c0, uint64_t c1) { return kGridFixed | ((c0 & kCoord
 
 bool grid_fixed(const PeerRecord& p) { return (p.grid & kGridFixed) != 0; }
 
+std::array<uint64_t, 2> grid_coordinates(const PeerRecord& p) {
+  return {(p.grid >> 32) & kCoordinate, p.grid & kCoordinate};
+}
+
 uint64_t fixed_key_at(const PeerRecord& p, int64_t step) {
   const auto d = static_cast<uint64_t>(step % 2);
-  const uint64_t c[2] = {(p.grid >> 32) & kCoordinate, p.grid & kCoordinate};
-  return 1 + (d << 32) + c[1 - d];  // as SwarmPeer::group_key_for: never 0
+  return 1 + (d << 32) + grid_coordinates(p)[1 - d];  // as SwarmPeer::group_key_for: never 0
 }
 
 bool grid_mates(const PeerRecord& a, const PeerRecord& b) {
-  return grid_fixed(a) && grid_fixed(b) &&
-         (((a.grid >> 32) & kCoordinate) == ((b.grid >> 32) & kCoordinate) ||
-          (a.grid & kCoordinate) == (b.grid & kCoordinate));
+  const auto x = grid_coordinates(a), y = grid_coordinates(b);
+  return grid_fixed(a) && grid_fixed(b) && (x[0] == y[0] || x[1] == y[1]);
 }
 
 PeerRecord as_dealt(PeerRecord p) {

@@ -108,8 +108,9 @@ void SwarmPeer::settle_on_grid() {
   std::map<uint64_t, int64_t> columns, rows;  // live peers per coordinate, among those whose coordinates stay
   for (const auto& p : directory_->peers()) {
     if (!p2p::grid_fixed(p) || p.leaving) continue;
-    ++columns[(p.grid >> 32) & 0x7FFFFFFFULL];
-    ++rows[p.grid & 0x7FFFFFFFULL];
+    const auto c = p2p::grid_coordinates(p);
+    ++columns[c[0]];
+    ++rows[c[1]];
   }
   if (rows.empty()) return;  // the first rounds deal it, as everyone
   // Of the rows (columns) the fewest hold, one by this peer's key: peers that settle at once, with one view
