@@ -238,10 +238,6 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   last_group_ = out.group;
   leader_swarm_ = out.swarm;
   move_on_grid(step, out.group.size() > 1 ? out.place : 0, out.keys, static_cast<int64_t>(out.group.size()));
-  // Its leader knows its grid's peers alone: the swarm is about a key's peers a key (Note [A grid whose
-  // coordinates stay] in SwarmGrid.cpp).
-  if (coordinates_stay() && grid_keys_ > 0 && out.group.size() > 1)
-    leader_swarm_ = grid_keys_ * static_cast<int64_t>(out.group.size());
   last_group_size_ = static_cast<int64_t>(out.group.size());
   group_size_sum_ += last_group_size_;
   last_round_s_ = out.matchmaking_s + out.averaging_s;
