@@ -10,6 +10,8 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <regex>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -90,9 +92,10 @@ TEST(Swarm, EightPeersAverageInGroupsOfFourThatChangeAndStayClose) {
 }
 
 // swarm.grid=fixed (Note [A grid whose coordinates stay] in parallel/swarm/SwarmGrid.cpp): eight peers in
-// groups of four fill a 2 x 2 grid in their first two rounds, and then keep their coordinates. Their rounds
-// stay full, no leader deals anyone once every peer's coordinates stay (the deal bytes stop growing), and
-// the rows and columns, each meeting the other, keep the weights as close as the dealt grid does.
+// groups of four form a 2 x 2 grid at step 2 by their keys' ranks, two a cell, and then keep their
+// coordinates: each row and each column holds four (each peer logs its cell). Their rounds stay full, no leader deals
+// anyone once every peer's coordinates stay (the deal bytes stop growing), and the rows and columns, each meeting the
+// other, keep the weights as close as the dealt grid does.
 TEST(Swarm, EightPeersOnAGridWhoseCoordinatesStayNeedNoDealsAndStayClose) {
   SKIP_WITHOUT_SWARM();
   constexpr int kPeers = 8;
@@ -114,9 +117,15 @@ TEST(Swarm, EightPeersOnAGridWhoseCoordinatesStayNeedNoDealsAndStayClose) {
       },
       dirs);
   double group_sum = 0, rounds = 0, deals_late = 0;
+  std::map<std::string, int> columns, rows;
+  const std::regex cell("coordinates stay at column (\\d+), row (\\d+) of 2 \\(formed\\)");
   for (int i = 0; i < kPeers; ++i) {
     const auto r = peers[static_cast<size_t>(i)]->wait(300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m, cell)) << "peer " << i << " logged no cell of a 2 x 2 grid\n"
+                                                      << r.output;
+    ++columns[m[1]], ++rows[m[2]];
     double deals_at_10 = -1, deals_at_end = 0;
     for (const auto& rec : read_jsonl(dirs[static_cast<size_t>(i)] / "metrics.jsonl")) {
       if (!rec.contains("swarm_group_size")) continue;
@@ -129,6 +138,8 @@ TEST(Swarm, EightPeersOnAGridWhoseCoordinatesStayNeedNoDealsAndStayClose) {
     ASSERT_GE(deals_at_10, 0) << "no metrics record at step 10";
     deals_late += deals_at_end - deals_at_10;
   }
+  EXPECT_EQ(columns, (std::map<std::string, int>{{"0", 4}, {"1", 4}}));
+  EXPECT_EQ(rows, (std::map<std::string, int>{{"0", 4}, {"1", 4}}));
   EXPECT_GE(group_sum / rounds, 0.8 * 4);
   EXPECT_EQ(deals_late, 0) << "leaders dealt peers whose coordinates stay, after step 10";
   std::vector<checkpoint::NamedTensors> weights;

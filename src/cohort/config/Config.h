@@ -162,8 +162,8 @@ struct SwarmConfig {
   double averaging_timeout_s = 30.0;
   int64_t min_group_size = 2;
   int64_t group_size = 0;  // at most this many peers per round (0: every ready peer)
-  // With group_size, how the groups change: "dealt" anew each round by their leaders, or "fixed" once two
-  // rounds have dealt a peer both coordinates (Note [A grid whose coordinates stay] in SwarmGrid.cpp).
+  // With group_size, how the groups change: "dealt" anew each round by their leaders, or "fixed" on a grid
+  // that forms at step 2 (Note [A grid whose coordinates stay] in SwarmGrid.cpp).
   std::string grid = "dealt";
   // With group_size: the round's group averages parameters every N steps (0: the strategy's own,
   // parallel/swarm/SwarmPeer.h's state_average_every).

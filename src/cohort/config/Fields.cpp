@@ -246,9 +246,9 @@ const std::vector<Field>& fields() {
             {}, non_negative<int64_t>()),
       field("swarm.grid", &T::swarm, &SwarmConfig::grid,
             "swarm with swarm.group_size: dealt (each round's leader deals its members over the next round's keys "
-            "and tells every peer) or fixed (a peer keeps the two coordinates its first rounds dealt it, as in "
-            "Moshpit SGD, so no deal is needed and its records go only to the peers that share a coordinate; "
-            "the same on every peer)",
+            "and tells every peer) or fixed (at step 2 each peer takes a cell of a grid by its key's rank and keeps "
+            "it, as in Moshpit SGD, so no deal is needed and its records go only to the peers that share a "
+            "coordinate; the same on every peer)",
             {"dealt", "fixed"}),
       field("swarm.average_state_every", &T::swarm, &SwarmConfig::average_state_every,
             "swarm with swarm.group_size: every N steps the round's group also averages the parameters, which "

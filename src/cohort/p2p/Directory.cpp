@@ -149,8 +149,8 @@ void Directory::announce(PeerRecord mine, Reach reach, uint64_t* leave_no) {
   mine.digest = mine_.digest;
   mine.session = session_;
   mine.started_unix = started_unix_;
-  mine.features =
-      PeerRecord::kPairFrames | PeerRecord::kPolyPairFrames | PeerRecord::kPartPieces | PeerRecord::kTakesDeals;
+  mine.features = PeerRecord::kPairFrames | PeerRecord::kPolyPairFrames | PeerRecord::kPartPieces |
+                  PeerRecord::kTakesDeals | (options_.forms_grid ? PeerRecord::kFormsGrid : 0);
   mine_ = std::move(mine);
   mine_dirty_ = true;
   changed_.notify_all();

@@ -94,6 +94,10 @@ struct PeerRecord {
   // It takes its next group key from its leader's count, and reads deals (Note [A leader deals its groups
   // over the next round's keys] in p2p/Matchmaking.cpp).
   static constexpr uint64_t kTakesDeals = 8;
+  // It runs swarm.grid=fixed: no peer keeps its coordinates while a live peer does not say this (a peer of
+  // an earlier release, or one set to dealt), since that one's leaders would deal it (Note [A grid whose
+  // coordinates stay] in parallel/swarm/SwarmGrid.cpp).
+  static constexpr uint64_t kFormsGrid = 16;
   // Not in the sealed record: set by the directory from the deal of its last round's leader (Note [A leader
   // deals its groups over the next round's keys] in p2p/Matchmaking.cpp), where that deal is ahead of
   // `step`: the step it goes to and the group key it will name there. -1 and 0 without one.
@@ -122,6 +126,12 @@ std::array<uint64_t, 2> grid_coordinates(const PeerRecord& p);
 uint64_t fixed_key_at(const PeerRecord& p, int64_t step);
 // Whether two peers whose coordinates stay share one: they average together every other round.
 bool grid_mates(const PeerRecord& a, const PeerRecord& b);
+// The cell (c0, c1) of the `rank`-th of the peers that form a grid of `keys` x `keys`: rows and columns
+// hold as many peers each, give or take one, and no two share a cell up to keys x keys peers.
+std::array<uint64_t, 2> grid_cell(int64_t rank, int64_t keys);
+// The coordinate of `keys` that the `place`-th of the peers settling at once takes, when each in turn takes
+// the one the fewest hold (the lowest on a tie); `held`: the coordinates of the peers whose coordinates stay.
+uint64_t settle_coordinate(const std::vector<uint64_t>& held, int64_t keys, size_t place);
 
 // One member of a round's groups and the group key the leader dealt it for the next step.
 struct Dealt {
@@ -144,6 +154,7 @@ struct DirectoryOptions {
   double dht_read_s = 1.0;
   double dht_read_known_s = 5.0;  // and this often once it does (newcomers announce themselves directly)
   double record_ttl_s = 4.0;      // a record older than this is a dead peer's
+  bool forms_grid = false;        // its records say it would keep its coordinates (PeerRecord::kFormsGrid)
 };
 
 class Directory {

@@ -114,6 +114,28 @@ bool grid_mates(const PeerRecord& a, const PeerRecord& b) {
   return grid_fixed(a) && grid_fixed(b) && (x[0] == y[0] || x[1] == y[1]);
 }
 
+// Rank i sits in row i mod K, and the i / K-th K peers each take every column once, shifted by i / K: a
+// diagonal of the grid each, so that a part-filled last one spreads over the columns too.
+std::array<uint64_t, 2> grid_cell(int64_t rank, int64_t keys) {
+  const auto k = static_cast<uint64_t>(std::max<int64_t>(keys, 1)),
+             i = static_cast<uint64_t>(std::max<int64_t>(rank, 0));
+  return {(i % k + i / k) % k, i % k};
+}
+
+// Water-filling in a fixed order: peers with one view of the grid that settle at once fill its holes (an
+// empty column counts) and none takes one that another fills first.
+uint64_t settle_coordinate(const std::vector<uint64_t>& held, int64_t keys, size_t place) {
+  std::vector<int64_t> count(static_cast<size_t>(std::max<int64_t>(keys, 1)), 0);
+  for (const auto c : held)
+    if (c < count.size()) ++count[c];
+  size_t taken = 0;
+  for (size_t i = 0; i <= place; ++i) {
+    taken = static_cast<size_t>(std::min_element(count.begin(), count.end()) - count.begin());
+    ++count[taken];
+  }
+  return taken;
+}
+
 PeerRecord as_dealt(PeerRecord p) {
   if (p.dealt_step <= p.step) return p;
   p.step = p.dealt_step;

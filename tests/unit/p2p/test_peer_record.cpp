@@ -3,6 +3,11 @@
 // appended fields at their defaults, and a body cut short yields the records before the cut.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <map>
+#include <set>
+#include <vector>
+
 #include "cohort/p2p/Directory.h"
 #include "cohort/p2p/Wire.h"
 
@@ -87,6 +92,50 @@ TEST(SwarmRecord, CoordinatesThatStayNameTheKeyOfEveryStepAndTheMatesThatShareOn
   EXPECT_FALSE(grid_mates(a, c));
   EXPECT_FALSE(grid_mates(a, dealt));
   EXPECT_FALSE(grid_fixed(dealt));
+}
+
+// Peers that form a grid by their keys' ranks fill its rows and columns evenly, give or take one, each
+// peer a cell of its own up to K x K peers: 64 peers in groups of 8 make the 8 x 8 grid.
+TEST(SwarmRecord, PeersThatFormTheGridByRankFillEveryRowAndColumnEvenly) {
+  for (const int64_t keys : {1, 2, 3, 8}) {
+    for (int64_t peers = 1; peers <= 2 * keys * keys; ++peers) {
+      std::map<uint64_t, int64_t> columns, rows;
+      std::set<std::array<uint64_t, 2>> cells;
+      for (int64_t rank = 0; rank < peers; ++rank) {
+        const auto cell = grid_cell(rank, keys);
+        ASSERT_LT(cell[0], static_cast<uint64_t>(keys));
+        ASSERT_LT(cell[1], static_cast<uint64_t>(keys));
+        ++columns[cell[0]], ++rows[cell[1]];
+        cells.insert(cell);
+      }
+      const int64_t fewest = peers / keys, most = (peers + keys - 1) / keys;
+      for (uint64_t c = 0; c < static_cast<uint64_t>(keys); ++c) {
+        EXPECT_GE(columns[c], fewest) << peers << " peers, column " << c;
+        EXPECT_LE(columns[c], most) << peers << " peers, column " << c;
+        EXPECT_GE(rows[c], fewest) << peers << " peers, row " << c;
+        EXPECT_LE(rows[c], most) << peers << " peers, row " << c;
+      }
+      EXPECT_EQ(static_cast<int64_t>(cells.size()), std::min(peers, keys * keys));
+    }
+  }
+}
+
+// A grid that lost 16 peers of columns 1 and 4 (48 keep columns 0, 2, 3, 5, 6 and 7), and 16 newcomers that
+// settle at once: each taking the column the fewest hold, alone, all would take column 1; in their keys'
+// order they fill the two empty columns, 8 each.
+TEST(SwarmRecord, PeersThatSettleAtOnceFillTheGridsHolesEvenlyAnEmptyColumnAmongThem) {
+  std::vector<uint64_t> held;
+  for (const uint64_t column : {0, 2, 3, 5, 6, 7})
+    for (int row = 0; row < 8; ++row) held.push_back(column);
+  std::map<uint64_t, int> taken;
+  for (size_t place = 0; place < 16; ++place) ++taken[settle_coordinate(held, 8, place)];
+  EXPECT_EQ(taken, (std::map<uint64_t, int>{{1, 8}, {4, 8}}));
+  // Where the holes are fewer than the peers settling, the rest spread over every coordinate in turn.
+  std::map<uint64_t, int> rows;
+  for (size_t place = 0; place < 10; ++place) ++rows[settle_coordinate({0, 0, 1}, 3, place)];
+  EXPECT_EQ(rows, (std::map<uint64_t, int>{{0, 3}, {1, 3}, {2, 4}}));
+  // A coordinate held past the keys the settling peer knows of is ignored, not read past the count.
+  EXPECT_EQ(settle_coordinate({9}, 2, 0), 0u);
 }
 
 TEST(SwarmRecord, ABodyCarriesItsRecordsInOrderAndOneCutShortYieldsThoseBeforeTheCut) {

@@ -4,6 +4,7 @@
 // next round's keys]). The rest of the peer is parallel/swarm/SwarmPeer.cpp's.
 #include <algorithm>
 #include <map>
+#include <vector>
 
 #include "cohort/p2p/Averager.h"
 #include "cohort/parallel/swarm/SwarmPeer.h"
@@ -17,22 +18,27 @@ uint64_t SwarmPeer::group_key_for(int64_t step) const {
 
 // The next round's key is the coordinate this round sets (p2p::next_group_key, the leader's deal); a peer
 // whose leader did not say how many keys it dealt over counts them itself.
-void SwarmPeer::move_on_grid(int64_t step, int64_t place, int64_t keys, int64_t group) {
+void SwarmPeer::move_on_grid(int64_t step, int64_t place, int64_t keys) {
   if (cfg_.group_size <= 0 || coordinates_stay()) return;
-  // Coordinates stay once two rounds in a row dealt them from full groups: then each key of the second
-  // round took one member of each group of the first, and each row one of each column. Past M x M peers
-  // (more keys than a group holds) the deals do not fill the rows evenly, and they go on (Note [A grid
-  // whose coordinates stay]).
-  if (keys > 0 && keys <= cfg_.group_size && group >= cfg_.group_size) {
-    dealt_coordinates_ = last_dealt_step_ == step - 1 ? dealt_coordinates_ + 1 : 1;
-    last_dealt_step_ = step;
-    grid_keys_ = keys;
-  } else {
-    dealt_coordinates_ = 0;
-  }
   if (keys <= 0) keys = p2p::grid_keys(static_cast<int64_t>(directory_->peers().size() + 1), cfg_.group_size);
   const uint64_t next = p2p::next_group_key(group_key_for(step), static_cast<uint64_t>(step), place, keys);
   grid_[static_cast<size_t>(step % 2)] = (next - 1) & 0xFFFFFFFFULL;
+}
+
+// Once a run: a swarm.grid=fixed peer among peers that are dealt, so that a run set up to keep its
+// coordinates and which does not says why.
+void SwarmPeer::warn_grid_not_formed(const p2p::PeerRecord& other) {
+  if (warned_grid_) return;
+  warned_grid_ = true;
+  log("swarm: the grid's coordinates are dealt each round, not kept (swarm.grid=fixed): peer " +
+      p2p::peer_name(other.key) + " at " + other.address +
+      " does not keep them (it runs swarm.grid=dealt, or an earlier release). Set swarm.grid the same on every "
+      "peer; this one keeps its coordinates once no such peer is live");
+}
+
+void SwarmPeer::log_coordinates(int64_t step, const char* how) const {
+  log("swarm: step " + std::to_string(step) + ": coordinates stay at column " + std::to_string(grid_[0]) + ", row " +
+      std::to_string(grid_[1]) + " of " + std::to_string(grid_keys_) + " (" + how + ")");
 }
 
 // Note [A lone peer joins the smallest group]
@@ -65,68 +71,96 @@ void SwarmPeer::join_smallest_group(int64_t step) {
 // Note [A grid whose coordinates stay]
 // With swarm.grid=dealt (the default) a round's leader deals its members over the next round's keys and
 // tells every live peer where each goes (Note [A leader deals its groups over the next round's keys] in
-// p2p/Matchmaking.cpp): N / M deal frames a peer a step, and every peer holds every record, since any
-// peer may come to its key. Moshpit SGD's own grid keeps each peer's coordinates: a peer's group in round
+// p2p/Matchmaking.cpp): N / M deal frames a peer a step, and every peer holds every record, since any peer
+// may come to its key. Moshpit SGD's own grid keeps each peer's coordinates: a peer's group in round
 // r + 2 is its group of round r, so the peers it will average with are the peers it has averaged with,
-// and nobody needs telling. With swarm.grid=fixed a peer keeps its coordinates once leaders have dealt it
-// both, in its first two rounds with company (the deals as before: the first round's one key of every
-// peer dealt round-robin gives each next key one member of each group, and the second does the same the
-// other way, so 64 peers in groups of 8 fill an 8 x 8 grid, each row and column once: two rounds in a
-// row, each of full groups, or it goes on being dealt). Its record then
-// says so (PeerRecord::grid), and from it every peer reads its key for any step (p2p::fixed_key_at):
-// a leader waits only for the peers one step behind that come to its key, deals nobody whose
-// coordinates stay, and a change of step goes to the peers that share a coordinate (Directory::Reach::
-// kGrid), which are the peers of its next two rounds. Its heartbeat goes to those peers, to the peers
-// whose coordinates are still dealt, and to the few it passes records on to; the others' records of it
-// expire, and it keeps records of a bounded set: about 2 (M - 1) peers and the gossip's few, not N. No
-// peer sees everyone, and the leaders still agree: a key's leader is the smallest key among its ready
-// peers (Note [Matchmaking]), and the peers of a key share a coordinate, so each holds all the others'
-// records.
+// and nobody needs telling. With swarm.grid=fixed the first two rounds are dealt, as by default, while
+// the peers meet; at step 2 (kGridForms) the grid forms: each peer takes the cell of its key's rank among
+// the live peers it knows (p2p::grid_cell), on a grid of G = grid_keys(N, M) keys a side, as leaders
+// count them. Ranks fill the rows and the columns evenly, give or take one, and 64 peers in groups of 8
+// make the 8 x 8 grid, each cell once, whatever the first rounds were. (A first build kept the cells that
+// two rounds in a row of full groups dealt a peer, and settled the others on the emptiest rows: with
+// swarm.sampler=random peers turn ready at different times, the first rounds were seldom full, 60 of 64
+// peers settled at once on views that each of their settlings changed, and rows of 9 and 10 split into
+// groups of 4 and 5 to the end.) The rank needs only the set of live peers, which every peer knows by
+// then (each holds every record until its coordinates stay), and not who has formed already.
+// Its record then says so (PeerRecord::grid), and from it every peer reads its key for any step
+// (p2p::fixed_key_at): a leader waits only for the peers one step behind that come to its key, deals
+// nobody whose coordinates stay, and a change of step goes to the peers that share a coordinate
+// (Directory::Reach::kGrid), which are the peers of its next two rounds. Its heartbeat goes to those
+// peers, to the peers whose coordinates are still dealt, and to the few it passes records on to; the
+// others' records of it expire, and it keeps records of a bounded set: about 2 (M - 1) peers and the
+// gossip's few, not N. No peer sees everyone, and the leaders still agree: a key's leader is the smallest
+// key among its ready peers (Note [Matchmaking]), and the peers of a key share a coordinate, so each holds
+// all the others' records.
 // Mixing: on the full grid a round along the rows and the next along the columns give every peer the
-// average of all in two rounds, and the two after that keep it there; with more peers than M x M the
-// grid is partly filled (a cell of 32 peers in groups of 8 holds two, rows and columns of 8 still each
-// meet every other). Past M x M peers the grid has more keys than a group holds, and the second round's
-// deals, each a column's M members over M of the G rows from a start of its own, leave rows uneven (some
-// of one peer, alone at every other round): there the coordinates are dealt anew each round, as with
-// swarm.grid=dealt, and swarm.group_size of at least the square root of the swarm keeps them. A peer
-// that no leader dealt yet (a newcomer, among peers whose coordinates stay)
-// takes the row and the column that the fewest live peers it knows hold (settle_on_grid), and stays
-// there (one of the emptiest by its key, so that peers settling at once spread). Its target batch counts
-// the swarm as its key's live peers times the keys: its leader counts its mates alone (Note [The target
-// batch counted in the key and scaled to the swarm] in SwarmProgress.cpp). What it gives up: the groups
-// no longer even out as peers leave or as a start that was uneven left them (a row that lost a peer averages
-// in 7 until a newcomer takes the place), and a swarm that grows far past its first rounds' size keeps
-// their key count (its groups split: Note [Groups on a grid]).
-bool SwarmPeer::coordinates_stay() const {
-  return cfg_.group_size > 0 && cfg_.grid == "fixed" && dealt_coordinates_ >= 2;
-}
+// average of all in two rounds, and the two after that keep it there; with more peers than G x G a cell
+// holds several (32 peers in groups of 8: G = 4, two a cell), and rows and columns still each meet
+// every other. Past M x M peers the grid has more keys than a group holds: there the coordinates are dealt
+// anew each round, as with swarm.grid=dealt, and swarm.group_size of at least the square root of the
+// swarm keeps them. A peer that comes after the grid formed (a newcomer, or one whose state download
+// carried it past step 2) takes a hole: in the order of the keys of the peers settling with it, each
+// takes the column and the row the fewest live peers hold (p2p::settle_coordinate), so 8 newcomers at once
+// fill the 8 places the dead left. Its target batch counts the swarm as its key's live peers times the
+// keys: its leader counts its mates alone (Note [The target batch counted in the key and scaled to the
+// swarm] in SwarmProgress.cpp). What it gives up: the groups no longer even out as peers leave (a row that
+// lost a peer averages in 7 until a newcomer takes the place), a newcomer that comes while the dead
+// peers' records live takes a place in a full row (which then splits, Note [Groups on a grid]), and a
+// swarm that grows far past its size at step 2 keeps its key count (its groups split).
+bool SwarmPeer::coordinates_stay() const { return cfg_.group_size > 0 && cfg_.grid == "fixed" && coordinates_stay_; }
 
 uint64_t SwarmPeer::grid_word() const { return coordinates_stay() ? p2p::grid_word(grid_[0], grid_[1]) : 0; }
 
-void SwarmPeer::settle_on_grid() {
-  if (cfg_.group_size <= 0 || cfg_.grid != "fixed" || coordinates_stay()) return;
-  std::map<uint64_t, int64_t> columns, rows;  // live peers per coordinate, among those whose coordinates stay
+void SwarmPeer::settle_on_grid(int64_t step) {
+  if (cfg_.group_size <= 0 || cfg_.grid != "fixed" || coordinates_stay() || step < kGridForms) return;
+  // The cells of the live peers whose coordinates stay, and the live peers whose coordinates are still
+  // dealt, this one among them.
+  std::vector<uint64_t> columns, rows;
+  std::vector<p2p::PeerKey> live{identity_.token.peer_public_key}, settling{identity_.token.peer_public_key};
   for (const auto& p : directory_->peers()) {
-    if (!p2p::grid_fixed(p) || p.leaving) continue;
+    if (p.leaving) continue;
+    // A live peer that would not keep its coordinates: its leaders would deal this one; all stay dealt.
+    if (!(p.features & p2p::PeerRecord::kFormsGrid) && !p2p::grid_fixed(p)) {
+      warn_grid_not_formed(p);
+      return;
+    }
+    live.push_back(p.key);
+    if (!p2p::grid_fixed(p)) {
+      settling.push_back(p.key);
+      continue;
+    }
     const auto c = p2p::grid_coordinates(p);
-    ++columns[c[0]];
-    ++rows[c[1]];
+    columns.push_back(c[0]);
+    rows.push_back(c[1]);
   }
-  if (rows.empty()) return;  // the first rounds deal it, as everyone
-  // Of the rows (columns) the fewest hold, one by this peer's key: peers that settle at once, with one view
-  // of the grid, spread over its holes rather than all taking the first.
-  const auto& key = identity_.token.peer_public_key;
-  const auto fewest = [&](const std::map<uint64_t, int64_t>& held, size_t salt) {
-    int64_t least = held.begin()->second;
-    for (const auto& [c, n] : held) least = std::min(least, n);
-    std::vector<uint64_t> emptiest;
-    for (const auto& [c, n] : held)
-      if (n == least) emptiest.push_back(c);
-    return emptiest[(uint64_t{key[salt]} << 8 | key[salt + 1]) % emptiest.size()];
-  };
-  grid_ = {fewest(columns, 0), fewest(rows, 2)};
-  grid_keys_ = static_cast<int64_t>(std::max(columns.rbegin()->first, rows.rbegin()->first)) + 1;
-  dealt_coordinates_ = 2;
+  if (step == kGridForms || rows.empty()) {
+    // The grid forms: each live peer takes the cell of its key's rank, whoever settled already.
+    const auto keys = p2p::grid_keys(static_cast<int64_t>(live.size()), cfg_.group_size);
+    if (keys > cfg_.group_size) return;  // past M x M peers: dealt each round
+    std::sort(live.begin(), live.end());
+    const auto rank = std::find(live.begin(), live.end(), identity_.token.peer_public_key) - live.begin();
+    grid_ = p2p::grid_cell(rank, keys);
+    grid_keys_ = keys;
+    coordinates_stay_ = true;
+    log_coordinates(step, "formed");
+    return;
+  }
+  // A peer that comes later takes a hole: in their keys' order, so that peers settling at once, with one
+  // view of the grid, fill its holes rather than all taking the emptiest. The keys: as many as the
+  // coordinates held show (an empty column counts). Not more, though the swarm has grown: new rows would
+  // fill with newcomers alone, and the peers of the old rows would never meet them.
+  int64_t keys = 1;
+  for (size_t i = 0; i < rows.size(); ++i)
+    keys = std::max(keys, static_cast<int64_t>(std::max(columns[i], rows[i])) + 1);
+  std::sort(settling.begin(), settling.end());
+  const auto place = static_cast<size_t>(std::find(settling.begin(), settling.end(), identity_.token.peer_public_key) -
+                                         settling.begin());
+  // Rows in the other order: peers that settle at once take different cells, not one cell's column and row.
+  grid_ = {p2p::settle_coordinate(columns, keys, place),
+           p2p::settle_coordinate(rows, keys, settling.size() - 1 - place)};
+  grid_keys_ = keys;
+  coordinates_stay_ = true;
+  log_coordinates(step, "settled");
 }
 
 // A live peer of an earlier release reads no deal: it learns a change of step only from the change itself.

@@ -83,6 +83,7 @@ SwarmPeer::SwarmPeer(const TrainConfig& cfg, p2p::Codec codec, const char* round
   d.announce_s = cfg_.announce_s;
   d.dht_put_s = 2 * cfg_.announce_s;
   d.record_ttl_s = cfg_.peer_ttl_s;
+  d.forms_grid = cfg_.group_size > 0 && cfg_.grid == "fixed";
   directory_ = std::make_unique<p2p::Directory>(identity_, run_key, transport_->address(),
                                                 split_peers(cfg_.initial_peers), d, say, transport_.get());
   p2p::AveragingOptions a;
@@ -225,7 +226,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   mine.samples = samples;
   mine.samples_per_s = samples_per_s_;
   mine.group_size = last_group_size_;
-  settle_on_grid();
+  settle_on_grid(step);
   mine.group_key = group_key_for(step);
   mine.grid = grid_word();
   if (flight_) flight_->round_began(step + 1, round_kind_);
@@ -237,7 +238,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   ++rounds_;
   last_group_ = out.group;
   leader_swarm_ = out.swarm;
-  move_on_grid(step, out.group.size() > 1 ? out.place : 0, out.keys, static_cast<int64_t>(out.group.size()));
+  move_on_grid(step, out.group.size() > 1 ? out.place : 0, out.keys);
   last_group_size_ = static_cast<int64_t>(out.group.size());
   group_size_sum_ += last_group_size_;
   last_round_s_ = out.matchmaking_s + out.averaging_s;

@@ -140,13 +140,15 @@ class SwarmPeer {
   // move of its coordinate after that round, where it had `place` among its key's peers on a grid of
   // `keys` keys (its leader's count; 0: this peer's own).
   uint64_t group_key_for(int64_t step) const;
-  void move_on_grid(int64_t step, int64_t place, int64_t keys, int64_t group);
+  void move_on_grid(int64_t step, int64_t place, int64_t keys);
   void join_smallest_group(int64_t step);  // Note [A lone peer joins the smallest group]
   // With swarm.grid=fixed: whether its coordinates stay, as its record says (PeerRecord::grid).
   bool coordinates_stay() const;
   uint64_t grid_word() const;
   // A peer that none dealt yet, among peers whose coordinates stay, takes the fewest-held row and column.
-  void settle_on_grid();
+  void settle_on_grid(int64_t step);
+  void log_coordinates(int64_t step, const char* how) const;
+  void warn_grid_not_formed(const p2p::PeerRecord& other);
   bool all_take_deals() const;  // every live peer reads deals (PeerRecord::kTakesDeals)
   static bool all_take_deals(const std::vector<p2p::PeerRecord>& peers);  // of these
   void record_round(int64_t step, const p2p::RoundOutcome& out);
@@ -188,10 +190,11 @@ class SwarmPeer {
   std::shared_ptr<comm::FlightRecorder> flight_;
   const char* round_kind_;              // in the flight record: "average" (gradients), or "outer" (DiLoCo's)
   std::array<uint64_t, 2> grid_{0, 0};  // this peer's coordinates (Note [Groups on a grid])
-  // With swarm.grid=fixed: the coordinates leaders dealt it so far (2: they stay), and the key count they
-  // were dealt over (Note [A grid whose coordinates stay] in SwarmGrid.cpp).
-  int dealt_coordinates_ = 0;
-  int64_t last_dealt_step_ = -2;
+  // With swarm.grid=fixed: whether its coordinates stay, and the key count of its grid. They stay from step
+  // kGridForms (Note [A grid whose coordinates stay] in SwarmGrid.cpp).
+  static constexpr int64_t kGridForms = 2;
+  bool coordinates_stay_ = false;
+  bool warned_grid_ = false;  // warn_grid_not_formed has logged
   int64_t grid_keys_ = 0;
   std::vector<p2p::Member> last_group_;  // the last round's group, in its order
   bool last_round_whole_ = true;         // it went without a problem (no silent or declining member)
