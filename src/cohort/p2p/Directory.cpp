@@ -145,6 +145,10 @@ void Directory::announce(PeerRecord mine, Reach reach, uint64_t* leave_no) {
     ++everyone_version_;
   }
   if (grid) mine_to_grid_ = true;
+  // Where its coordinates come to stay, the deal it made before stands no longer: its members' are staying
+  // too, and it was re-sent as long as it named a member whose record here had not moved past the dealt step
+  // (seen: a deal re-sent at step 26 of 30 on a 2 x 2 grid).
+  if (grid_fixed(mine) && !grid_fixed(mine_)) standing_ = {};
   mine.digest_step = mine_.digest_step;
   mine.digest = mine_.digest;
   mine.session = session_;

@@ -113,7 +113,8 @@ struct PeerRecord {
 };
 
 // `p` as matchmaking should see it: on its dealt step with its dealt key, not ready and with no samples
-// yet, and out of a group of more than one, where a deal is ahead of its record; as it is otherwise.
+// yet, and out of a group of more than one, where a deal is ahead of its record and its coordinates are
+// dealt; as it is otherwise.
 PeerRecord as_dealt(PeerRecord p);
 
 // PeerRecord::grid: coordinates (c0, c1) that stay, packed with a bit that says so.

@@ -137,7 +137,8 @@ uint64_t settle_coordinate(const std::vector<uint64_t>& held, int64_t keys, size
 }
 
 PeerRecord as_dealt(PeerRecord p) {
-  if (p.dealt_step <= p.step) return p;
+  // A peer whose coordinates stay goes to the key they name, whatever a leader that did not know dealt it.
+  if (p.dealt_step <= p.step || grid_fixed(p)) return p;
   p.step = p.dealt_step;
   p.group_key = p.dealt_key;
   p.ready = false;

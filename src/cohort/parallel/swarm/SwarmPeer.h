@@ -146,7 +146,7 @@ class SwarmPeer {
   bool coordinates_stay() const;
   uint64_t grid_word() const;
   // A peer that none dealt yet, among peers whose coordinates stay, takes the fewest-held row and column.
-  void settle_on_grid(int64_t step);
+  bool settle_on_grid(int64_t step);  // whether its coordinates came to stay now
   void log_coordinates(int64_t step, const char* how) const;
   void warn_grid_not_formed(const p2p::PeerRecord& other);
   bool all_take_deals() const;  // every live peer reads deals (PeerRecord::kTakesDeals)
@@ -194,7 +194,8 @@ class SwarmPeer {
   // kGridForms (Note [A grid whose coordinates stay] in SwarmGrid.cpp).
   static constexpr int64_t kGridForms = 2;
   bool coordinates_stay_ = false;
-  bool warned_grid_ = false;  // warn_grid_not_formed has logged
+  bool warned_grid_ = false;         // warn_grid_not_formed has logged
+  bool grid_told_everyone_ = false;  // its first step since its coordinates stay went to everyone
   int64_t grid_keys_ = 0;
   std::vector<p2p::Member> last_group_;  // the last round's group, in its order
   bool last_round_whole_ = true;         // it went without a problem (no silent or declining member)
