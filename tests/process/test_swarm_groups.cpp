@@ -156,6 +156,52 @@ TEST(Swarm, EightPeersOnAGridWhoseCoordinatesStayNeedNoDealsAndStayClose) {
   EXPECT_GT(farthest, 0.0) << "every peer ended with the same weights: the groups were never smaller than the swarm";
 }
 
+// A peer set to swarm.grid=dealt among peers set to fixed (or a peer of an earlier release): its leaders
+// deal the others, so no peer keeps its coordinates while it is live (PeerRecord::kFormsGrid), and each
+// fixed peer says once which peer holds the grid back and what to set. The swarm still trains in groups.
+TEST(Swarm, AGridDoesNotFormWhileAPeerDealsAndThePeersSayWhich) {
+  SKIP_WITHOUT_SWARM();
+  constexpr int kPeers = 4;
+  std::vector<fs::path> dirs;
+  const auto peers = start_peers(
+      "swarm-grid-mixed", kPeers, 150,
+      [](int i) -> std::vector<std::string> {
+        return {"swarm.sampler=partition",
+                "swarm.partitions=4",
+                "swarm.partition=" + std::to_string(i),
+                "swarm.min_peers_to_start=4",
+                "swarm.group_size=2",
+                std::string("swarm.grid=") + (i == 3 ? "dealt" : "fixed"),
+                "swarm.matchmaking_s=2",
+                "train.max_steps=10",
+                "train.epochs=100",
+                "train.threads=1",
+                "log.progress=plain"};
+      },
+      dirs);
+  const std::string dealt_peer = address(153);
+  double group_sum = 0, rounds = 0;
+  for (int i = 0; i < kPeers; ++i) {
+    const auto r = peers[static_cast<size_t>(i)]->wait(300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("coordinates stay"), std::string::npos) << "peer " << i << " kept its coordinates\n"
+                                                                    << r.output;
+    if (i < 3) {
+      EXPECT_NE(r.output.find("at " + dealt_peer + " does not keep them (it runs swarm.grid=dealt"), std::string::npos)
+          << "peer " << i << " did not name the dealt peer\n"
+          << r.output;
+      EXPECT_NE(r.output.find("Set swarm.grid the same on every peer"), std::string::npos) << r.output;
+    }
+    for (const auto& rec : read_jsonl(dirs[static_cast<size_t>(i)] / "metrics.jsonl")) {
+      if (!rec.contains("swarm_group_size")) continue;
+      group_sum += rec["swarm_group_size"].get<double>();
+      ++rounds;
+    }
+  }
+  ASSERT_GT(rounds, 0);
+  EXPECT_GE(group_sum / rounds, 0.8 * 2) << "the dealt grid's groups of 2 did not hold";
+}
+
 // Eight peers drawing their own batches in groups of four, a target of three batches a peer: each counts
 // only its group key's peers and scales them to the swarm (Note [The target batch counted in the key and
 // scaled to the swarm] in parallel/swarm/SwarmPeer.cpp), and every global step still trains about the
