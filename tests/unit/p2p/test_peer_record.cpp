@@ -94,6 +94,20 @@ TEST(SwarmRecord, CoordinatesThatStayNameTheKeyOfEveryStepAndTheMatesThatShareOn
   EXPECT_FALSE(grid_fixed(dealt));
 }
 
+// A leader that dealt a peer before its coordinates came to stay (its view of the peer was older) names a
+// key the peer will not go to: matchmaking reads a peer whose record says its coordinates stay on its own
+// step and key, and a peer whose coordinates are dealt where its deal sends it.
+TEST(SwarmRecord, ADealMovesAPeerWhoseCoordinatesAreDealtAndNotOneWhoseCoordinatesStay) {
+  PeerRecord dealt;
+  dealt.step = 2, dealt.group_key = 7, dealt.dealt_step = 3, dealt.dealt_key = 9;
+  EXPECT_EQ(as_dealt(dealt).step, 3);
+  EXPECT_EQ(as_dealt(dealt).group_key, 9u);
+  PeerRecord stays = dealt;
+  stays.grid = grid_word(1, 0);
+  EXPECT_EQ(as_dealt(stays).step, 2);
+  EXPECT_EQ(as_dealt(stays).group_key, 7u);
+}
+
 // Peers that form a grid by their keys' ranks fill its rows and columns evenly, give or take one, each
 // peer a cell of its own up to K x K peers: 64 peers in groups of 8 make the 8 x 8 grid.
 TEST(SwarmRecord, PeersThatFormTheGridByRankFillEveryRowAndColumnEvenly) {
