@@ -38,7 +38,7 @@ struct Survey {
 // never comes to a key, so no leader waits on it at every round. Without swarm.group_size every key is 0,
 // as before.
 Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member& me,
-              const std::map<PeerKey, std::string>& said_ready, uint64_t group_key) {
+              const std::map<PeerKey, std::string>& said_ready, uint64_t group_key, bool mine_stay) {
   Survey s;
   // A peer that said it was ready but whose record is now past this step has closed the round in another
   // group: it is no longer here (counted, it kept a late peer waiting for a group that never came).
@@ -65,6 +65,10 @@ Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member&
     // names no key yet may be (Note [A starting peer names no group key]).
     if (p.group_key != group_key) {
       if (p.group_key == 0 && p.group_size == 0 && !p.ready) s.anyone_waiting = true;
+      // One whose coordinates are about to stay may take a cell on this key, and its record names its
+      // dealt key until it does (Note [A grid whose coordinates stay] in parallel/swarm/SwarmGrid.cpp):
+      // waited for until its record says where it went, which goes to everyone.
+      if (mine_stay && !grid_fixed(p) && (p.features & PeerRecord::kFormsGrid) && !p.ready) s.anyone_waiting = true;
       continue;
     }
     if (p.ready)
@@ -145,7 +149,7 @@ std::vector<Member> Averager::match(uint64_t round, PeerRecord mine, std::string
     hear_ready(round, group_key, said_ready);
     const auto peers = directory_.peers();
     tell_ready(round, me, group_key, peers, told);
-    const auto s = survey(peers, static_cast<int64_t>(round), me, said_ready, group_key);
+    const auto s = survey(peers, static_cast<int64_t>(round), me, said_ready, group_key, grid_fixed(mine_));
     // A leader sends a member its group before the deal that shows the others past this step (Note [A
     // leader deals its groups over the next round's keys]): on one connection, so the group is here if
     // the deal was in `peers`. Taken first, it is not mistaken for the others leaving this peer behind.

@@ -88,8 +88,9 @@ void SwarmPeer::join_smallest_group(int64_t step) {
 // everyone: a peer that shares no coordinate with it holds its record from before, which names another key
 // and no grid, and a leader of that key waited for it there until the record expired (seen: 24 of 32
 // peers held at step 4 for 40 steps, while the other row went on in pairs). From the record every peer
-// reads its key for any step
-// (p2p::fixed_key_at): a leader waits only for the peers one step behind that come to its key, deals
+// reads its key for any step (p2p::fixed_key_at): a leader waits only for the peers one step behind that come to its
+// key, and for a peer on its step about to form (PeerRecord::kFormsGrid, its coordinates still dealt, not ready: its
+// record names its dealt key until it forms; without the wait, groups of 1 to 7 at steps 3 to 8), deals
 // nobody whose coordinates stay, and a change of step goes to the peers that share a coordinate
 // (Directory::Reach::kGrid), which are the peers of its next two rounds. Its heartbeat goes to those
 // peers, to the peers whose coordinates are still dealt, and to the few it passes records on to; the
