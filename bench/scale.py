@@ -26,7 +26,7 @@ what each system counts of itself (wire_bytes_per_peer_per_s, wire_bytes_per_pee
 (bench/peers/torchrun_ddp_mlp.py) on the same MLP, 32 samples a worker a step: wall (command start to
 exit) and training time. --faults 32:8:8: 8 of 32 peers in groups of 8 killed a third of the way into
 --fault-steps (300), 8 newcomers started: who finishes, who downloaded the state, the rounds after the
-kill. --accuracy 16,32: test accuracy at the end of the default recipe's schedule (--accuracy-epochs, 2.7) at
+kill (--faults 16:8:0:16: none killed and 16 newcomers, a swarm that doubles). --accuracy 16,32: test accuracy at the end of the default recipe's schedule (--accuracy-epochs, 2.7) at
 the same global batch and peak learning rate (--accuracy-lr, 0.4 for the MLP), ddp against the swarm in one group
 and in groups of 8 (--accuracy-group-sizes). The rendezvous store at 8 to 1,024 clients is build/bench/store_latency's.
 Every peer runs on the same cores, so past a few peers per core the machine, not the swarm, sets the
@@ -421,12 +421,14 @@ def last_step(run_dir):
         return 0
 
 
-def run_faults(cohort, peers, group_size, kill, steps, port, work, extra=()):
+def run_faults(cohort, peers, group_size, kill, steps, port, work, extra=(), newcomers_n=None):
     """`peers` peers in groups of `group_size`; once peer 0 is a third of the way, `kill` of them are
-    SIGKILLed mid-run and as many newcomers start, on new addresses, through peer 0, on the dead peers'
-    partitions. Records whether the survivors and the newcomers finish, whether each newcomer downloaded
-    the state, and the rounds after the kill: failed rounds, mean group size, the longest round. `extra`:
-    settings for every peer (--set)."""
+    SIGKILLed mid-run and as many newcomers start (`newcomers_n`, if given: a swarm that grows), on new
+    addresses, through peer 0, on the dead peers' partitions (or, past those, the survivors' in turn).
+    Records whether the survivors and the newcomers finish, whether each newcomer downloaded the state,
+    and the rounds after the kill: failed rounds, mean group size, the longest round, and the records a
+    survivor held at its end. `extra`: settings for every peer (--set)."""
+    newcomers_n = kill if newcomers_n is None else newcomers_n
     procs = [swarm_peer(cohort, i, 10 + i, peers, group_size, steps, port, work, peers, extra) for i in range(peers)]
     start = time.time()
     while last_step(os.path.join(work, "p0")) < steps // 3 and time.time() - start < 600:
@@ -436,12 +438,12 @@ def run_faults(cohort, peers, group_size, kill, steps, port, work, extra=()):
     for i in victims:
         kill_tree(procs[i])
     newcomers = [swarm_peer(cohort, peers + j, 10 + peers + j, peers, group_size, steps, port, work, 1, extra,
-                            partition=victims[j]) for j in range(kill)]
+                            partition=victims[j] if j < kill else j % peers) for j in range(newcomers_n)]
     everyone = procs + newcomers
     marks = [(os.path.join(work, f"out{i}.txt"), " peers in the swarm after ") for i in range(len(everyone))]
     wall, _, _, _, _ = wait_sampling(everyone, 300 + 10 * steps, marks)
     survivors = [i for i in range(peers) if i not in victims]
-    after = {"failed": [], "sizes": [], "times": [], "steps": []}
+    after = {"failed": [], "sizes": [], "times": [], "steps": [], "known": []}
     for i in survivors:
         try:
             with open(os.path.join(work, f"p{i}", "metrics.jsonl")) as f:
@@ -455,12 +457,13 @@ def run_faults(cohort, peers, group_size, kill, steps, port, work, extra=()):
             after["sizes"] += [r["swarm_group_size"] for r in later]
             after["times"] += [r["swarm_round_seconds"] for r in later]
             after["steps"] += [r["swarm_round_seconds"] + r.get("swarm_state_seconds", 0) for r in later]
+            after["known"].append(later[-1].get("swarm_peers_known"))
     caught_up = 0
-    for j in range(kill):
+    for j in range(newcomers_n):
         with open(os.path.join(work, f"out{peers + j}.txt"), errors="replace") as f:
             caught_up += "caught up to step" in f.read()
     return {
-        "peers": peers, "steps": steps, "group_size": group_size, "killed": kill, "newcomers": kill, "killed_at_step": killed_at,
+        "peers": peers, "steps": steps, "group_size": group_size, "killed": kill, "newcomers": newcomers_n, "killed_at_step": killed_at,
         "survivors_finished": sum(procs[i].returncode == 0 for i in survivors),
         "newcomers_finished": sum(p.returncode == 0 for p in newcomers),
         "newcomers_caught_up": caught_up,
@@ -470,6 +473,8 @@ def run_faults(cohort, peers, group_size, kill, steps, port, work, extra=()):
         "longest_round_s_after_kill": round(max(after["times"]), 3) if after["times"] else None,
         # The round and the step's averaging of the weights after it (swarm.average_state_every).
         "longest_round_and_state_s_after_kill": round(max(after["steps"]), 3) if after["steps"] else None,
+        "records_held_at_end_median": statistics.median(k for k in after["known"] if k is not None)
+        if any(k is not None for k in after["known"]) else None,
     }
 
 
@@ -678,8 +683,9 @@ def main():
                     help="DDP worker counts for cohort's launcher against torchrun (needs --torch-python), e.g. 2,8,32")
     ap.add_argument("--torch-python", default="", help="a Python with torch for torchrun (the reference environment's)")
     ap.add_argument("--launch-strategies", default="ddp", help="ddp, zero1, fsdp: cohort's dist.strategy and PyTorch's")
-    ap.add_argument("--faults", default="", metavar="PEERS:GROUP:KILL",
-                    help="faults at scale: e.g. 32:8:8 kills 8 of 32 peers in groups of 8 and starts 8 newcomers")
+    ap.add_argument("--faults", default="", metavar="PEERS:GROUP:KILL[:NEWCOMERS]",
+                    help="faults at scale: e.g. 32:8:8 kills 8 of 32 peers in groups of 8 and starts 8 newcomers; "
+                         "16:8:0:16 kills none and starts 16 (a swarm that doubles)")
     # 60 steps raced the newcomers' start against the run's end on a slow machine: the survivors took about
     # 20 s for the 40 steps after the kill, and newcomers that came later had no live swarm to catch up with.
     # 120 did too on an idle one (2026-12-05): 24 survivors in groups of 8 took 19 s for the 80 steps after
@@ -768,13 +774,15 @@ def main():
         launch_part.append("accuracy against ddp (cohort)")
     faults = []
     if a.faults:
-        peers, gs, kill = (int(x) for x in a.faults.split(":"))
+        fields = [int(x) for x in a.faults.split(":")]
+        peers, gs, kill = fields[:3]
         work = tempfile.mkdtemp(prefix=f"scale-faults-{peers}-")
-        faults.append(run_faults(a.cohort, peers, gs, kill, a.fault_steps, port, work, a.set))
+        faults.append(run_faults(a.cohort, peers, gs, kill, a.fault_steps, port, work, a.set,
+                                 fields[3] if len(fields) > 3 else None))
         print(json.dumps(faults[-1]), file=sys.stderr)
         f = faults[-1]
-        if (f["survivors_finished"] + f["newcomers_finished"] == peers and f["newcomers_caught_up"] == kill
-                and not a.keep_work):
+        if (f["survivors_finished"] + f["newcomers_finished"] == peers - kill + f["newcomers"]
+                and f["newcomers_caught_up"] == f["newcomers"] and not a.keep_work):
             shutil.rmtree(work, ignore_errors=True)
         else:
             faults[-1]["logs"] = work
