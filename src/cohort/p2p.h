@@ -11,6 +11,7 @@
 #include "cohort/p2p/Averager.h"
 #include "cohort/p2p/Codec.h"
 #include "cohort/p2p/Directory.h"
+#include "cohort/p2p/PeerRecord.h"
 #include "cohort/p2p/StateTransfer.h"
 #include "cohort/p2p/Transport.h"
 #include "cohort/p2p/Wire.h"

@@ -6,6 +6,8 @@
 #include <array>
 #include <chrono>
 
+#include "cohort/p2p/PeerRecord.h"
+
 #include "cohort/p2p/Directory.h"
 #include "cohort/p2p/Wire.h"
 
