@@ -109,6 +109,7 @@ RoundOutcome Averager::average(uint64_t round, const at::Tensor& flat, double we
     if (group[j].key == transport_.key()) out.place = static_cast<int64_t>(said_.first + j);
   out.keys = group.size() > 1 ? said_.keys : 0;
   out.swarm = group.size() > 1 ? said_.swarm : 0;
+  out.moved = group.size() > 1 ? said_.moved : -1;
   out.claimed_twice = claimed_twice_;
   if (out.problem.empty()) out.problem = problem;
   // Late groups of the last rounds are declined while the next ones run (decline_late_groups), then

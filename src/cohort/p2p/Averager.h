@@ -55,6 +55,16 @@ int64_t grid_keys(int64_t known, int64_t group_size);
 // The group key a member of key `key` goes to after round `round`, from its `place` among the round's
 // ready peers of its key, on a grid of `keys` keys a dimension (Note [Groups on a grid]). Never 0.
 uint64_t next_group_key(uint64_t key, uint64_t round, int64_t place, int64_t keys);
+// Note [An overfull key splits]: a round of `ready` peers on one key whose coordinates stay, in groups of
+// at most `group_size`, on a dimension of `along` keys as its leader sees them (grid_keys_along; 0: none
+// move); `fewest`: the fewest that split off to a key of their own.
+struct Split {
+  int64_t along = 0, ready = 0, group_size = 0, fewest = 2;
+};
+// Where each of the round's ready peers, in the leader's order, moves: one past the coordinate, 0 where it
+// stays. `short_keys`: the other keys of the dimension that hold fewer than a group, with their peers, as
+// the leader's mates count them (PeerRecord::census).
+std::vector<uint64_t> split_moves(uint64_t key, const Split& split, const std::map<uint64_t, int64_t>& short_keys);
 inline constexpr uint64_t kMaxGridKeys = uint64_t{1} << 20;  // a grid dimension's keys, at most
 inline constexpr uint64_t kMaxSwarm = uint64_t{1} << 24;     // a swarm's peers, at most, as a group message says
 
@@ -101,6 +111,10 @@ struct RoundOutcome {
   // swarm the next step's target batch is counted over (Note [The target batch counted in the key and
   // scaled to the swarm] in parallel/swarm/SwarmProgress.cpp).
   int64_t swarm = 0;
+  // Where its coordinates stay (PeerRecord::grid): the coordinate of this round's key dimension its leader
+  // moved it to, where the key held more ready peers than a group (Note [An overfull key splits] in
+  // p2p/Matchmaking.cpp); -1: it stays.
+  int64_t moved = -1;
   // Another leader's group for the same round named this peer too (Note [A peer in two groups declines the
   // other]): two deals may name it, with different keys.
   bool claimed_twice = false;
@@ -140,10 +154,16 @@ class Averager {
   // `keys`: the next round's key count (grid_keys) it dealt with, 0 without swarm.group_size.
   // `swarm`: the live peers it knows, itself included, 0 without swarm.group_size (Note [The target batch
   // counted in the key and scaled to the swarm] in parallel/swarm/SwarmProgress.cpp).
-  void send_group(uint64_t round, const std::vector<Member>& group, uint64_t first, uint64_t keys, uint64_t swarm);
+  // `moved`: one past the coordinate each member moves to, 0 where it stays, or empty (Note [An overfull key
+  // splits]).
+  void send_group(uint64_t round, const std::vector<Member>& group, uint64_t first, uint64_t keys, uint64_t swarm,
+                  const std::vector<uint64_t>& moved = {});
   // The leader's decision: the ready peers of its key `group_key` as one group, or, past swarm.group_size,
   // as several (each sent its own, and the deal to the other peers); returns this peer's group.
   std::vector<Member> send_groups(uint64_t round, std::vector<Member> ready, uint64_t group_key);
+  // Note [An overfull key splits]: where each of `ready` peers of its key in this round moves.
+  std::vector<uint64_t> plan_split(uint64_t round, uint64_t group_key, int64_t ready,
+                                   const std::vector<PeerRecord>& peers) const;
   // To this peer's directory and every live peer, where the leader dealt each member of its groups (Note
   // [A leader deals its groups over the next round's keys]).
   void send_deal(uint64_t round, const std::vector<PeerRecord>& peers, const std::vector<Dealt>& dealt);
@@ -181,6 +201,7 @@ class Averager {
     uint64_t first = 0;
     int64_t keys = 0;
     int64_t swarm = 0;
+    int64_t moved = -1;
   } said_;
   PeerRecord mine_;             // this peer's record as the round's matchmaking announced it
   uint64_t round_ = 0;          // the round average() is in

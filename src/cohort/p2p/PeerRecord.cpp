@@ -26,6 +26,7 @@ std::vector<uint8_t> encode_record(const PeerRecord& r) {
   w.u64(r.group_key);
   w.u64(r.features);
   w.u64(r.grid);
+  w.u64(r.census);
   return w.take();
 }
 
@@ -47,6 +48,7 @@ std::optional<PeerRecord> decode_record(const std::vector<uint8_t>& payload, con
   if (r.left() >= 8) rec.group_key = r.u64();
   if (r.left() >= 8) rec.features = r.u64();
   if (r.left() >= 8) rec.grid = r.u64();
+  if (r.left() >= 8) rec.census = r.u64();
   // A record speaks for the peer that signed it only.
   if (!r.ok() || version < 1 || rec.key != signer) return std::nullopt;
   return rec;
@@ -111,9 +113,26 @@ uint64_t fixed_key_at(const PeerRecord& p, int64_t step) {
   return 1 + (d << 32) + grid_coordinates(p)[1 - d];  // as SwarmPeer::group_key_for: never 0
 }
 
+uint64_t grid_census(int64_t column, int64_t row) {
+  const auto clamp = [](int64_t n) { return static_cast<uint64_t>(std::clamp<int64_t>(n, 0, 0xFFFFFFFF)); };
+  return (clamp(column) << 32) | clamp(row);
+}
+
+int64_t census_of(const PeerRecord& p, size_t d) {
+  return static_cast<int64_t>(d == 0 ? p.census >> 32 : p.census & 0xFFFFFFFFULL);
+}
+
 bool grid_mates(const PeerRecord& a, const PeerRecord& b) {
   const auto x = grid_coordinates(a), y = grid_coordinates(b);
   return grid_fixed(a) && grid_fixed(b) && (x[0] == y[0] || x[1] == y[1]);
+}
+
+int64_t grid_keys_along(const std::vector<PeerRecord>& peers, uint64_t mine, int64_t step) {
+  const auto d = static_cast<size_t>(1 - step % 2);
+  uint64_t most = mine;
+  for (const auto& p : peers)
+    if (grid_fixed(p)) most = std::max(most, grid_coordinates(p)[d]);
+  return static_cast<int64_t>(most) + 1;
 }
 
 // Rank i sits in row i mod K, and the i / K-th K peers each take every column once, shifted by i / K: a
@@ -124,15 +143,28 @@ std::array<uint64_t, 2> grid_cell(int64_t rank, int64_t keys) {
   return {(i % k + i / k) % k, i % k};
 }
 
-// Water-filling in a fixed order: peers with one view of the grid that settle at once fill its holes (an
-// empty column counts) and none takes one that another fills first.
-uint64_t settle_coordinate(const std::vector<uint64_t>& held, int64_t keys, size_t place) {
+// In a fixed order, so that peers with one view of the grid that settle at once fill its holes (an empty
+// column counts) and none takes one that another fills first. The fullest short of a group, not the
+// emptiest: a swarm that grows one peer at a time then fills one key at a time, and where every key is
+// whole the next peers make one key overfull, which splits a whole group off (Note [An overfull key
+// splits] in p2p/Matchmaking.cpp). Taking the emptiest, every key grew to one past a group, split two off,
+// and the 64th of peers that came one at a time found keys of 9, 9, 9, 8, 8, 7, 7 and 7 (mean group 5.8).
+uint64_t settle_coordinate(const std::vector<uint64_t>& held, int64_t keys, size_t place, int64_t fill) {
   std::vector<int64_t> count(static_cast<size_t>(std::max<int64_t>(keys, 1)), 0);
   for (const auto c : held)
     if (c < count.size()) ++count[c];
+  return settle_coordinate(std::move(count), place, fill);
+}
+
+uint64_t settle_coordinate(std::vector<int64_t> count, size_t place, int64_t fill) {
+  if (count.empty()) return 0;
+  const auto short_of_a_group = [&](int64_t n) { return n < fill; };
   size_t taken = 0;
   for (size_t i = 0; i <= place; ++i) {
-    taken = static_cast<size_t>(std::min_element(count.begin(), count.end()) - count.begin());
+    const bool any_short = std::any_of(count.begin(), count.end(), short_of_a_group);
+    taken = count.size();
+    for (size_t c = 0; c < count.size(); ++c)
+      if ((!any_short || short_of_a_group(count[c])) && (taken == count.size() || count[c] > count[taken])) taken = c;
     ++count[taken];
   }
   return taken;

@@ -46,6 +46,10 @@ struct PeerRecord {
   // Its two grid coordinates, once fixed (swarm.grid=fixed: Note [A grid whose coordinates stay] in
   // parallel/swarm/SwarmGrid.cpp), as grid_word packs them; 0 while they are dealt anew each round.
   uint64_t grid = 0;
+  // Where its coordinates stay: the live peers it counts on its column and on its row, itself included, as
+  // grid_census packs them; 0 where it does not count them. A leader reads how full the other keys of its
+  // dimension are from its mates' (Note [An overfull key splits] in p2p/Matchmaking.cpp).
+  uint64_t census = 0;
   static constexpr uint64_t kPairFrames = 1;      // frames for it may carry a MAC (p2p/Auth.h's seal_for)
   static constexpr uint64_t kPolyPairFrames = 2;  // that MAC may be a Poly1305 tag ("CSW3", PairMac::kPoly1305)
   static constexpr uint64_t kPartPieces = 4;      // it reads parts in pieces (Note [A part travels in pieces])
@@ -83,13 +87,24 @@ bool grid_fixed(const PeerRecord& p);
 std::array<uint64_t, 2> grid_coordinates(const PeerRecord& p);
 // The group key a peer whose coordinates stay names on `step` (Note [Groups on a grid] in p2p/Matchmaking.cpp).
 uint64_t fixed_key_at(const PeerRecord& p, int64_t step);
+// PeerRecord::census: `column` and `row` peers; and the count for coordinate `d` (0: the column) of `p`.
+uint64_t grid_census(int64_t column, int64_t row);
+int64_t census_of(const PeerRecord& p, size_t d);
 // Whether two peers whose coordinates stay share one: they average together every other round.
 bool grid_mates(const PeerRecord& a, const PeerRecord& b);
+// The keys of the grid dimension that keys `step`'s groups, as a peer whose coordinates stay sees them: one
+// past the largest such coordinate among `peers` whose coordinates stay and its own, `mine`. A peer holds
+// the records of its row and its column, and its row spans the columns. Keys grow as overfull keys split
+// (Note [An overfull key splits] in p2p/Matchmaking.cpp).
+int64_t grid_keys_along(const std::vector<PeerRecord>& peers, uint64_t mine, int64_t step);
 // The cell (c0, c1) of the `rank`-th of the peers that form a grid of `keys` x `keys`: rows and columns
 // hold as many peers each, give or take one, and no two share a cell up to keys x keys peers.
 std::array<uint64_t, 2> grid_cell(int64_t rank, int64_t keys);
 // The coordinate of `keys` that the `place`-th of the peers settling at once takes, when each in turn takes
-// the one the fewest hold (the lowest on a tie); `held`: the coordinates of the peers whose coordinates stay.
-uint64_t settle_coordinate(const std::vector<uint64_t>& held, int64_t keys, size_t place);
+// the one the most hold of those that hold fewer than `fill` (a group), or, where none does, the one the
+// most hold (the lowest on a tie); `held`: the coordinates of the peers whose coordinates stay.
+uint64_t settle_coordinate(const std::vector<uint64_t>& held, int64_t keys, size_t place, int64_t fill);
+// The same, from each coordinate's count (`count[c]` peers hold c).
+uint64_t settle_coordinate(std::vector<int64_t> count, size_t place, int64_t fill);
 
 }  // namespace cohort::p2p

@@ -25,6 +25,7 @@ PeerRecord every_field_set() {
   r.session = 99, r.started_unix = 1.77e9;
   r.group_key = 5, r.features = PeerRecord::kPairFrames | PeerRecord::kPolyPairFrames;
   r.grid = grid_word(3, 6);
+  r.census = grid_census(9, 7);
   return r;
 }
 
@@ -48,6 +49,8 @@ TEST(SwarmRecord, EveryFieldReadsBackAndOnlyForItsSigner) {
   EXPECT_EQ(back->group_key, r.group_key);
   EXPECT_EQ(back->features, r.features);
   EXPECT_EQ(back->grid, r.grid);
+  EXPECT_EQ(census_of(*back, 0), 9);
+  EXPECT_EQ(census_of(*back, 1), 7);
   PeerKey other = r.key;
   other[0] ^= 1;
   EXPECT_FALSE(detail::decode_record(detail::encode_record(r), other));
@@ -71,6 +74,7 @@ TEST(SwarmRecord, AnEarlierReleasesRecordReadsWithTheAppendedFieldsAtTheirDefaul
   EXPECT_EQ(back->group_key, 0u);
   EXPECT_EQ(back->features, 0u);
   EXPECT_EQ(back->grid, 0u);
+  EXPECT_EQ(back->census, 0u);
   EXPECT_FALSE(grid_fixed(*back));
 }
 
@@ -135,21 +139,28 @@ TEST(SwarmRecord, PeersThatFormTheGridByRankFillEveryRowAndColumnEvenly) {
 }
 
 // A grid that lost 16 peers of columns 1 and 4 (48 keep columns 0, 2, 3, 5, 6 and 7), and 16 newcomers that
-// settle at once: each taking the column the fewest hold, alone, all would take column 1; in their keys'
-// order they fill the two empty columns, 8 each.
+// settle at once in groups of 8: each taking the column the most hold short of a group, alone, all would
+// take column 1; in their keys' order they fill the two empty columns, 8 each.
 TEST(SwarmRecord, PeersThatSettleAtOnceFillTheGridsHolesEvenlyAnEmptyColumnAmongThem) {
   std::vector<uint64_t> held;
   for (const uint64_t column : {0, 2, 3, 5, 6, 7})
     for (int row = 0; row < 8; ++row) held.push_back(column);
   std::map<uint64_t, int> taken;
-  for (size_t place = 0; place < 16; ++place) ++taken[settle_coordinate(held, 8, place)];
+  for (size_t place = 0; place < 16; ++place) ++taken[settle_coordinate(held, 8, place, 8)];
   EXPECT_EQ(taken, (std::map<uint64_t, int>{{1, 8}, {4, 8}}));
-  // Where the holes are fewer than the peers settling, the rest spread over every coordinate in turn.
+  // Where the holes are fewer than the peers settling, they fill the fullest first (here to 4, in groups
+  // of 4), and the rest take the fullest coordinate, which then splits (Note [An overfull key splits]).
   std::map<uint64_t, int> rows;
-  for (size_t place = 0; place < 10; ++place) ++rows[settle_coordinate({0, 0, 1}, 3, place)];
+  for (size_t place = 0; place < 10; ++place) ++rows[settle_coordinate({0, 0, 1}, 3, place, 4)];
   EXPECT_EQ(rows, (std::map<uint64_t, int>{{0, 3}, {1, 3}, {2, 4}}));
+  EXPECT_EQ(settle_coordinate({0, 0, 1}, 3, 9, 4), 0u) << "the tenth takes the first of the whole ones";
+  // One newcomer among keys of 8, 5 and 7 in groups of 8: the 7, not the 5.
+  std::vector<uint64_t> short_keys(8, 0);
+  short_keys.insert(short_keys.end(), 5, 1);
+  short_keys.insert(short_keys.end(), 7, 2);
+  EXPECT_EQ(settle_coordinate(short_keys, 3, 0, 8), 2u);
   // A coordinate held past the keys the settling peer knows of is ignored, not read past the count.
-  EXPECT_EQ(settle_coordinate({9}, 2, 0), 0u);
+  EXPECT_EQ(settle_coordinate({9}, 2, 0, 8), 0u);
 }
 
 TEST(SwarmRecord, ABodyCarriesItsRecordsInOrderAndOneCutShortYieldsThoseBeforeTheCut) {

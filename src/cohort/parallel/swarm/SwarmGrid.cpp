@@ -18,11 +18,28 @@ uint64_t SwarmPeer::group_key_for(int64_t step) const {
 
 // The next round's key is the coordinate this round sets (p2p::next_group_key, the leader's deal); a peer
 // whose leader did not say how many keys it dealt over counts them itself.
-void SwarmPeer::move_on_grid(int64_t step, int64_t place, int64_t keys) {
-  if (cfg_.group_size <= 0 || coordinates_stay()) return;
+void SwarmPeer::move_on_grid(int64_t step, int64_t place, int64_t keys, int64_t moved) {
+  if (cfg_.group_size <= 0) return;
+  if (coordinates_stay()) {
+    if (moved >= 0) split_off(step, static_cast<uint64_t>(moved));
+    return;
+  }
   if (keys <= 0) keys = p2p::grid_keys(static_cast<int64_t>(directory_->peers().size() + 1), cfg_.group_size);
   const uint64_t next = p2p::next_group_key(group_key_for(step), static_cast<uint64_t>(step), place, keys);
   grid_[static_cast<size_t>(step % 2)] = (next - 1) & 0xFFFFFFFFULL;
+}
+
+// Note [An overfull key splits] (p2p/Matchmaking.cpp): its leader moved it to a new key of this round's
+// dimension. Its next record goes to everyone: the peers of the key it left hold its record there, and a
+// leader of that key would wait for it.
+void SwarmPeer::split_off(int64_t step, uint64_t moved) {
+  const auto d = static_cast<size_t>(1 - step % 2);
+  const uint64_t left = grid_[d];
+  grid_[d] = moved;
+  grid_told_everyone_ = false;
+  log("swarm: step " + std::to_string(step + 1) + ": its " + (d == 0 ? "column" : "row") + " (" + std::to_string(left) +
+      ") held more ready peers than swarm.group_size, and split: coordinates stay at column " +
+      std::to_string(grid_[0]) + ", row " + std::to_string(grid_[1]) + " (moved)");
 }
 
 // Once a run: a swarm.grid=fixed peer among peers that are dealt, so that a run set up to keep its
@@ -101,26 +118,60 @@ void SwarmPeer::join_smallest_group(int64_t step) {
 // Mixing: on the full grid a round along the rows and the next along the columns give every peer the
 // average of all in two rounds, and the two after that keep it there; with more peers than G x G a cell
 // holds several (32 peers in groups of 8: G = 4, two a cell), and rows and columns still each meet
-// every other. Past M x M peers the grid has more keys than a group holds: there the coordinates are dealt
-// anew each round, as with swarm.grid=dealt, and swarm.group_size of at least the square root of the
-// swarm keeps them. A peer that comes after the grid formed (a newcomer, or one whose state download
+// every other. Past M x M peers at step 2 the grid has more keys than a group holds: there the coordinates
+// are dealt anew each round, as with swarm.grid=dealt, and swarm.group_size of at least the square root of
+// the swarm keeps them. A peer that comes after the grid formed (a newcomer, or one whose state download
 // carried it past step 2) takes a hole: in the order of the keys of the peers settling with it, each
-// takes the column and the row the fewest live peers hold (p2p::settle_coordinate), so 8 newcomers at once
-// fill the 8 places the dead left. Its target batch counts the swarm as its key's live peers times the
-// keys: its leader counts its mates alone (Note [The target batch counted in the key and scaled to the
-// swarm] in SwarmProgress.cpp). What it gives up: the groups no longer even out as peers leave (a row that
-// lost a peer averages in 7 until a newcomer takes the place), a newcomer that comes while the dead
-// peers' records live takes a place in a full row (which then splits, Note [Groups on a grid]), and a
-// swarm that grows far past its size at step 2 keeps its key count (its groups split).
+// takes the column and the row the most live peers hold short of a group (p2p::settle_coordinate), so 8
+// newcomers at once fill the 8 places the dead left, and peers that come one at a time fill one key at a
+// time. Where every key is whole, they make one overfull, and its leader moves a group's worth to a new
+// key (Note [An overfull key splits] in p2p/Matchmaking.cpp): the grid grows with the swarm, to the size
+// it would have formed at (16 peers doubled: 4 x 4). Its target batch counts the swarm as its key's live
+// peers times the keys along its dimension: its leader counts its mates alone (Note [The target batch
+// counted in the key and scaled to the swarm] in SwarmProgress.cpp). What it gives up: the groups no
+// longer even out as peers leave (a row that lost a peer averages in 7 until a newcomer takes the place;
+// keys never merge), a newcomer that comes while the dead peers' records live takes a place in a full row
+// (which then splits), and a key one past a group (9 in groups of 8) splits no one off, since that one
+// would average alone: it averages in 4 and 5 beside a key of 7 until newcomers come (seen once, where
+// newcomers settled while keys split).
 bool SwarmPeer::coordinates_stay() const { return cfg_.group_size > 0 && cfg_.grid == "fixed" && coordinates_stay_; }
 
 uint64_t SwarmPeer::grid_word() const { return coordinates_stay() ? p2p::grid_word(grid_[0], grid_[1]) : 0; }
 
+uint64_t SwarmPeer::census() const {
+  if (!coordinates_stay()) return 0;
+  int64_t column = 1, row = 1;
+  for (const auto& p : directory_->peers()) {
+    if (p.leaving || !p2p::grid_fixed(p)) continue;
+    const auto c = p2p::grid_coordinates(p);
+    column += c[0] == grid_[0], row += c[1] == grid_[1];
+  }
+  return p2p::grid_census(column, row);
+}
+
+namespace {
+// How many live peers hold each coordinate `d` of the grid: those this peer knows there, or as many as one
+// of them counts there (PeerRecord::census), if more: a newcomer knows the peers that passed it records,
+// not every one.
+std::vector<int64_t> held_counts(const std::vector<p2p::PeerRecord>& fixed, size_t d) {
+  std::vector<int64_t> known, counted;
+  for (const auto& p : fixed) {
+    const auto c = static_cast<size_t>(p2p::grid_coordinates(p)[d]);
+    if (c >= p2p::kMaxGridKeys) continue;
+    if (c >= known.size()) known.resize(c + 1, 0), counted.resize(c + 1, 0);
+    ++known[c];
+    counted[c] = std::max(counted[c], p2p::census_of(p, d));
+  }
+  for (size_t c = 0; c < known.size(); ++c) known[c] = std::max(known[c], counted[c]);
+  return known;
+}
+}  // namespace
+
 bool SwarmPeer::settle_on_grid(int64_t step) {
   if (cfg_.group_size <= 0 || cfg_.grid != "fixed" || coordinates_stay() || step < kGridForms) return false;
-  // The cells of the live peers whose coordinates stay, and the live peers whose coordinates are still
-  // dealt, this one among them.
-  std::vector<uint64_t> columns, rows;
+  // The live peers whose coordinates stay, and the live peers whose coordinates are still dealt, this one
+  // among them.
+  std::vector<p2p::PeerRecord> fixed;
   std::vector<p2p::PeerKey> live{identity_.token.peer_public_key}, settling{identity_.token.peer_public_key};
   for (const auto& p : directory_->peers()) {
     if (p.leaving) continue;
@@ -134,11 +185,9 @@ bool SwarmPeer::settle_on_grid(int64_t step) {
       settling.push_back(p.key);
       continue;
     }
-    const auto c = p2p::grid_coordinates(p);
-    columns.push_back(c[0]);
-    rows.push_back(c[1]);
+    fixed.push_back(p);
   }
-  if (step == kGridForms || rows.empty()) {
+  if (step == kGridForms || fixed.empty()) {
     // The grid forms: each live peer takes the cell of its key's rank, whoever settled already.
     const auto keys = p2p::grid_keys(static_cast<int64_t>(live.size()), cfg_.group_size);
     if (keys > cfg_.group_size) return false;  // past M x M peers: dealt each round
@@ -151,19 +200,18 @@ bool SwarmPeer::settle_on_grid(int64_t step) {
     return true;
   }
   // A peer that comes later takes a hole: in their keys' order, so that peers settling at once, with one
-  // view of the grid, fill its holes rather than all taking the emptiest. The keys: as many as the
-  // coordinates held show (an empty column counts). Not more, though the swarm has grown: new rows would
-  // fill with newcomers alone, and the peers of the old rows would never meet them.
-  int64_t keys = 1;
-  for (size_t i = 0; i < rows.size(); ++i)
-    keys = std::max(keys, static_cast<int64_t>(std::max(columns[i], rows[i])) + 1);
+  // view of the grid, fill its holes rather than all taking the emptiest. The keys of each dimension: as
+  // many as the coordinates held show (an empty column counts). Not more, though the swarm has grown: a
+  // row of newcomers alone would meet the old peers only through its columns, and where the keys fill past
+  // a group they split (Note [An overfull key splits] in p2p/Matchmaking.cpp).
+  const auto columns_held = held_counts(fixed, 0), rows_held = held_counts(fixed, 1);
   std::sort(settling.begin(), settling.end());
   const auto place = static_cast<size_t>(std::find(settling.begin(), settling.end(), identity_.token.peer_public_key) -
                                          settling.begin());
   // Rows in the other order: peers that settle at once take different cells, not one cell's column and row.
-  grid_ = {p2p::settle_coordinate(columns, keys, place),
-           p2p::settle_coordinate(rows, keys, settling.size() - 1 - place)};
-  grid_keys_ = keys;
+  grid_ = {p2p::settle_coordinate(columns_held, place, cfg_.group_size),
+           p2p::settle_coordinate(rows_held, settling.size() - 1 - place, cfg_.group_size)};
+  grid_keys_ = static_cast<int64_t>(std::max(columns_held.size(), rows_held.size()));
   coordinates_stay_ = true;
   log_coordinates(step, "settled");
   return true;

@@ -231,6 +231,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   if (settle_on_grid(step)) announce_at(step, samples, false, p2p::Directory::Reach::kEveryone);
   mine.group_key = group_key_for(step);
   mine.grid = grid_word();
+  mine.census = census();
   if (flight_) flight_->round_began(step + 1, round_kind_);
   auto out = averager_->average(static_cast<uint64_t>(step), flat, static_cast<double>(samples), mine);
   record_round(step + 1, out);
@@ -240,7 +241,7 @@ at::Tensor SwarmPeer::average(int64_t step, const at::Tensor& flat, int64_t samp
   ++rounds_;
   last_group_ = out.group;
   leader_swarm_ = out.swarm;
-  move_on_grid(step, out.group.size() > 1 ? out.place : 0, out.keys);
+  move_on_grid(step, out.group.size() > 1 ? out.place : 0, out.keys, out.moved);
   last_group_size_ = static_cast<int64_t>(out.group.size());
   group_size_sum_ += last_group_size_;
   last_round_s_ = out.matchmaking_s + out.averaging_s;

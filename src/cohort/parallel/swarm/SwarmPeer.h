@@ -138,16 +138,21 @@ class SwarmPeer {
                    p2p::Directory::Reach reach = p2p::Directory::Reach::kEveryone);
   // Note [Groups on a grid] (p2p/Matchmaking.cpp): the group key this peer announces for `step`, and the
   // move of its coordinate after that round, where it had `place` among its key's peers on a grid of
-  // `keys` keys (its leader's count; 0: this peer's own).
+  // `keys` keys (its leader's count; 0: this peer's own); where its coordinates stay, the coordinate its
+  // leader `moved` it to (Note [An overfull key splits]; -1: none).
   uint64_t group_key_for(int64_t step) const;
-  void move_on_grid(int64_t step, int64_t place, int64_t keys);
+  void move_on_grid(int64_t step, int64_t place, int64_t keys, int64_t moved);
   void join_smallest_group(int64_t step);  // Note [A lone peer joins the smallest group]
   // With swarm.grid=fixed: whether its coordinates stay, as its record says (PeerRecord::grid).
   bool coordinates_stay() const;
   uint64_t grid_word() const;
+  // Where its coordinates stay: the live peers on its column and on its row, as its mates' records say
+  // (PeerRecord::census); 0 otherwise.
+  uint64_t census() const;
   // A peer that none dealt yet, among peers whose coordinates stay, takes the fewest-held row and column.
   bool settle_on_grid(int64_t step);  // whether its coordinates came to stay now
   void log_coordinates(int64_t step, const char* how) const;
+  void split_off(int64_t step, uint64_t moved);  // Note [An overfull key splits]
   void warn_grid_not_formed(const p2p::PeerRecord& other);
   bool all_take_deals() const;  // every live peer reads deals (PeerRecord::kTakesDeals)
   static bool all_take_deals(const std::vector<p2p::PeerRecord>& peers);  // of these

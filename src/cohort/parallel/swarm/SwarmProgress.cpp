@@ -36,11 +36,13 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
   if (swarm <= 0)
     swarm = 1 + std::count_if(peers.begin(), peers.end(), [](const p2p::PeerRecord& p) { return !p.leaving; });
   // Where coordinates stay a peer holds its mates' records alone: the swarm is its key's peers, once a key
-  // (Note [A grid whose coordinates stay] in SwarmGrid.cpp).
+  // of the keys along its dimension, which grow as keys split (Note [A grid whose coordinates stay] in
+  // SwarmGrid.cpp, Note [An overfull key splits] in p2p/Matchmaking.cpp).
   if (coordinates_stay() && grid_keys_ > 0 && key != 0)
-    swarm = grid_keys_ * (1 + std::count_if(peers.begin(), peers.end(), [&](const p2p::PeerRecord& p) {
-                            return !p.leaving && p2p::grid_fixed(p) && p2p::fixed_key_at(p, step) == key;
-                          }));
+    swarm = std::max(grid_keys_, p2p::grid_keys_along(peers, (key - 1) & 0xFFFFFFFFULL, step)) *
+            (1 + std::count_if(peers.begin(), peers.end(), [&](const p2p::PeerRecord& p) {
+               return !p.leaving && p2p::grid_fixed(p) && p2p::fixed_key_at(p, step) == key;
+             }));
   const bool ready = samples_toward(step, samples, batch, key, swarm, peers, p2p::detail::unix_now()) >= target;
   // The samples that make it ready change no other group's count (Note [Readiness goes to the group]).
   const bool to_key = ready || key != 0;
@@ -142,6 +144,7 @@ void SwarmPeer::announce_at(int64_t step, int64_t samples, bool leaving, p2p::Di
   p2p::PeerRecord r{{}, transport_->address(), step, samples, samples_per_s_, false, leaving, 0, last_group_size_};
   r.group_key = group_key_for(step);
   r.grid = grid_word();
+  r.census = census();
   directory_->announce(r, reach);
 }
 
