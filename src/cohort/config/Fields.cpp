@@ -248,7 +248,7 @@ const std::vector<Field>& fields() {
             "swarm with swarm.group_size: dealt (each round's leader deals its members over the next round's keys "
             "and tells every peer) or fixed (at step 2 each peer takes a cell of a grid by its key's rank and keeps "
             "it, as in Moshpit SGD, so no deal is needed and its records go only to the peers that share a "
-            "coordinate; the same on every peer)",
+            "coordinate; a key that grows past a group moves the rest to new keys; the same on every peer)",
             {"dealt", "fixed"}),
       field("swarm.average_state_every", &T::swarm, &SwarmConfig::average_state_every,
             "swarm with swarm.group_size: every N steps the round's group also averages the parameters, which "

@@ -15,6 +15,15 @@ namespace cohort::p2p {
 
 namespace {
 
+// A peer about to take a cell of a grid that formed already, seen by a leader whose coordinates stay
+// (`mine_stay`): one whose record says it forms the grid, whose coordinates do not stay yet, and which
+// averaged in no group before (a newcomer; one forming the grid did). Where it settles is its own view's,
+// and every leader on its step that waited out swarm.matchmaking_s for it held the whole swarm (a swarm
+// doubled by newcomers: rounds of 2 to 3.8 s while they came).
+bool settling_newcomer(const PeerRecord& p, bool mine_stay) {
+  return mine_stay && !grid_fixed(p) && (p.features & PeerRecord::kFormsGrid) && p.group_size <= 1;
+}
+
 // What matchmaking sees at one moment (Note [Matchmaking]).
 struct Survey {
   std::vector<Member> ready;    // this peer and the others ready for the round, by key
@@ -55,8 +64,10 @@ Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member&
     const auto p = as_dealt(record);
     // A peer one step behind is finishing the last round and about to be ready for this one; one whose
     // coordinates stay, only if it comes to this key (Note [A grid whose coordinates stay] in
-    // parallel/swarm/SwarmGrid.cpp).
-    if (p.step + 1 == round && (!grid_fixed(p) || fixed_key_at(p, round) == group_key)) s.anyone_waiting = true;
+    // parallel/swarm/SwarmGrid.cpp); and a leader whose coordinates stay does not wait for a newcomer
+    // about to settle (as below).
+    if (p.step + 1 == round && (grid_fixed(p) ? fixed_key_at(p, round) == group_key : !settling_newcomer(p, mine_stay)))
+      s.anyone_waiting = true;
     if (p.step > round) s.ahead_at = std::max(s.ahead_at, p.step);
     if (p.step != round) continue;
     anyone_on_round = true;
@@ -67,11 +78,9 @@ Survey survey(const std::vector<PeerRecord>& peers, int64_t round, const Member&
       if (p.group_key == 0 && p.group_size == 0 && !p.ready) s.anyone_waiting = true;
       // One whose coordinates are about to stay may take a cell on this key, and its record names its
       // dealt key until it does (Note [A grid whose coordinates stay] in parallel/swarm/SwarmGrid.cpp):
-      // waited for until its record says where it went, which goes to everyone. Only one that averaged in
-      // a group before, as the grid forms: a newcomer (its record's last group: none, or itself alone)
-      // settles where it finds a hole, and every leader on its step waited out swarm.matchmaking_s for it
-      // (a swarm doubled by newcomers: rounds of 2 to 3.8 s while they came).
-      if (mine_stay && !grid_fixed(p) && (p.features & PeerRecord::kFormsGrid) && !p.ready && p.group_size > 1)
+      // waited for until its record says where it went, which goes to everyone; not a newcomer.
+      if (mine_stay && !grid_fixed(p) && (p.features & PeerRecord::kFormsGrid) && !p.ready &&
+          !settling_newcomer(p, mine_stay))
         s.anyone_waiting = true;
       continue;
     }
