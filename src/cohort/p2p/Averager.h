@@ -72,6 +72,16 @@ inline constexpr uint64_t kMaxSwarm = uint64_t{1} << 24;     // a swarm's peers,
 // that reduces the same contributions gets the same bits.
 at::Tensor weighted_mean(const std::vector<at::Tensor>& values, const std::vector<double>& weights);
 
+// The peers that formed a grid whose coordinates stay, by key, and its keys a side (grid_formed): where
+// each of them forms. Empty until it forms.
+struct Roster {
+  std::vector<PeerKey> peers;  // sorted
+  int64_t keys = 0;
+  // The key peer `key` names at `round` once its coordinates stay, by its rank (p2p::grid_cell); nullopt
+  // where it is not one of them.
+  std::optional<uint64_t> key_at(const PeerKey& key, int64_t round) const;
+};
+
 struct AveragingOptions {
   double matchmaking_s = 5.0;         // how long a leader waits for more peers to become ready
   double averaging_timeout_s = 30.0;  // how long a round may take once the group is formed
@@ -132,6 +142,11 @@ class Averager {
   // Matchmaking and the all-reduce for the swarm's step `round`. `mine` is this peer's record, which is
   // announced as ready for `round` while the group forms.
   RoundOutcome average(uint64_t round, const at::Tensor& flat, double weight, PeerRecord mine);
+
+  // The live peers (this one among them) whose keys' ranks placed each on a grid of `keys` keys a side as
+  // it formed (Note [A grid whose coordinates stay] in parallel/swarm/SwarmGrid.cpp): a leader whose
+  // coordinates stay waits for a peer still about to form only where its rank puts it on the leader's key.
+  void grid_formed(std::vector<PeerKey> roster, int64_t keys);
 
   // The two halves, for tests. match() returns the group (this peer alone when no group formed, with
   // `problem` saying why); all_reduce() averages over a given group.
@@ -204,6 +219,7 @@ class Averager {
     int64_t moved = -1;
   } said_;
   PeerRecord mine_;             // this peer's record as the round's matchmaking announced it
+  Roster roster_;               // grid_formed's (none before)
   uint64_t round_ = 0;          // the round average() is in
   bool claimed_twice_ = false;  // a group of round_ other than this peer's came (decline_other_groups)
   // The last rounds this peer averaged in, with its group in each: a group of one of them that arrives

@@ -399,6 +399,26 @@ TEST(SwarmGrid, AKeyWithMoreReadyPeersThanAGroupSplitsAndTheDoubledSwarmMakesThe
   EXPECT_EQ(leaders_split(peers, 8, 6, 4), 8.0) << "keys split again, or groups came short";
 }
 
+// Note [A grid whose coordinates stay]: a leader whose coordinates stay reads where a peer still about to
+// form will be from the roster of the grid's forming, the key that peer names once its record says so,
+// and nothing for a peer the roster does not hold (it waits for that one as before).
+TEST(SwarmGrid, TheRosterOfTheFormingNamesEachPeersKeyAsItsCoordinatesWill) {
+  std::vector<PeerKey> keys(8);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i][0] = static_cast<uint8_t>(200 - 10 * i);  // out of order
+  Roster roster{keys, 2};
+  std::sort(roster.peers.begin(), roster.peers.end());
+  for (size_t rank = 0; rank < roster.peers.size(); ++rank) {
+    PeerRecord formed;
+    const auto cell = grid_cell(static_cast<int64_t>(rank), 2);
+    formed.grid = grid_word(cell[0], cell[1]);
+    for (const int64_t round : {3, 4}) EXPECT_EQ(roster.key_at(roster.peers[rank], round), fixed_key_at(formed, round));
+  }
+  PeerKey stranger{};
+  stranger[0] = 1;
+  EXPECT_FALSE(roster.key_at(stranger, 3));
+  EXPECT_FALSE(Roster{}.key_at(keys[0], 3)) << "no grid formed: no roster";
+}
+
 // A key one past a group (9 in groups of 8) cannot split off a key of its own, whose one peer would average
 // alone; its leader reads from its mates' census which keys are short and hands its extra peer to the
 // fullest: columns of 9, 9, 7 and 7 (seen where newcomers settled while keys split) even out to 8 each.
