@@ -140,11 +140,18 @@ bool SwarmPeer::coordinates_stay() const { return cfg_.group_size > 0 && cfg_.gr
 
 uint64_t SwarmPeer::grid_word() const { return coordinates_stay() ? p2p::grid_word(grid_[0], grid_[1]) : 0; }
 
+// Only the peers heard from lately, by this peer's clock (PeerRecord::taken_unix): a record lives its TTL
+// and the DHT's put gap past its writing, which on this machine's fault runs was most of a minute, and a
+// census that counted the killed peers that long showed no key short (8, 8, 8 and 8 where 6, 5, 5 and 8
+// lived), so an overfull key's leader opened new keys and the dead peers' places stayed empty. A live mate
+// sends a new record at each change of step, and its heartbeat renews it within the TTL: twice
+// swarm.peer_ttl_s leaves room for both.
 uint64_t SwarmPeer::census() const {
   if (!coordinates_stay()) return 0;
+  const double heard_since = p2p::detail::unix_now() - 2 * cfg_.peer_ttl_s;
   int64_t column = 1, row = 1;
   for (const auto& p : directory_->peers()) {
-    if (p.leaving || !p2p::grid_fixed(p)) continue;
+    if (p.leaving || !p2p::grid_fixed(p) || p.taken_unix < heard_since) continue;
     const auto c = p2p::grid_coordinates(p);
     column += c[0] == grid_[0], row += c[1] == grid_[1];
   }
