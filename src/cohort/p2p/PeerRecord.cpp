@@ -108,10 +108,14 @@ std::array<uint64_t, 2> grid_coordinates(const PeerRecord& p) {
   return {(p.grid >> 32) & kCoordinate, p.grid & kCoordinate};
 }
 
-uint64_t fixed_key_at(const PeerRecord& p, int64_t step) {
+uint64_t grid_key_at(const std::array<uint64_t, 2>& cell, int64_t step) {
   const auto d = static_cast<uint64_t>(step % 2);
-  return 1 + (d << 32) + grid_coordinates(p)[1 - d];  // as SwarmPeer::group_key_for: never 0
+  return 1 + (d << 32) + cell[1 - d];
 }
+
+uint64_t key_coordinate(uint64_t key) { return (key - 1) & 0xFFFFFFFFULL; }
+
+uint64_t fixed_key_at(const PeerRecord& p, int64_t step) { return grid_key_at(grid_coordinates(p), step); }
 
 uint64_t grid_census(int64_t column, int64_t row) {
   const auto clamp = [](int64_t n) { return static_cast<uint64_t>(std::clamp<int64_t>(n, 0, 0xFFFFFFFF)); };
@@ -120,6 +124,16 @@ uint64_t grid_census(int64_t column, int64_t row) {
 
 int64_t census_of(const PeerRecord& p, size_t d) {
   return static_cast<int64_t>(d == 0 ? p.census >> 32 : p.census & 0xFFFFFFFFULL);
+}
+
+std::map<uint64_t, int64_t> census_along(const std::vector<PeerRecord>& peers, size_t d) {
+  std::map<uint64_t, int64_t> counted;
+  for (const auto& p : peers)
+    if (grid_fixed(p) && census_of(p, d) > 0) {
+      auto& most = counted[grid_coordinates(p)[d]];
+      most = std::max(most, census_of(p, d));
+    }
+  return counted;
 }
 
 bool grid_mates(const PeerRecord& a, const PeerRecord& b) {

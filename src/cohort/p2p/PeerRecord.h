@@ -12,6 +12,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -85,11 +86,19 @@ uint64_t grid_word(uint64_t c0, uint64_t c1);
 bool grid_fixed(const PeerRecord& p);
 // Its coordinates (c0, c1) as grid_word packed them (zeros where they do not stay).
 std::array<uint64_t, 2> grid_coordinates(const PeerRecord& p);
+// The group key of `step` for coordinates `cell`: on step s a peer averages along dimension s mod 2, with
+// the peers that share its other coordinate (Note [Groups on a grid] in p2p/Matchmaking.cpp). Never 0:
+// that is "any group". And the coordinate a group key names.
+uint64_t grid_key_at(const std::array<uint64_t, 2>& cell, int64_t step);
+uint64_t key_coordinate(uint64_t key);
 // The group key a peer whose coordinates stay names on `step` (Note [Groups on a grid] in p2p/Matchmaking.cpp).
 uint64_t fixed_key_at(const PeerRecord& p, int64_t step);
 // PeerRecord::census: `column` and `row` peers; and the count for coordinate `d` (0: the column) of `p`.
 uint64_t grid_census(int64_t column, int64_t row);
 int64_t census_of(const PeerRecord& p, size_t d);
+// For each coordinate `d` that the records whose coordinates stay among `peers` hold, the most peers any
+// of them counts there (PeerRecord::census; coordinates nobody counted are left out).
+std::map<uint64_t, int64_t> census_along(const std::vector<PeerRecord>& peers, size_t d);
 // Whether two peers whose coordinates stay share one: they average together every other round.
 bool grid_mates(const PeerRecord& a, const PeerRecord& b);
 // The keys of the grid dimension that keys `step`'s groups, as a peer whose coordinates stay sees them: one

@@ -12,8 +12,7 @@
 namespace cohort::parallel::swarm {
 uint64_t SwarmPeer::group_key_for(int64_t step) const {
   if (cfg_.group_size <= 0) return 0;
-  const auto d = static_cast<uint64_t>(step % 2);
-  return 1 + (d << 32) + grid_[1 - d];  // never 0: that is "any group"
+  return p2p::grid_key_at(grid_, step);
 }
 
 // The next round's key is the coordinate this round sets (p2p::next_group_key, the leader's deal); a peer
@@ -26,7 +25,7 @@ void SwarmPeer::move_on_grid(int64_t step, int64_t place, int64_t keys, int64_t 
   }
   if (keys <= 0) keys = p2p::grid_keys(static_cast<int64_t>(directory_->peers().size() + 1), cfg_.group_size);
   const uint64_t next = p2p::next_group_key(group_key_for(step), static_cast<uint64_t>(step), place, keys);
-  grid_[static_cast<size_t>(step % 2)] = (next - 1) & 0xFFFFFFFFULL;
+  grid_[static_cast<size_t>(step % 2)] = p2p::key_coordinate(next);
 }
 
 // Note [An overfull key splits] (p2p/Matchmaking.cpp): its leader moved it to a new key of this round's
@@ -82,7 +81,7 @@ void SwarmPeer::join_smallest_group(int64_t step) {
   uint64_t best = others.count(mine) ? mine : others.begin()->first;
   for (const auto& [key, n] : others)
     if (n < others[best]) best = key;
-  grid_[1 - d] = (best - 1) & 0xFFFFFFFFULL;
+  grid_[1 - d] = p2p::key_coordinate(best);
 }
 
 // Note [A grid whose coordinates stay]
@@ -163,15 +162,15 @@ namespace {
 // of them counts there (PeerRecord::census), if more: a newcomer knows the peers that passed it records,
 // not every one.
 std::vector<int64_t> held_counts(const std::vector<p2p::PeerRecord>& fixed, size_t d) {
-  std::vector<int64_t> known, counted;
+  std::vector<int64_t> known;
   for (const auto& p : fixed) {
     const auto c = static_cast<size_t>(p2p::grid_coordinates(p)[d]);
     if (c >= p2p::kMaxGridKeys) continue;
-    if (c >= known.size()) known.resize(c + 1, 0), counted.resize(c + 1, 0);
+    if (c >= known.size()) known.resize(c + 1, 0);
     ++known[c];
-    counted[c] = std::max(counted[c], p2p::census_of(p, d));
   }
-  for (size_t c = 0; c < known.size(); ++c) known[c] = std::max(known[c], counted[c]);
+  for (const auto& [c, n] : p2p::census_along(fixed, d))
+    if (c < known.size()) known[c] = std::max(known[c], n);
   return known;
 }
 }  // namespace

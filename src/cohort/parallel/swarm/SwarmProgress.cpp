@@ -39,7 +39,7 @@ bool SwarmPeer::ready(int64_t step, int64_t samples, int64_t target, int64_t bat
   // of the keys along its dimension, which grow as keys split (Note [A grid whose coordinates stay] in
   // SwarmGrid.cpp, Note [An overfull key splits] in p2p/Matchmaking.cpp).
   if (coordinates_stay() && grid_keys_ > 0 && key != 0)
-    swarm = std::max(grid_keys_, p2p::grid_keys_along(peers, (key - 1) & 0xFFFFFFFFULL, step)) *
+    swarm = std::max(grid_keys_, p2p::grid_keys_along(peers, p2p::key_coordinate(key), step)) *
             (1 + std::count_if(peers.begin(), peers.end(), [&](const p2p::PeerRecord& p) {
                return !p.leaving && p2p::grid_fixed(p) && p2p::fixed_key_at(p, step) == key;
              }));
