@@ -75,7 +75,6 @@ double leaders_split(std::vector<PeerRecord>& peers, int64_t m, int64_t first_ro
   return static_cast<double>(members) / static_cast<double>(groups_formed);
 }
 
-
 // Note [An overfull key splits]: 16 peers formed a 2 x 2 grid in groups of 8 (4 a cell), and 16 newcomers
 // took the same cells (8 a cell: rows and columns of 16). Two rounds later the grid is the size 32 peers
 // form: 4 x 4, every row and every column 8, and the groups of every round after are of 8.
